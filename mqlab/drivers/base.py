@@ -1,0 +1,118 @@
+"""The driver interface: what every broker adapter implements (mqperf's contract).
+
+- ``Sender.send(batch)`` returns only once the broker confirmed every message of
+  the batch as the profile demands (durable and replicated as configured).
+- ``Receiver.receive(max_messages, timeout_s)`` returns deliveries that other
+  receivers cannot get until they are acked or their visibility timeout passes.
+- ``Receiver.ack(deliveries)`` removes them. Delivery is at least once.
+
+A driver object is shared by the process; ``sender()`` and ``receiver()`` make
+one client (connection) per worker thread. Client libraries stay inside the
+driver module.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class NodeEndpoint:
+    index: int
+    host: str
+    port: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """How clients reach a cluster (written to and read from JSON)."""
+
+    broker: str
+    nodes: tuple[NodeEndpoint, ...]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "broker": self.broker,
+            "nodes": [{"index": n.index, "host": n.host, "port": n.port, "extra": n.extra}
+                      for n in self.nodes],
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Endpoints:
+        return cls(
+            broker=data["broker"],
+            nodes=tuple(NodeEndpoint(n["index"], n["host"], n["port"], n.get("extra", {}))
+                        for n in data["nodes"]),
+            extra=data.get("extra", {}),
+        )
+
+
+@dataclass(frozen=True)
+class Delivery:
+    payload: bytes
+    handle: Any  # the driver's own token for ack (message id, row id, delivery tag...)
+    redelivered: bool = False
+
+
+class Sender(ABC):
+    @abstractmethod
+    def send(self, batch: Sequence[bytes]) -> None:
+        """Send ``batch``; return when the broker confirmed all of it; raise otherwise."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the connection."""
+
+
+class Receiver(ABC):
+    @abstractmethod
+    def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
+        """Up to ``max_messages`` deliveries, waiting at most ``timeout_s`` for the first."""
+
+    @abstractmethod
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Acknowledge (remove) ``deliveries``; return when the broker accepted the acks."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the connection; unacked deliveries become visible again later."""
+
+
+class Driver(ABC):
+    """One broker adapter. Subclasses set the class attributes and ``Settings``."""
+
+    name: ClassVar[str]
+    Settings: ClassVar[type]  # frozen dataclass of the profile's [settings]
+    supports_batch_send: ClassVar[bool] = True  # send(batch) is one broker call
+    supports_batch_receive: ClassVar[bool] = True  # receive(max) returns many at once
+    client_libraries: ClassVar[tuple[str, ...]] = ()  # distributions named in the manifest
+
+    def __init__(self, settings: Any, endpoints: Endpoints, queue: str):
+        self.settings = settings
+        self.endpoints = endpoints
+        self.queue = queue
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Create the queue/stream/table; calling it again changes nothing."""
+
+    @abstractmethod
+    def teardown(self) -> None:
+        """Remove what setup created (no error if already gone)."""
+
+    @abstractmethod
+    def sender(self) -> Sender: ...
+
+    @abstractmethod
+    def receiver(self) -> Receiver: ...
+
+    @abstractmethod
+    def server_versions(self) -> list[str]:
+        """Broker server versions as the servers report them, one per node reached."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release admin connections."""

@@ -1,0 +1,1 @@
+"""NixOS images (AMIs) per broker, built from flake.nix (see images/)."""

@@ -1,0 +1,1 @@
+"""Terraform-driven lab environments on AWS (see terraform/)."""

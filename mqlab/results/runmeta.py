@@ -1,0 +1,200 @@
+"""What a run archive says about itself (manifest, scenario, workers), and its raw files.
+
+Reads only small files; the driver of the summary job uses it to plan tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mqlab.errors import ArchiveError
+from mqlab.results.partials import Task
+
+LOG = logging.getLogger(__name__)
+
+ACCEPTED_VERSIONS = (1,)
+SENDER_FILES = (("hlog", "send_call_us"), ("hlog", "send_msg_us"), ("counts", "sender"),
+                ("sent", ""))
+RECEIVER_FILES = (("hlog", "processing_us"), ("counts", "receiver"), ("delivery", ""))
+FILE_NAMES = {"send_call_us": "send_call_us.hlog", "send_msg_us": "send_msg_us.hlog",
+              "processing_us": "processing_us.hlog", "sender": "counts.csv",
+              "receiver": "counts.csv"}
+# scenario keys we read, with the spellings accepted (first found wins, [workload] first)
+SCENARIO_KEYS = {
+    "message_bytes": ("message_bytes", "message_size", "size_bytes"),
+    "batch": ("batch", "batch_size", "send_batch", "max_batch"),
+}
+_NAME_RE = re.compile(
+    r"^(?P<stamp>\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ)_(?P<scenario>.+)_(?P<profile>[^_]+)_"
+    r"(?P<st>\d+)(?:x(?P<rt>\d+))?t-(?P<s>\d+)s-(?P<r>\d+)r(?P<rest>(?:_.+)?)$"
+)
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    run_id: str
+    run_dir: str
+    scenario: str
+    broker: str
+    profile: str
+    sender_threads: int
+    receiver_threads: int
+    sender_nodes: int
+    receiver_nodes: int
+    message_bytes: int | None
+    batch: int | None
+    status: str
+    end_reason: str
+    started_at: str
+    ended_at: str
+    measure_start_ms: int
+    warmup_end_ms: int
+    measure_end_ms: int
+    mqlab_version: str
+    git_commit: str
+    cluster_target: str
+    host_cpu_model: str
+    sweep: str  # the varied fields of a sweep point, e.g. "message_bytes-100", or ""
+    workers: list[tuple[str, str]] = field(default_factory=list)  # (worker id, role)
+
+    def row(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("workers")
+        return d
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise ArchiveError(f"{path}: missing (is this a run directory?)") from err
+    except (OSError, ValueError) as err:
+        raise ArchiveError(f"{path}: unreadable: {err}") from err
+    if not isinstance(doc, dict):
+        raise ArchiveError(f"{path}: not a JSON object")
+    version = doc.get("format_version")
+    if version not in ACCEPTED_VERSIONS:
+        raise ArchiveError(f"{path}: format_version {version!r} (this mqlab reads 1)")
+    return doc
+
+
+def _find_key(doc: dict[str, Any], names: tuple[str, ...]) -> Any:
+    sections = [doc.get("workload", {})] if isinstance(doc.get("workload"), dict) else []
+    sections.append(doc)
+    stack = list(doc.values())
+    while stack:
+        v = stack.pop(0)
+        if isinstance(v, dict):
+            sections.append(v)
+            stack.extend(v.values())
+    for sec in sections:
+        for n in names:
+            if n in sec and isinstance(sec[n], int | float):
+                return sec[n]
+    return None
+
+
+def read_run(run_dir: Path | str) -> RunMeta:
+    run_dir = Path(run_dir).resolve()
+    manifest = _load_json(run_dir / "manifest.json")
+    try:
+        scenario = tomllib.loads((run_dir / "scenario.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        LOG.warning("%s: scenario.toml unreadable (%s); using the directory name", run_dir, err)
+        scenario = {}
+    m = _NAME_RE.match(run_dir.name)
+    workers = _workers(run_dir, manifest)
+    wjson = {wid: _worker_json(run_dir / "workers" / wid) for wid, _ in workers}
+
+    def threads(role: str, fallback: str | None) -> int:
+        for (wid, r) in workers:
+            if r == role and wjson[wid].get("threads") is not None:
+                return int(wjson[wid]["threads"])
+        v = _find_key(scenario, (f"{role}_threads",))
+        return int(v if v is not None else (fallback or 0))
+
+    def nodes(role: str) -> int:
+        return len({wjson[w].get("node", w) for w, r in workers if r == role})
+
+    measure = manifest.get("measure") or {}
+    broker = manifest.get("broker") or {}
+    st = threads("sender", m.group("st") if m else None)
+    rt = threads("receiver", (m.group("rt") or m.group("st")) if m else None)
+    msg_bytes = _find_key(scenario, SCENARIO_KEYS["message_bytes"])
+    batch = _find_key(scenario, SCENARIO_KEYS["batch"])
+    return RunMeta(
+        run_id=str(manifest.get("run_id") or run_dir.name),
+        run_dir=str(run_dir),
+        scenario=str(scenario.get("name") or (m.group("scenario") if m else "")),
+        broker=str(broker.get("name") or ""),
+        profile=str(broker.get("profile") or (m.group("profile") if m else "")),
+        sender_threads=st, receiver_threads=rt,
+        sender_nodes=nodes("sender"), receiver_nodes=nodes("receiver"),
+        message_bytes=int(msg_bytes) if msg_bytes is not None else None,
+        batch=int(batch) if batch is not None else None,
+        status=str(manifest.get("status", "")), end_reason=str(manifest.get("end_reason", "")),
+        started_at=str(manifest.get("started_at", "")), ended_at=str(manifest.get("ended_at", "")),
+        measure_start_ms=int(measure.get("start_ms", 0)),
+        warmup_end_ms=int(measure.get("warmup_end_ms", measure.get("start_ms", 0))),
+        measure_end_ms=int(measure.get("end_ms", 0)),
+        mqlab_version=str((manifest.get("mqlab") or {}).get("version", "")),
+        git_commit=str((manifest.get("mqlab") or {}).get("git_commit", "")),
+        cluster_target=str((manifest.get("cluster") or {}).get("target", "")),
+        host_cpu_model=str((manifest.get("host") or {}).get("cpu_model", "")),
+        sweep=(m.group("rest") or "").lstrip("_") if m else "",
+        workers=workers,
+    )
+
+
+def _workers(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, str]]:
+    found: dict[str, str] = {}
+    for w in manifest.get("workers") or []:
+        found[str(w["id"])] = str(w.get("role", ""))
+    wdir = run_dir / "workers"
+    if wdir.is_dir():
+        for d in sorted(wdir.iterdir()):
+            if d.is_dir() and d.name not in found:
+                found[d.name] = ""
+    out = []
+    for wid, role in sorted(found.items()):
+        if not role:
+            role = str(_worker_json(wdir / wid).get("role") or wid.split("-")[0])
+        out.append((wid, role))
+    return out
+
+
+def _worker_json(wdir: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((wdir / "worker.json").read_text())
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def tasks_for(meta: RunMeta, window_ms: int) -> list[Task]:
+    """One task per raw file the contract says each worker has."""
+    out = []
+    for wid, role in meta.workers:
+        files = SENDER_FILES if role == "sender" else RECEIVER_FILES
+        for kind, what in files:
+            name = FILE_NAMES.get(what) or f"{kind}.json"
+            path = str(Path(meta.run_dir) / "workers" / wid / name)
+            out.append(Task(kind, meta.run_id, path, what, meta.warmup_end_ms, window_ms))
+    return out
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "manifest.json").is_file()
+
+
+def find_runs(results_dir: Path | str) -> list[Path]:
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise ArchiveError(f"{root}: no such results directory")
+    return sorted(p for p in root.iterdir() if p.is_dir() and is_run_dir(p))
