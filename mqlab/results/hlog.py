@@ -165,14 +165,16 @@ def merge_into(acc: HdrHistogram | None, hist: HdrHistogram) -> HdrHistogram:
     return acc
 
 
-def figures(hist: HdrHistogram | None) -> dict[str, float | int | None]:
-    """count, mean, the percentiles of PERCENTILES and max of a merged histogram."""
-    if hist is None:
-        out: dict[str, float | int | None] = {"count": 0, "mean": None}
-        out.update({name: None for name, _ in PERCENTILES})
-        out["max"] = None
-        return out
-    out = {"count": int(hist.get_total_count()), "mean": float(hist.get_mean_value())}
+def figures(hist: HdrHistogram | None) -> dict[str, float | int]:
+    """count, mean, the percentiles of PERCENTILES and max of a merged histogram (µs).
+
+    As summary.json: the mean is rounded to 3 decimals; an empty (or absent) histogram
+    gives 0 for every figure.
+    """
+    if hist is None or not hist.get_total_count():
+        return {"count": 0, "mean": 0.0, **{name: 0 for name, _ in PERCENTILES}, "max": 0}
+    out: dict[str, float | int] = {"count": int(hist.get_total_count()),
+                                   "mean": round(float(hist.get_mean_value()), 3)}
     for name, p in PERCENTILES:
         out[name] = int(hist.get_value_at_percentile(p))
     out["max"] = int(hist.get_max_value())

@@ -28,7 +28,7 @@ FILE_NAMES = {"send_call_us": "send_call_us.hlog", "send_msg_us": "send_msg_us.h
 # scenario keys we read, with the spellings accepted (first found wins, [workload] first)
 SCENARIO_KEYS = {
     "message_bytes": ("message_bytes", "message_size", "size_bytes"),
-    "batch": ("batch", "batch_size", "send_batch", "max_batch"),
+    "batch": ("send_batch_max", "batch", "batch_size", "max_batch"),
 }
 _NAME_RE = re.compile(
     r"^(?P<stamp>\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ)_(?P<scenario>.+)_(?P<profile>[^_]+)_"
@@ -132,7 +132,7 @@ def read_run(run_dir: Path | str) -> RunMeta:
         run_id=str(manifest.get("run_id") or run_dir.name),
         run_dir=str(run_dir),
         scenario=str(scenario.get("name") or (m.group("scenario") if m else "")),
-        broker=str(broker.get("name") or ""),
+        broker=str(broker.get("name") or scenario.get("broker") or ""),
         profile=str(broker.get("profile") or (m.group("profile") if m else "")),
         sender_threads=st, receiver_threads=rt,
         sender_nodes=nodes("sender"), receiver_nodes=nodes("receiver"),

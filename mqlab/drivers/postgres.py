@@ -1,0 +1,309 @@
+"""PostgreSQL as a queue, as mqperf ran it: one table, ``FOR UPDATE SKIP LOCKED``.
+
+- table: ``id``, ``payload BYTEA``, ``next_delivery`` (+ a delivery count), indexed
+  on ``next_delivery``; named after the driver's ``queue``.
+- send: one multi-row INSERT per batch, its own transaction; the commit returns
+  once the synchronous standby quorum confirmed (per ``synchronous_commit``).
+- receive: one statement, one transaction: pick up to N rows whose
+  ``next_delivery`` has passed ``FOR UPDATE SKIP LOCKED`` and push their
+  ``next_delivery`` to now() + visibility timeout; nothing there: poll with a
+  short backoff until ``timeout_s``.
+- ack: DELETE by id.
+
+With every synchronous standby gone a commit waits forever, and
+``statement_timeout`` does not end that wait; a watchdog thread cancels the
+statement after ``commit_timeout_s`` and the call raises DriverError (the row
+may then be committed locally but not replicated).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from mqlab.drivers.base import Delivery, Driver, Endpoints, Receiver, Sender
+from mqlab.errors import DriverError
+from mqlab.typed import spec
+
+LOG = logging.getLogger(__name__)
+MAX_IDENT = 63  # PostgreSQL truncates identifiers longer than this
+SYNC_CHOICES = ("on", "remote_apply", "remote_write", "local", "off")
+
+
+@dataclass(frozen=True)
+class Settings:
+    replicas: int = spec(3, min=1, max=15, help="nodes the data lives on (primary + standbys)")
+    synchronous_commit: str = spec("remote_write", choices=SYNC_CHOICES,
+                                   help="SET per session; the cluster's quorum decides who confirms")
+    visibility_timeout_s: float = spec(30.0, min=0.1, help="unacked rows are delivered again after this")
+    poll_interval_s: float = spec(0.1, min=0.001, help="longest sleep between empty polls")
+    commit_timeout_s: float = spec(30.0, min=0.1, help="a statement not confirmed by then fails")
+    connect_timeout_s: float = spec(5.0, min=1.0)
+
+
+def table_name(queue: str) -> str:
+    """``queue`` itself if it is a plain identifier, else a sanitized name plus a hash of it.
+
+    Short enough that ``<table>_next_idx`` stays within PostgreSQL's 63-byte limit.
+    """
+    limit = MAX_IDENT - len("_next_idx")
+    if re.fullmatch(r"[a-z_][a-z0-9_]*", queue) and len(queue) <= limit:
+        return queue
+    name = re.sub(r"[^a-z0-9_]", "_", queue.lower())
+    if not name or name[0].isdigit():
+        name = "q_" + name
+    digest = hashlib.sha1(queue.encode()).hexdigest()[:8]
+    return f"{name[:limit - 9]}_{digest}"
+
+
+def insert_sql(table: str, n: int) -> sql.Composed:
+    """``INSERT INTO t (payload) VALUES (%s), (%s), ...`` for ``n`` rows."""
+    rows = sql.SQL(", ").join([sql.SQL("(%s)")] * n)
+    return sql.SQL("INSERT INTO {} (payload) VALUES ").format(sql.Identifier(table)) + rows
+
+
+def claim_sql(table: str) -> sql.Composed:
+    """Params: (limit, visibility_s). Returns (id, payload, deliveries) of the claimed rows."""
+    return sql.SQL("""WITH picked AS (
+    SELECT id FROM {t} WHERE next_delivery <= now() LIMIT %s FOR UPDATE SKIP LOCKED)
+UPDATE {t} AS j SET next_delivery = now() + make_interval(secs => %s),
+    deliveries = j.deliveries + 1
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.payload, j.deliveries""").format(t=sql.Identifier(table))
+
+
+def schema_sql(table: str) -> list[sql.Composed]:
+    t, idx = sql.Identifier(table), sql.Identifier(f"{table}_next_idx")
+    return [
+        sql.SQL("""CREATE TABLE IF NOT EXISTS {} (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    payload BYTEA NOT NULL,
+    next_delivery TIMESTAMPTZ NOT NULL DEFAULT now(),
+    deliveries INTEGER NOT NULL DEFAULT 0)""").format(t),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (next_delivery)").format(idx, t),
+    ]
+
+
+def backoff(previous_s: float, cap_s: float) -> float:
+    """The next sleep between empty polls: doubling from 5 ms up to ``cap_s``."""
+    return min(cap_s, max(0.005, previous_s * 2))
+
+
+def primary(endpoints: Endpoints) -> Any:
+    for n in endpoints.nodes:
+        if n.extra.get("role") == "primary":
+            return n
+    if not endpoints.nodes:
+        raise DriverError("postgres: the endpoints list no node")
+    return endpoints.nodes[0]
+
+
+def connect(endpoints: Endpoints, node: Any, settings: Settings) -> psycopg.Connection[Any]:
+    kw: dict[str, Any] = {
+        "host": node.host, "port": node.port, "autocommit": True, "application_name": "mqlab",
+        "user": node.extra.get("user", endpoints.extra.get("user", "postgres")),
+        "dbname": node.extra.get("dbname", endpoints.extra.get("dbname", "postgres")),
+        "connect_timeout": max(1, round(settings.connect_timeout_s)),
+    }
+    password = node.extra.get("password", endpoints.extra.get("password"))
+    if password:
+        kw["password"] = password
+    try:
+        conn = psycopg.connect(**kw)
+        conn.execute("SELECT set_config('synchronous_commit', %s, false)", (settings.synchronous_commit,))
+    except psycopg.Error as e:
+        raise DriverError(f"postgres: cannot connect to {node.host}:{node.port}: {e}") from e
+    return conn
+
+
+class _Watchdog:
+    """Cancels the connection's running statement once its deadline passes (one thread per client)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]):
+        self.conn = conn
+        self.cond = threading.Condition()
+        self.deadline: float | None = None
+        self.fired = False
+        self.closed = False
+        self.thread = threading.Thread(target=self._loop, name="mqlab-pg-watchdog", daemon=True)
+        self.thread.start()
+
+    def arm(self, timeout_s: float) -> None:
+        with self.cond:
+            self.deadline, self.fired = time.monotonic() + timeout_s, False
+            self.cond.notify()
+
+    def disarm(self) -> bool:
+        """Stop watching; True if the statement was cancelled."""
+        with self.cond:
+            self.deadline = None
+            return self.fired
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+        self.thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        with self.cond:
+            while not self.closed:
+                if self.deadline is None:
+                    self.cond.wait()
+                    continue
+                left = self.deadline - time.monotonic()
+                if left > 0:
+                    self.cond.wait(left)
+                    continue
+                self.deadline, self.fired = None, True
+                try:  # under the lock: disarm() cannot return before the cancel was sent
+                    self.conn.cancel_safe(timeout=5)
+                except Exception as e:  # noqa: BLE001 - report via the statement's own failure
+                    LOG.warning("postgres: cancel failed: %s", e)
+
+
+class _Client:
+    def __init__(self, driver: PostgresDriver):
+        self.settings: Settings = driver.settings
+        self.table = driver.table
+        self.conn = connect(driver.endpoints, primary(driver.endpoints), self.settings)
+        self.watchdog = _Watchdog(self.conn)
+
+    def run(self, query: Any, params: Sequence[Any], what: str) -> list[tuple[Any, ...]]:
+        """Execute one statement (its own transaction), bounded by ``commit_timeout_s``."""
+        timeout = self.settings.commit_timeout_s
+        self.watchdog.arm(timeout)
+        try:
+            cur = self.conn.execute(query, params, binary=True)
+            rows = cur.fetchall() if cur.description else []
+        except psycopg.errors.QueryCanceled as e:
+            self.watchdog.disarm()
+            raise DriverError(f"postgres: {what} not done within commit_timeout_s={timeout} s "
+                              "(are the synchronous standbys up?)") from e
+        except psycopg.Error as e:
+            self.watchdog.disarm()
+            raise DriverError(f"postgres: {what} failed: {e}") from e
+        if self.watchdog.disarm():
+            raise DriverError(f"postgres: {what} committed locally but not confirmed by the standby "
+                              f"quorum within commit_timeout_s={timeout} s")
+        return rows
+
+    def close(self) -> None:
+        self.watchdog.close()
+        self.conn.close()
+
+
+class PostgresSender(Sender):
+    def __init__(self, driver: PostgresDriver):
+        self.c = _Client(driver)
+        self.table = driver.table
+        self.statements: dict[int, sql.Composed] = {}
+
+    def send(self, batch: Sequence[bytes]) -> None:
+        if not batch:
+            return
+        n = len(batch)
+        query = self.statements.get(n)
+        if query is None:
+            query = self.statements[n] = insert_sql(self.table, n)
+        self.c.run(query, batch, "insert")
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class PostgresReceiver(Receiver):
+    def __init__(self, driver: PostgresDriver):
+        self.c = _Client(driver)
+        self.claim = claim_sql(driver.table)
+        self.delete = sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(sql.Identifier(driver.table))
+        self.visibility_s = driver.settings.visibility_timeout_s
+        self.poll_cap_s = driver.settings.poll_interval_s
+
+    def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
+        deadline = time.monotonic() + timeout_s
+        sleep_s = 0.0
+        while True:
+            rows = self.c.run(self.claim, (max_messages, self.visibility_s), "receive")
+            if rows:
+                return [Delivery(bytes(payload), row_id, deliveries > 1)
+                        for row_id, payload, deliveries in rows]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            sleep_s = backoff(sleep_s, self.poll_cap_s)
+            time.sleep(min(sleep_s, left))
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        if deliveries:
+            self.c.run(self.delete, ([d.handle for d in deliveries],), "ack")
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class PostgresDriver(Driver):
+    name = "postgres"
+    Settings = Settings
+    client_libraries = ("psycopg", "psycopg-binary")
+
+    def __init__(self, settings: Settings, endpoints: Endpoints, queue: str):
+        super().__init__(settings, endpoints, queue)
+        self.table = table_name(queue)
+
+    def _admin(self, statements: Sequence[Any]) -> list[Any]:
+        conn = connect(self.endpoints, primary(self.endpoints), self.settings)
+        try:
+            out = []
+            for st in statements:
+                cur = conn.execute(st)
+                out.append(cur.fetchall() if cur.description else None)
+            return out
+        except psycopg.Error as e:
+            raise DriverError(f"postgres: setup of table {self.table} failed: {e}") from e
+        finally:
+            conn.close()
+
+    def setup(self) -> None:
+        s: Settings = self.settings
+        results = self._admin([*schema_sql(self.table), "SELECT count(*) FROM pg_stat_replication"])
+        standbys = results[-1][0][0]
+        if standbys < s.replicas - 1:
+            LOG.warning("postgres: %d standbys streaming, the profile wants %d replicas",
+                        standbys, s.replicas)
+
+    def teardown(self) -> None:
+        self._admin([sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.table))])
+
+    def sender(self) -> Sender:
+        return PostgresSender(self)
+
+    def receiver(self) -> Receiver:
+        return PostgresReceiver(self)
+
+    def server_versions(self) -> list[str]:
+        versions = []
+        for node in self.endpoints.nodes:
+            try:
+                conn = connect(self.endpoints, node, self.settings)
+            except DriverError:
+                LOG.debug("no version from %s:%s", node.host, node.port)
+                continue
+            try:
+                row = conn.execute("SHOW server_version").fetchone()
+                versions.append(f"PostgreSQL {row[0] if row else '?'}")
+            finally:
+                conn.close()
+        return versions
+
+
+DRIVER = PostgresDriver

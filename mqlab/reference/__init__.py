@@ -1,0 +1,1 @@
+"""Published reference results shipped as package data (see README.md here)."""

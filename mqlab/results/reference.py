@@ -1,0 +1,89 @@
+"""Published mqperf 2021 rows (SoftwareMill, "Evaluating persistent, replicated message
+queues", 2021 edition) and their mapping to mqlab broker names."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from mqlab.errors import MqlabError
+
+LOG = logging.getLogger(__name__)
+
+REFERENCES = {"mqperf-2021": "mqperf-2021.csv"}
+SOURCE = ('SoftwareMill, "Evaluating persistent, replicated message queues", 2021 edition; '
+          "latencies are p95 over a 1-minute window in ms; 60000 marks runs where receivers "
+          "fell behind")
+FELL_BEHIND_MS = 60000.0
+# mqperf system name -> (mqlab broker, None when exact else why the mapping is approximate)
+SYSTEM_TO_BROKER: dict[str, tuple[str, str | None]] = {
+    "PostgreSQL": ("postgres", None),
+    "RabbitMQ": ("rabbitmq", None),
+    "Kafka": ("kafka", None),
+    "RedPanda": ("redpanda", None),
+    "Redis Streams": ("redis", None),
+    "SQS": ("sqs", None),
+    "MongoDB": ("mongodb", None),
+    "Pulsar": ("pulsar", None),
+    "ActiveMQ Artemis": ("artemis", None),
+    "RocketMQ": ("rocketmq", None),
+    "Event Store": ("eventstore", "Event Store 2021 vs today's EventStoreDB/KurrentDB"),
+    "NATS Streaming": ("nats", "approximate: NATS Streaming (2021) vs NATS JetStream (mqlab)"),
+}
+
+
+@dataclass(frozen=True)
+class ReferenceRow:
+    system: str
+    table: str
+    broker: str
+    approximate: str | None
+    sender_threads: int
+    receiver_threads: int
+    sender_nodes: int
+    receiver_nodes: int
+    send_msgs_per_s: float
+    receive_msgs_per_s: float
+    processing_latency_p95_ms: float
+    send_latency_p95_ms: float
+
+    @property
+    def fell_behind(self) -> bool:
+        return self.processing_latency_p95_ms >= FELL_BEHIND_MS
+
+
+class ReferenceError(MqlabError):
+    """An unknown reference data set was asked for."""
+
+
+def load_reference(name: str = "mqperf-2021") -> list[ReferenceRow]:
+    if name not in REFERENCES:
+        raise ReferenceError(f"--reference {name}: unknown (known: {', '.join(REFERENCES)})")
+    text = resources.files("mqlab.reference").joinpath(REFERENCES[name]).read_text()
+    rows = []
+    for r in csv.DictReader(io.StringIO(text)):
+        broker, approx = SYSTEM_TO_BROKER.get(r["system"], (r["system"].lower(), "unmapped"))
+        rows.append(ReferenceRow(
+            r["system"], r["table"], broker, approx,
+            int(r["sender_threads"]), int(r["receiver_threads"]), int(r["sender_nodes"]),
+            int(r["receiver_nodes"]), float(r["send_msgs_per_s"]),
+            float(r["receive_msgs_per_s"]), float(r["processing_latency_p95_ms"]),
+            float(r["send_latency_p95_ms"])))
+    return rows
+
+
+def matching_rows(run: dict[str, Any], rows: list[ReferenceRow]) -> list[ReferenceRow]:
+    """Published rows with the run's broker, threads and nodes."""
+    return [r for r in rows if r.broker == run["broker"]
+            and r.sender_threads == run["sender_threads"]
+            and r.receiver_threads == run["receiver_threads"]
+            and r.sender_nodes == run["sender_nodes"]
+            and r.receiver_nodes == run["receiver_nodes"]]
+
+
+def broker_rows(broker: str, rows: list[ReferenceRow]) -> list[ReferenceRow]:
+    return [r for r in rows if r.broker == broker]

@@ -1,0 +1,120 @@
+"""The sender and receiver thread loops of one worker process."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+from mqlab.drivers.base import Driver
+from mqlab.scenario import Workload
+from mqlab.workload import envelope
+from mqlab.workload.recorder import ReceiverStats, SenderStats
+from mqlab.workload.schedules import make_schedule
+
+LOG = logging.getLogger(__name__)
+ERROR_BUDGET_S = 30.0  # a thread gives up after this long without one successful call
+
+
+class ThreadFailed(Exception):
+    pass
+
+
+@dataclass
+class Retry:
+    """Backoff between failed broker calls; fails the thread after ERROR_BUDGET_S."""
+
+    errors: int = 0
+    failing_since: float | None = None
+
+    def ok(self) -> None:
+        self.errors = 0
+        self.failing_since = None
+
+    def failed(self, exc: BaseException, stop: threading.Event, what: str) -> None:
+        now = time.monotonic()
+        self.errors += 1
+        if self.failing_since is None:
+            self.failing_since = now
+        LOG.warning("%s failed (%d in a row): %s", what, self.errors, exc)
+        if now - self.failing_since > ERROR_BUDGET_S:
+            raise ThreadFailed(f"{what} failing for {ERROR_BUDGET_S:.0f} s: {exc}") from exc
+        stop.wait(min(0.05 * 2 ** min(self.errors, 5), 1.0))
+
+
+def run_sender(driver: Driver, w: Workload, stats: SenderStats, pool: envelope.PayloadPool,
+               seed: int, stop: threading.Event, ready: threading.Barrier) -> None:
+    client = driver.sender()
+    try:
+        ready.wait()
+        rng = random.Random(seed)
+        schedule = make_schedule(w.mode, w.rate_per_s)
+        sid = stats.sender_id
+        limit = w.messages_per_thread or None
+        end = time.monotonic() + w.duration_s if w.duration_s else None
+        seq = 0
+        retry = Retry()
+        while not stop.is_set():
+            if limit is not None and seq >= limit:
+                break
+            if end is not None and time.monotonic() >= end:
+                break
+            n = rng.randint(w.send_batch_min, w.send_batch_max)
+            if limit is not None:
+                n = min(n, limit - seq)
+            intended = schedule.next_batch(n, stop)
+            batch = envelope.encode_batch(sid, seq, n, time.time_ns(), pool)
+            stats.sent(n)
+            try:
+                client.send(batch)
+            except Exception as exc:  # noqa: BLE001 - any broker failure counts, then retry
+                stats.failed(n)
+                seq += n
+                retry.failed(exc, stop, "send")
+                continue
+            stats.confirmed_batch(seq, n, (time.monotonic_ns() - intended) // 1000)
+            retry.ok()
+            seq += n
+    finally:
+        client.close()
+
+
+class IdleClock:
+    """Shared by a receiver node's threads: when did any of them last get a message."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def touch(self) -> None:
+        self.last = time.monotonic()
+
+
+def run_receiver(driver: Driver, w: Workload, stats: ReceiverStats, stop: threading.Event,
+                 ready: threading.Barrier, idle: IdleClock) -> None:
+    client = driver.receiver()
+    try:
+        ready.wait()
+        retry = Retry()
+        while not stop.is_set():
+            try:
+                batch = client.receive(w.receive_batch_max, 0.5)
+            except Exception as exc:  # noqa: BLE001
+                retry.failed(exc, stop, "receive")
+                continue
+            if not batch:
+                retry.ok()
+                continue
+            recv_ns = time.time_ns()
+            idle.touch()
+            stats.received([d.payload for d in batch], recv_ns, sum(d.redelivered for d in batch))
+            try:
+                client.ack(batch)
+            except Exception as exc:  # noqa: BLE001 - unacked: they come again (at least once)
+                retry.failed(exc, stop, "ack")
+                continue
+            stats.acked(len(batch))
+            retry.ok()
+    finally:
+        client.close()

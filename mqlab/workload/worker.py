@@ -1,0 +1,180 @@
+"""One client node: a process running sender or receiver threads and recording.
+
+``python -m mqlab.workload.worker SPEC.json`` — the same entry point runs locally
+(started by mqlab run) and on remote client nodes (started over Fabric).
+
+Control files in ``spec.control_dir`` (polled): ``senders-done`` lets receivers
+stop once idle for ``receiver_idle_timeout_s``; ``stop`` ends the worker now,
+gracefully. SIGINT/SIGTERM also stop it gracefully. Whatever happens, the worker
+writes what it recorded, ``worker.json`` last.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from mqlab import typed
+from mqlab.drivers import registry
+from mqlab.drivers.base import Endpoints
+from mqlab.scenario import Workload
+from mqlab.workload import envelope
+from mqlab.workload.recorder import (
+    FORMAT_VERSION,
+    IntervalRecorder,
+    ReceiverStats,
+    SenderStats,
+    encode_bitmap,
+    now_ms,
+    write_json,
+)
+from mqlab.workload.spec import WorkerSpec
+from mqlab.workload.threads import IdleClock, run_receiver, run_sender
+
+LOG = logging.getLogger("mqlab.worker")
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 4
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec):
+        self.spec = spec
+        self.out = Path(spec.out_dir)
+        self.control = Path(spec.control_dir)
+        self.stop = threading.Event()
+        self.interrupted = False
+        self.errors: list[str] = []
+        self.workload = typed.build(Workload, spec.workload, Path("worker-spec"), "workload")
+        cls = registry.driver_class(spec.broker)
+        settings = typed.build(cls.Settings, spec.settings, Path("worker-spec"), "settings")
+        self.driver = cls(settings, Endpoints.from_json(spec.endpoints), spec.queue)
+        self.started_ms = now_ms()
+        self.recorder = IntervalRecorder(self.out, spec.role, spec.worker_id, spec.run_id, self.started_ms)
+
+    # -- threads ----------------------------------------------------------------
+    def _guard(self, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - recorded, then the worker stops
+            LOG.error("thread failed: %s", exc)
+            self.errors.append(f"{type(exc).__name__}: {exc}"[:500])
+            self.stop.set()
+
+    def _start_threads(self, ready: threading.Barrier) -> list[threading.Thread]:
+        spec, w = self.spec, self.workload
+        threads = []
+        if spec.role == "sender":
+            pool = envelope.PayloadPool(w.message_bytes, seed=spec.seed)
+            for t in range(spec.threads):
+                stats = SenderStats(spec.node * spec.threads + t)
+                self.recorder.senders.append(stats)
+                args = (run_sender, self.driver, w, stats, pool, spec.seed * 1000 + t, self.stop, ready)
+                threads.append(threading.Thread(target=self._guard, args=args, name=f"send-{t}"))
+        else:
+            self.idle = IdleClock()
+            for t in range(spec.threads):
+                rstats = ReceiverStats()
+                self.recorder.receivers.append(rstats)
+                args = (run_receiver, self.driver, w, rstats, self.stop, ready, self.idle)
+                threads.append(threading.Thread(target=self._guard, args=args, name=f"recv-{t}"))
+        for th in threads:
+            th.daemon = True
+            th.start()
+        return threads
+
+    def _ticker(self) -> None:
+        while not self.stop.is_set():
+            boundary_ms = (now_ms() // 1000 + 1) * 1000
+            if self.stop.wait(max(0.0, boundary_ms / 1000 - time.time())):
+                break
+            self.recorder.tick(boundary_ms)
+            write_json(self.out / "progress.json",
+                       {"format_version": FORMAT_VERSION, "totals": self.recorder.totals})
+
+    def _receivers_done(self) -> bool:
+        if not (self.control / "senders-done").exists():
+            return False
+        since = max(self.idle.last, self._senders_done_at)
+        return time.monotonic() - since >= self.workload.receiver_idle_timeout_s
+
+    # -- main -----------------------------------------------------------------
+    def run(self) -> int:
+        spec = self.spec
+        ready = threading.Barrier(spec.threads + 1)
+        threads = self._start_threads(ready)
+        try:
+            ready.wait(timeout=60)
+        except threading.BrokenBarrierError:
+            self.errors.append("threads did not connect within 60 s")
+            self.stop.set()
+        (self.out / "ready").write_text("ok\n")
+        ticker = threading.Thread(target=self._ticker, name="ticker", daemon=True)
+        ticker.start()
+        self._senders_done_at = 0.0
+        deadline = time.monotonic() + self.workload.max_run_s
+        while not self.stop.is_set():
+            if (self.control / "stop").exists() or time.monotonic() > deadline:
+                self.interrupted = True
+                break
+            if spec.role == "sender":
+                if not any(t.is_alive() for t in threads):
+                    break
+            else:
+                if not self._senders_done_at and (self.control / "senders-done").exists():
+                    self._senders_done_at = time.monotonic()
+                if self._senders_done_at and self._receivers_done():
+                    break
+            self.stop.wait(0.1)
+        self.stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        ticker.join(timeout=5)
+        return self.finish()
+
+    def finish(self) -> int:
+        ended = now_ms()
+        self.recorder.tick(max(ended, self.recorder.interval_start_ms))
+        self.recorder.close()
+        if self.spec.role == "sender":
+            write_json(self.out / "sent.json", {"format_version": FORMAT_VERSION, "senders": {
+                str(s.sender_id): {"sent": s.sent_total, "confirmed": s.confirmed_total,
+                                   "failed": s.failed_total,
+                                   "confirmed_bitmap": encode_bitmap(s.confirmed)}
+                for s in self.recorder.senders}})
+        else:
+            write_json(self.out / "delivery.json", self.recorder.delivery.to_json())
+        status = "failed" if self.errors else "interrupted" if self.interrupted else "ok"
+        bad = sum(r.bad_messages for r in self.recorder.receivers)
+        write_json(self.out / "worker.json", {
+            "format_version": FORMAT_VERSION, "worker_id": self.spec.worker_id,
+            "role": self.spec.role, "node": self.spec.node, "threads": self.spec.threads,
+            "sender_ids": [s.sender_id for s in self.recorder.senders],
+            "started_ms": self.started_ms, "ended_ms": ended, "status": status,
+            "error": "; ".join(self.errors) or None, "messages": self.recorder.totals,
+            "clamped_latencies": self.recorder.clamped, "bad_messages": bad,
+        })
+        self.driver.close()
+        return {"ok": EXIT_OK, "failed": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED}[status]
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    spec = WorkerSpec.read(Path(argv[1]))
+    worker = Worker(spec)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        worker.interrupted = True
+        worker.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return worker.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,233 @@
+"""images/scripts/mqlab_node.py: user data -> node identity -> broker config files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from mqlab.drivers.registry import self_hosted_brokers
+
+SCRIPT = Path(__file__).resolve().parents[3] / "images" / "scripts" / "mqlab_node.py"
+PEERS = ["10.0.1.10", "10.0.1.11", "10.0.1.12"]
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("mqlab_node", SCRIPT)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+node_tool = load()
+
+
+def user_data(broker: str = "kafka", index: int = 1, **extra: object) -> str:
+    data = {"lab_id": "lab-7", "broker": broker, "index": index, "peers": PEERS, "role": "broker"}
+    data.update(extra)
+    return json.dumps(data)
+
+
+def image(broker: str, settings: dict) -> dict:
+    return {"broker": broker, "settings": settings, "data_dir": "/var/lib/mqlab"}
+
+
+def test_parse_user_data_broker_node() -> None:
+    node = node_tool.parse_user_data(user_data(), "kafka")
+    assert node["index"] == 1 and node["self_ip"] == "10.0.1.11" and node["peers"] == PEERS
+    env = node_tool.node_env(node)
+    assert "MQLAB_INDEX=1\n" in env and "MQLAB_PEER_2=10.0.1.12\n" in env
+    assert "MQLAB_PEERS=10.0.1.10 10.0.1.11 10.0.1.12\n" in env
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("not json", "not JSON"),
+        (user_data(broker="nats"), "this image runs 'kafka'"),
+        (user_data(index=3), "outside peers"),
+        (user_data(index=-1), "index must be"),
+        (user_data(peers=["10.0.1.10", "db.local"]), "not an IP address"),
+        (user_data(role="worker"), "role must be"),
+        (json.dumps({"lab_id": "x"}), "lacks 'broker'"),
+    ],
+)
+def test_parse_user_data_rejects(text: str, problem: str) -> None:
+    with pytest.raises(node_tool.UserDataError, match=problem):
+        node_tool.parse_user_data(text, "kafka")
+
+
+def test_client_nodes_accept_any_broker() -> None:
+    node = node_tool.parse_user_data(user_data(broker="kafka", role="sender", index=0), "client")
+    assert node["role"] == "sender"
+
+
+def render(broker: str, settings: dict, index: int = 1) -> dict[str, str]:
+    node = node_tool.parse_user_data(user_data(broker, index), broker)
+    return node_tool.render(node, image(broker, settings))
+
+
+def test_render_kafka_kraft() -> None:
+    files = render("kafka", {"min.insync.replicas": 2, "default.replication.factor": 3})
+    props = files["server.properties"].splitlines()
+    assert "node.id=1" in props and "min.insync.replicas=2" in props
+    assert "controller.quorum.voters=0@10.0.1.10:9093,1@10.0.1.11:9093,2@10.0.1.12:9093" in props
+    assert "advertised.listeners=PLAINTEXT://10.0.1.11:9092" in props
+    # every node derives the same cluster id from the lab id (22 chars, base64url)
+    other = render("kafka", {}, index=2)
+    assert files["cluster-id"] == other["cluster-id"] and len(files["cluster-id"].strip()) == 22
+
+
+def test_render_postgres_primary_and_standby() -> None:
+    settings = {
+        "synchronous_standby_names": "ANY 1 (STANDBYS)",
+        "synchronous_commit": "remote_write",
+    }
+    primary = render("postgres", settings, index=0)
+    assert "synchronous_standby_names = 'ANY 1 (mqlab_1, mqlab_2)'" in primary["postgresql.conf"]
+    assert primary["role"] == "primary\n"
+    standby = render("postgres", settings, index=2)
+    assert "application_name=mqlab_2" in standby["postgresql.conf"]
+    assert "host=10.0.1.10" in standby["postgresql.conf"] and standby["role"] == "standby\n"
+
+
+def test_render_redis_replica_and_mqlab_keys_stay_out() -> None:
+    files = render("redis", {"appendonly": True, "mqlab.replicas": 2})
+    conf = files["redis.conf"]
+    assert "appendonly yes" in conf and "replicaof 10.0.1.10 6379" in conf
+    assert "mqlab" not in conf.replace("/var/lib/mqlab", "")
+
+
+def test_render_nats_rabbitmq() -> None:
+    nats = render("nats", {"jetstream.sync_interval": "always"})["nats.conf"]
+    assert "routes: [nats://10.0.1.10:6222, nats://10.0.1.11:6222, nats://10.0.1.12:6222]" in nats
+    rmq = render("rabbitmq", {"default_queue_type": "quorum"})
+    assert "default_queue_type = quorum" in rmq["rabbitmq.conf"]
+    assert "cluster_formation.classic_config.nodes.3 = rabbit@10.0.1.12" in rmq["rabbitmq.conf"]
+    assert rmq["rabbitmq-env.conf"].startswith("NODENAME=rabbit@10.0.1.11\n")
+
+
+@pytest.mark.parametrize("broker", self_hosted_brokers())
+def test_every_self_hosted_broker_has_a_render_recipe(broker: str) -> None:
+    settings = {
+        "synchronous_standby_names": "ANY 1 (STANDBYS)",
+        "jetstream.sync_interval": "always",
+        "replSetName": "mqlab",
+        "defaultWriteConcern": "majority",
+    }
+    files = render(broker, settings)
+    assert files and all(isinstance(v, str) and v for v in files.values())
+    assert any("10.0.1.11" in v or "10.0.1.12" in v for v in files.values())
+
+
+class _Imds(BaseHTTPRequestHandler):
+    body = b""
+
+    def do_PUT(self) -> None:  # noqa: N802
+        assert self.path == "/latest/api/token"
+        self._send(b"token-1")
+
+    def do_GET(self) -> None:  # noqa: N802
+        ok = (
+            self.path == "/latest/user-data"
+            and self.headers["X-aws-ec2-metadata-token"] == "token-1"
+        )
+        self._send(self.body if ok else b"", 200 if ok else 401)
+
+    def _send(self, body: bytes, code: int = 200) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def imds() -> Iterator[str]:
+    _Imds.body = user_data("nats", 2).encode()
+    server = HTTPServer(("127.0.0.1", 0), _Imds)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_bootstrap_then_render_via_imdsv2(imds: str, tmp_path: Path) -> None:
+    """The script as the image runs it: IMDSv2 user data -> files -> nats.conf."""
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "bootstrap",
+            "--broker",
+            "nats",
+            "--imds",
+            imds,
+            "--out",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    node = json.loads((run / "node.json").read_text())
+    assert node["index"] == 2 and node["self_ip"] == "10.0.1.12"
+    img = tmp_path / "broker.json"
+    img.write_text(json.dumps(image("nats", {"jetstream.sync_interval": "always"})))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "render",
+            "--node",
+            str(run / "node.json"),
+            "--image",
+            str(img),
+            "--out",
+            str(run / "conf"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "server_name: mqlab-2" in (run / "conf" / "nats.conf").read_text()
+
+
+def test_bootstrap_bad_user_data_is_one_line_exit_2(tmp_path: Path) -> None:
+    ud = tmp_path / "ud.json"
+    ud.write_text(user_data("redis", 0))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "bootstrap",
+            "--broker",
+            "kafka",
+            "--user-data-file",
+            str(ud),
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "this image runs 'kafka'" in proc.stderr
