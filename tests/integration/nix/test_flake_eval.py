@@ -237,6 +237,19 @@ def test_a_new_dependency_without_mapping_fails_evaluation(nixenv) -> None:
         pyproject.write_text(original)
 
 
+def test_flake_check_without_building(nixenv) -> None:
+    proc = nixenv.run(
+        "flake",
+        "check",
+        "--no-build",
+        f"path:{nixenv.src}",
+        "--override-input",
+        "nixpkgs",
+        f"path:{nixenv.src}/nix/stub-nixpkgs",
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_images_build_reports_a_failed_nix_build_in_one_line(nixenv, monkeypatch, tmp_path) -> None:
     """`mqlab images build` with real nix, on a build that cannot succeed here."""
     for key, value in nixenv.env.items():

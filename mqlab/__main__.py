@@ -1,0 +1,5 @@
+"""`python -m mqlab` runs the CLI."""
+
+from mqlab.cli import main
+
+main()

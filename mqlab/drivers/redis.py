@@ -1,0 +1,266 @@
+"""Redis Streams: one consumer group over N stream keys (redis-py with hiredis).
+
+- send: XADD every message of the batch in one pipeline, rotating over the
+  stream keys; with ``wait_replicas > 0`` the same pipeline ends with
+  ``WAIT n timeout`` and the send fails unless n replicas acknowledged it
+  (synchronous replication). With 0 the send returns once the primary has it
+  (asynchronous replication: mqperf's setup).
+- receive: a new receiver first re-reads its own pending entries (XREADGROUP
+  from id 0; receiver names of closed receivers are reused, so a restarted
+  consumer gets its unacked entries back at once), then every
+  ``reclaim_interval_s`` takes over entries idle longer than
+  ``visibility_timeout_s`` (XAUTOCLAIM), otherwise reads new entries (``>``).
+- ack: XACK (and XDEL, so streams do not grow) in one pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from mqlab.drivers.base import Delivery, Driver, Receiver, Sender
+from mqlab.errors import DriverError
+from mqlab.typed import spec
+
+LOG = logging.getLogger(__name__)
+FIELD = b"m"
+
+
+@dataclass(frozen=True)
+class Settings:
+    streams: int = spec(1, min=1, max=10_000, help="stream keys the queue is sharded over")
+    wait_replicas: int = spec(0, min=0, max=10, help="WAIT for this many replicas after each send; 0: async")
+    wait_timeout_ms: int = spec(5000, min=1, help="WAIT timeout; fewer acks then fail the send")
+    visibility_timeout_s: float = spec(30.0, min=0.1, help="idle time before XAUTOCLAIM takes an entry")
+    reclaim_interval_s: float = spec(5.0, min=0.05, help="how often a receiver runs XAUTOCLAIM")
+    delete_on_ack: bool = spec(True, help="XDEL acked entries so streams do not grow")
+    socket_timeout_s: float = spec(30.0, min=1.0)
+
+
+def read_plan(keys: Sequence[bytes], start: int, max_messages: int) -> tuple[list[bytes], int]:
+    """Keys to read from and a per-key COUNT so that at most ``max_messages`` come back."""
+    k = min(len(keys), max_messages)
+    chosen = [keys[(start + i) % len(keys)] for i in range(k)]
+    return chosen, max_messages // k
+
+
+def key_names(queue: str, streams: int) -> list[bytes]:
+    if streams == 1:
+        return [queue.encode()]
+    return [f"{queue}:{i}".encode() for i in range(streams)]
+
+
+class RedisSender(Sender):
+    def __init__(self, driver: RedisDriver):
+        self.r = driver.connect()
+        self.keys = driver.keys
+        self.next_key = int.from_bytes(os.urandom(2), "big") % len(self.keys)
+        self.wait = driver.settings.wait_replicas
+        self.wait_timeout_ms = driver.settings.wait_timeout_ms
+
+    def send(self, batch: Sequence[bytes]) -> None:
+        key = self.keys[self.next_key]
+        self.next_key = (self.next_key + 1) % len(self.keys)
+        pipe = self.r.pipeline(transaction=False)
+        for m in batch:
+            pipe.xadd(key, {FIELD: m})
+        if self.wait:
+            pipe.execute_command("WAIT", self.wait, self.wait_timeout_ms)
+        try:
+            results = pipe.execute()
+        except redis.RedisError as e:
+            raise DriverError(f"redis: send failed: {e}") from e
+        if self.wait and int(results[-1]) < self.wait:
+            raise DriverError(f"redis: WAIT {self.wait}: only {results[-1]} replicas acknowledged "
+                              f"within {self.wait_timeout_ms} ms")
+
+    def close(self) -> None:
+        self.r.close()
+
+
+class RedisReceiver(Receiver):
+    def __init__(self, driver: RedisDriver, name: str):
+        self.driver = driver
+        self.name = name
+        self.r = driver.connect()
+        s: Settings = driver.settings
+        self.keys = driver.keys
+        self.group = driver.group
+        self.min_idle_ms = int(s.visibility_timeout_s * 1000)
+        self.reclaim_interval = s.reclaim_interval_s
+        self.last_reclaim = time.monotonic()
+        self.max_block_ms = int((s.socket_timeout_s - 0.5) * 1000)
+        self.backlog: dict[bytes, bytes] = {k: b"0" for k in self.keys}  # own pending, per key
+        self.cursors: dict[bytes, bytes] = {k: b"0-0" for k in self.keys}
+        self.rotate = 0
+
+    def _deliveries(self, reply: Any, redelivered: bool) -> list[Delivery]:
+        out = []
+        stale: list[tuple[bytes, bytes]] = []
+        for key, entries in reply or []:
+            for entry_id, fields in entries:
+                if not fields:  # deleted while pending: nothing to deliver, clear it
+                    stale.append((key, entry_id))
+                    continue
+                out.append(Delivery(fields[FIELD], (key, entry_id), redelivered))
+        if stale:
+            self._ack_ids(stale)
+        return out
+
+    def _read_backlog(self, max_messages: int) -> list[Delivery]:
+        while self.backlog:
+            key, last = next(iter(self.backlog.items()))
+            reply = self.r.xreadgroup(self.group, self.name, {key: last}, count=max_messages)
+            entries = reply[0][1] if reply else []
+            if not entries:
+                del self.backlog[key]
+                continue
+            self.backlog[key] = entries[-1][0]
+            got = self._deliveries(reply, True)
+            if got:
+                return got
+        return []
+
+    def _reclaim(self, max_messages: int) -> list[Delivery]:
+        self.last_reclaim = time.monotonic()
+        out: list[Delivery] = []
+        for key in self.keys:
+            if len(out) >= max_messages:
+                break
+            reply = self.r.xautoclaim(key, self.group, self.name, self.min_idle_ms,
+                                      start_id=self.cursors[key], count=max_messages - len(out))
+            self.cursors[key] = reply[0]
+            out += self._deliveries([(key, reply[1])], True)
+            if reply[2:] and reply[2]:
+                LOG.debug("redis: %d pending entries of %s were deleted", len(reply[2]), key)
+        return out
+
+    def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
+        try:
+            if self.backlog:
+                got = self._read_backlog(max_messages)
+                if got:
+                    return got
+            if time.monotonic() - self.last_reclaim >= self.reclaim_interval:
+                got = self._reclaim(max_messages)
+                if got:
+                    return got
+            keys, count = read_plan(self.keys, self.rotate, max_messages)
+            self.rotate = (self.rotate + len(keys)) % len(self.keys)
+            block = min(int(timeout_s * 1000), self.max_block_ms)
+            reply = self.r.xreadgroup(self.group, self.name, {k: b">" for k in keys}, count=count,
+                                      block=block if block > 0 else None)
+            return self._deliveries(reply, False)
+        except redis.RedisError as e:
+            raise DriverError(f"redis: receive failed: {e}") from e
+
+    def _ack_ids(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        by_key: dict[bytes, list[bytes]] = {}
+        for key, entry_id in items:
+            by_key.setdefault(key, []).append(entry_id)
+        pipe = self.r.pipeline(transaction=False)
+        for key, ids in by_key.items():
+            pipe.xack(key, self.group, *ids)
+            if self.driver.settings.delete_on_ack:
+                pipe.xdel(key, *ids)
+        pipe.execute()
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        if not deliveries:
+            return
+        try:
+            self._ack_ids([d.handle for d in deliveries])
+        except redis.RedisError as e:
+            raise DriverError(f"redis: ack failed: {e}") from e
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.r.close()
+        self.driver.release_name(self.name)
+
+
+class RedisDriver(Driver):
+    name = "redis"
+    Settings = Settings
+    client_libraries = ("redis", "hiredis")
+
+    def __init__(self, settings: Settings, endpoints: Any, queue: str):
+        super().__init__(settings, endpoints, queue)
+        self.keys = key_names(queue, settings.streams)
+        self.group = b"workers"
+        self._lock = threading.Lock()
+        self._free_names: list[str] = []
+        self._counter = itertools.count()
+        self._prefix = f"{socket.gethostname()}-{os.getpid()}"
+        primaries = [n for n in endpoints.nodes if n.extra.get("role", "primary") == "primary"]
+        self.primary = (primaries or list(endpoints.nodes))[0]
+
+    def connect(self, timeout_s: float | None = None) -> redis.Redis:
+        s: Settings = self.settings
+        return redis.Redis(host=self.primary.host, port=self.primary.port,
+                           socket_timeout=timeout_s or s.socket_timeout_s,
+                           socket_connect_timeout=5, health_check_interval=0)
+
+    def _admin(self) -> redis.Redis:
+        return self.connect(10)
+
+    def setup(self) -> None:
+        r = self._admin()
+        try:
+            for key in self.keys:
+                try:
+                    r.xgroup_create(key, self.group, id="0", mkstream=True)
+                except redis.ResponseError as e:
+                    if "BUSYGROUP" not in str(e):
+                        raise
+        except redis.RedisError as e:
+            raise DriverError(f"redis: cannot create stream {self.keys[0]!r}: {e}") from e
+        finally:
+            r.close()
+
+    def teardown(self) -> None:
+        r = self._admin()
+        try:
+            for i in range(0, len(self.keys), 500):
+                r.delete(*self.keys[i:i + 500])
+        finally:
+            r.close()
+
+    def release_name(self, name: str) -> None:
+        with self._lock:
+            self._free_names.append(name)
+
+    def sender(self) -> Sender:
+        return RedisSender(self)
+
+    def receiver(self) -> Receiver:
+        """A receiver reuses the consumer name of a closed one: it first gets that one's pending entries."""
+        with self._lock:
+            name = self._free_names.pop(0) if self._free_names else f"{self._prefix}-{next(self._counter)}"
+        return RedisReceiver(self, name)
+
+    def server_versions(self) -> list[str]:
+        versions = []
+        for node in self.endpoints.nodes:
+            r = redis.Redis(host=node.host, port=node.port, socket_timeout=2, socket_connect_timeout=2)
+            try:
+                info = r.info("server")
+                versions.append(f"redis {info.get('redis_version', '?')}")
+            except (redis.RedisError, OSError):  # a node may be down; report what answers
+                LOG.debug("no version from %s:%s", node.host, node.port)
+            finally:
+                r.close()
+        return versions
+
+
+DRIVER = RedisDriver

@@ -1,0 +1,172 @@
+"""`mqlab run` end to end on real local clusters, and the archive it leaves."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogReader
+
+from mqlab.results.archive import list_runs, read_json
+from tests.integration.conftest import processes_mentioning
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SHORT_SCENARIOS = ["quickstart.toml", "postgres-short.toml"]
+
+
+def mqlab(*args: str, env_state: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MQLAB_STATE_DIR": str(env_state)}
+    return subprocess.run([sys.executable, "-m", "mqlab", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
+    manifest = read_json(run_dir / "manifest.json")
+    assert manifest["status"] == ("complete" if expect_complete else "partial"), manifest["end_reason"]
+    for key in ("mqlab", "python", "libraries", "broker", "host", "clock", "measure", "started_at",
+                "ended_at"):
+        assert manifest[key], key
+    assert manifest["broker"]["server_versions"]
+    assert manifest["host"]["cpus"] and manifest["host"]["kernel"]
+    scenario = tomllib.loads((run_dir / "scenario.toml").read_text())
+    assert scenario["resolved_profile"]["settings"]
+    c = scenario["clients"]
+    senders = sorted((run_dir / "workers").glob("sender-*"))
+    receivers = sorted((run_dir / "workers").glob("receiver-*"))
+    assert len(senders) == c["sender_nodes"] and len(receivers) == c["receiver_nodes"]
+    for d in senders + receivers:
+        assert read_json(d / "worker.json")["status"] == ("ok" if expect_complete else
+                                                          read_json(d / "worker.json")["status"])
+    # the logs are standard: hdrh's reader gets every interval back
+    for f in [*run_dir.glob("workers/*/*.hlog")]:
+        reader = HistogramLogReader(str(f), HdrHistogram(1, 3_600_000_000, 3))
+        total = 0
+        while (h := reader.get_next_interval_histogram()) is not None:
+            total += h.get_total_count()
+        if f.name == "processing_us.hlog" and expect_complete:
+            assert total > 0
+    # nothing machine-private
+    text = "".join(p.read_text() for p in run_dir.rglob("*.json")) + (run_dir / "scenario.toml").read_text()
+    assert os.uname().nodename not in text and str(ROOT) not in text
+    summary = read_json(run_dir / "summary.json")
+    return summary
+
+
+@pytest.mark.parametrize("name", SHORT_SCENARIOS)
+def test_short_run_per_driver_leaves_a_complete_archive_with_nothing_lost(
+        name: str, tmp_path: Path, state_dir: Path) -> None:
+    results = tmp_path / "results"
+    proc = mqlab("run", f"scenarios/{name}", "--results", str(results), env_state=state_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run] = list_runs(results)
+    summary = check_archive(run.path)
+    d = summary["delivery"]
+    assert d["sent"] > 0 and d["confirmed"] == d["sent"] and d["failed"] == 0
+    assert d["lost"] == 0 and d["unique_received"] == d["confirmed"]
+    assert summary["throughput"]["send_msgs_per_s"] > 0 and summary["throughput"]["receive_msgs_per_s"] > 0
+    assert summary["latency_us"]["processing_us"]["count"] > 0
+    # the printed mqperf-style row
+    assert "Send msgs/s" in proc.stdout and "Lost" in proc.stdout
+
+
+FAILOVER = """
+name = "nats-failover"
+profile = "nats-r3"
+[cluster]
+nodes = 3
+[workload]
+message_bytes = 512
+duration_s = 14
+warmup_s = 0
+receiver_idle_timeout_s = 4
+[clients]
+sender_nodes = 1
+receiver_nodes = 1
+threads = 2
+[[faults]]
+at_s = 4
+action = "kill_node"
+node = {node}
+restart_after_s = 5
+"""
+
+
+def test_killing_a_nats_node_mid_run_loses_nothing(tmp_path: Path, state_dir: Path) -> None:
+    scenario = tmp_path / "failover.toml"
+    scenario.write_text(FAILOVER.format(node=0))
+    results = tmp_path / "results"
+    proc = mqlab("run", str(scenario), "--results", str(results), env_state=state_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run] = list_runs(results)
+    summary = check_archive(run.path)
+    manifest = read_json(run.path / "manifest.json")
+    assert [f["action"] for f in manifest["faults"]] == ["kill_node", "restart_node"]
+    d = summary["delivery"]
+    assert d["confirmed"] > 0 and d["lost"] == 0, d
+    assert d["unique_received"] == d["confirmed"]
+
+
+def test_interrupted_run_leaves_a_partial_archive_and_no_processes(tmp_path: Path, state_dir: Path) -> None:
+    scenario = tmp_path / "long.toml"
+    scenario.write_text(FAILOVER.replace("duration_s = 14", "duration_s = 120").split("[[faults]]")[0])
+    results = tmp_path / "results"
+    env = {**os.environ, "MQLAB_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "mqlab", "run", str(scenario), "--results",
+                             str(results)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until senders are measuring
+            if list(results.glob("*/workers/sender-00/counts.csv")):
+                break
+            time.sleep(0.2)
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    [run] = list_runs(results)
+    manifest = read_json(run.path / "manifest.json")
+    assert manifest["status"] == "partial" and manifest["end_reason"] == "interrupted"
+    summary = read_json(run.path / "summary.json")
+    assert summary["delivery"]["confirmed"] > 0  # what was collected is kept
+    assert read_json(run.path / "workers" / "sender-00" / "worker.json")["status"] == "interrupted"
+    assert not processes_mentioning(str(state_dir))
+
+
+def test_cluster_up_status_down_and_a_run_reuses_it(tmp_path: Path, state_dir: Path) -> None:
+    try:
+        up = mqlab("cluster", "up", "nats", env_state=state_dir)
+        assert up.returncode == 0, up.stderr
+        state = json.loads((state_dir / "clusters" / "nats" / "state.json").read_text())
+        pids = [p["pid"] for p in state["procs"].values()]
+        assert len(pids) == 3 and all(Path(f"/proc/{p}").exists() for p in pids)
+        st = mqlab("cluster", "status", "nats", env_state=state_dir)
+        assert st.returncode == 0 and json.loads(st.stdout)["healthy"] is True
+        again = mqlab("cluster", "up", "nats", env_state=state_dir)
+        assert again.returncode == 2 and "already up" in again.stderr
+        scenario = tmp_path / "s.toml"
+        scenario.write_text(FAILOVER.replace("duration_s = 14", "duration_s = 2").split("[[faults]]")[0])
+        results = tmp_path / "results"
+        run = mqlab("run", str(scenario), "--results", str(results), env_state=state_dir)
+        assert run.returncode == 0, run.stderr[-2000:]
+        [info] = list_runs(results)
+        assert info.manifest["cluster"]["reused"] is True
+        assert all(Path(f"/proc/{p}").exists() for p in pids)  # the run left it up
+    finally:
+        down = mqlab("cluster", "down", "nats", env_state=state_dir)
+    assert down.returncode == 0
+    assert not processes_mentioning(str(state_dir))
+    st = mqlab("cluster", "status", "nats", env_state=state_dir)
+    assert st.returncode == 1

@@ -1,0 +1,143 @@
+"""Pure logic of the PostgreSQL driver and launcher: names, SQL, user choice, backoff, watchdog."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from mqlab.clusters.postgres import cache_name, pick_server_user, primary_conf, sync_standby_names
+from mqlab.drivers.base import Endpoints, NodeEndpoint
+from mqlab.drivers.postgres import (
+    MAX_IDENT,
+    Settings,
+    _Watchdog,
+    backoff,
+    claim_sql,
+    insert_sql,
+    primary,
+    schema_sql,
+    table_name,
+)
+from mqlab.errors import ScenarioError
+from mqlab.typed import build
+
+
+@pytest.mark.parametrize("queue", ["jobs", "contract_0123abcd", "_x"])
+def test_plain_queue_names_are_kept(queue: str) -> None:
+    assert table_name(queue) == queue
+
+
+@pytest.mark.parametrize("queue", ["Jobs", "my.queue", "9lives", "a-b", "", "x" * 80, "jobs;DROP"])
+def test_other_queue_names_become_safe_distinct_identifiers(queue: str) -> None:
+    name = table_name(queue)
+    assert name[0].isalpha() or name[0] == "_"
+    assert all(c.isalnum() or c == "_" for c in name) and name == name.lower()
+    assert len(name + "_next_idx") <= MAX_IDENT
+    assert table_name(queue) == name  # stable
+
+
+def test_names_that_sanitize_alike_stay_apart() -> None:
+    assert table_name("a.b") != table_name("a-b") != table_name("a_b")
+    assert table_name("x" * 80) != table_name("x" * 81)
+
+
+def test_insert_is_one_multi_row_statement() -> None:
+    text = insert_sql("jobs", 3).as_string(None)
+    assert text == 'INSERT INTO "jobs" (payload) VALUES (%s), (%s), (%s)'
+
+
+def test_claim_skips_locked_rows_and_pushes_next_delivery() -> None:
+    text = " ".join(claim_sql("jobs").as_string(None).split())
+    assert "FOR UPDATE SKIP LOCKED" in text
+    assert "next_delivery <= now() LIMIT %s" in text
+    assert "SET next_delivery = now() + make_interval(secs => %s)" in text
+    assert "deliveries = j.deliveries + 1" in text
+    assert text.endswith("RETURNING j.id, j.payload, j.deliveries")
+
+
+def test_schema_is_idempotent_sql() -> None:
+    table, index = (s.as_string(None) for s in schema_sql("jobs"))
+    assert table.startswith('CREATE TABLE IF NOT EXISTS "jobs"') and "payload BYTEA" in table
+    assert index == 'CREATE INDEX IF NOT EXISTS "jobs_next_idx" ON "jobs" (next_delivery)'
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    steps = [0.0]
+    for _ in range(8):
+        steps.append(backoff(steps[-1], 0.1))
+    assert steps[1] == 0.005 and steps[2] == 0.01
+    assert max(steps) == 0.1 and steps[-1] == 0.1
+
+
+def test_primary_is_the_node_marked_so() -> None:
+    nodes = (
+        NodeEndpoint(0, "h0", 1, {"role": "standby"}),
+        NodeEndpoint(1, "h1", 2, {"role": "primary"}),
+    )
+    assert primary(Endpoints("postgres", nodes)).host == "h1"
+    assert primary(Endpoints("postgres", (NodeEndpoint(0, "h0", 1),))).host == "h0"
+
+
+def test_settings_validate_synchronous_commit(tmp_path: object) -> None:
+    s = build(Settings, {"synchronous_commit": "remote_apply"}, "p.toml", "settings")  # type: ignore[arg-type]
+    assert s.synchronous_commit == "remote_apply" and s.visibility_timeout_s == 30.0
+    with pytest.raises(ScenarioError, match="synchronous_commit"):
+        build(Settings, {"synchronous_commit": "always"}, "p.toml", "settings")  # type: ignore[arg-type]
+
+
+def test_server_user_choice() -> None:
+    assert pick_server_user(1000, {}) is None  # not root: run as ourselves
+    assert pick_server_user(0, {"MQLAB_PG_USER": "pgrunner"}) == "pgrunner"
+    assert pick_server_user(0, {}, exists=lambda name: name == "postgres") == "postgres"
+    assert pick_server_user(0, {}, exists=lambda name: False) == "nobody"
+
+
+def test_quorum_and_config() -> None:
+    assert sync_standby_names(3) == "ANY 1 (s1, s2)"
+    assert sync_standby_names(2) == "ANY 1 (s1)"
+    assert sync_standby_names(1) == ""
+    conf = primary_conf(3)
+    assert "synchronous_standby_names = 'ANY 1 (s1, s2)'" in conf
+    assert "synchronous_commit = remote_write" in conf
+    assert "listen_addresses = '127.0.0.1'" in conf
+
+
+def test_cache_name_is_a_safe_file_name() -> None:
+    assert cache_name("18.6.3") == "mqlab-pginstall-18.6.3"
+    assert "/" not in cache_name("1/../2")
+
+
+class _SlowConn:
+    """Stands in for a connection whose statement never returns until cancelled."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+
+    def cancel_safe(self, timeout: float = 0) -> None:
+        self.cancelled.set()
+
+
+def test_watchdog_cancels_after_the_deadline_only() -> None:
+    conn = _SlowConn()
+    dog = _Watchdog(conn)  # type: ignore[arg-type]
+    try:
+        dog.arm(10)
+        assert dog.disarm() is False and not conn.cancelled.is_set()
+        dog.arm(0.05)
+        assert conn.cancelled.wait(5)
+        assert dog.disarm() is True
+        dog.arm(10)  # re-armed: the flag is fresh
+        assert dog.disarm() is False
+    finally:
+        dog.close()
+    assert not dog.thread.is_alive()
+
+
+def test_watchdog_never_armed_never_cancels() -> None:
+    conn = _SlowConn()
+    dog = _Watchdog(conn)  # type: ignore[arg-type]
+    time.sleep(0.1)
+    dog.close()
+    assert not conn.cancelled.is_set()

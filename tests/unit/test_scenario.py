@@ -1,0 +1,155 @@
+"""Scenario parsing, profiles, sweeps and the one-line errors for bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mqlab.cli import main
+from mqlab.errors import ScenarioError
+from mqlab.scenario import load_scenario, to_toml
+
+PROFILE = """
+format_version = 1
+broker = "nats"
+description = "test profile"
+[settings]
+replicas = 3
+ack_wait_s = 5.0
+"""
+
+BASE = """
+name = "t"
+profile = "p3"
+[cluster]
+nodes = 3
+[workload]
+message_bytes = 100
+messages_per_thread = 10
+[clients]
+sender_nodes = 1
+receiver_nodes = 2
+threads = 2
+"""
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "p3.toml").write_text(PROFILE)
+    (tmp_path / "profiles" / "p1.toml").write_text(PROFILE.replace("replicas = 3", "replicas = 1"))
+    return tmp_path
+
+
+def write(folder: Path, text: str) -> Path:
+    p = folder / "s.toml"
+    p.write_text(text)
+    return p
+
+
+def test_minimal_scenario_loads_with_profile_and_threads_shorthand(folder: Path) -> None:
+    [s] = load_scenario(write(folder, BASE))
+    assert s.broker == "nats" and s.profile.name == "p3"
+    assert s.profile.settings.replicas == 3 and s.profile.settings.ack_wait_s == 5.0
+    assert (s.clients.sender_threads, s.clients.receiver_threads) == (2, 2)
+    assert s.workload.send_batch_max == 10 and s.workload.message_bytes == 100
+    assert s.label == "p3_2t-1s-2r"
+
+
+def test_list_values_expand_to_the_cartesian_product(folder: Path) -> None:
+    text = BASE.replace("threads = 2", "threads = [1, 5, 25]").replace(
+        "message_bytes = 100", "message_bytes = [100, 1000]")
+    runs = load_scenario(write(folder, text))
+    assert len(runs) == 6
+    assert {(s.clients.sender_threads, s.workload.message_bytes) for s in runs} == {
+        (t, m) for t in (1, 5, 25) for m in (100, 1000)}
+    assert all(s.clients.receiver_threads == s.clients.sender_threads for s in runs)
+    assert "message_bytes-1000" in runs[-1].label
+
+
+def test_sweep_zip_links_lists_and_profiles_sweep(folder: Path) -> None:
+    text = BASE.replace('profile = "p3"', 'profile = ["p3", "p1"]') + """
+[sweep.zip]
+"clients.sender_nodes" = [1, 2, 4]
+"clients.receiver_nodes" = [2, 4, 8]
+"""
+    runs = load_scenario(write(folder, text))
+    assert len(runs) == 6
+    assert {(s.clients.sender_nodes, s.clients.receiver_nodes) for s in runs} == {(1, 2), (2, 4), (4, 8)}
+    assert {s.profile.name for s in runs} == {"p1", "p3"}
+
+
+def test_resolved_scenario_round_trips_through_toml(folder: Path) -> None:
+    [s] = load_scenario(write(folder, BASE))
+    text = to_toml(s)
+    import tomllib
+
+    doc = tomllib.loads(text)
+    assert doc["resolved_profile"]["settings"]["replicas"] == 3
+    assert doc["clients"]["sender_threads"] == 2 and "threads" not in doc["clients"]
+
+
+@pytest.mark.parametrize(("edit", "key", "words"), [
+    (("[workload]", "[workload]\nbogus = 1"), "workload.bogus", "unknown key"),
+    (("threads = 2", "threads = 0"), "clients.threads", "too small"),
+    (("message_bytes = 100", "message_bytes = -5"), "workload.message_bytes", "too small"),
+    (("message_bytes = 100", 'message_bytes = "big"'), "workload.message_bytes", "expected an integer"),
+    (("[workload]", "[workload]\nsend_batch_min = 5\nsend_batch_max = 2"), "workload.send_batch_min",
+     "greater than send_batch_max"),
+    (('profile = "p3"', 'profile = "nope"'), "profile", "unknown profile"),
+    (("nodes = 3", "nodes = 2"), "cluster.nodes", "cannot hold 3 replicas"),
+    (("messages_per_thread = 10", "messages_per_thread = 10\nduration_s = 5"),
+     "workload.messages_per_thread", "exactly one"),
+    (("[cluster]", "[cluster]\ntarget = \"moon\""), "cluster.target", "not allowed"),
+    (("name = \"t\"", "name = \"t\"\ncolour = 1"), "colour", "unknown key"),
+])
+def test_bad_values_name_file_key_and_fix(folder: Path, edit: tuple[str, str], key: str, words: str) -> None:
+    path = write(folder, BASE.replace(*edit, 1))
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    text = str(info.value)
+    assert text.startswith(str(path)) and key in text and words in text
+    assert "\n" not in text
+
+
+def test_unknown_broker_in_profile(folder: Path) -> None:
+    (folder / "profiles" / "p3.toml").write_text(PROFILE.replace('"nats"', '"carrierpigeon"'))
+    with pytest.raises(ScenarioError, match="broker.*unknown broker 'carrierpigeon'"):
+        load_scenario(write(folder, BASE))
+
+
+def test_unknown_settings_key_in_profile_names_the_profile_file(folder: Path) -> None:
+    (folder / "profiles" / "p3.toml").write_text(PROFILE + "fsync_everything = true\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(write(folder, BASE))
+    assert "p3.toml" in str(info.value) and "settings.fsync_everything" in str(info.value)
+
+
+@pytest.mark.parametrize("content", ["name = ", None])
+def test_cli_validate_reports_syntax_errors_and_missing_files_in_one_line(
+        folder: Path, content: str | None) -> None:
+    path = folder / "broken.toml"
+    if content is not None:
+        path.write_text(content)
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("mqlab: error: ") and str(path) in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_cli_validate_lists_sweep_points(folder: Path) -> None:
+    path = write(folder, BASE.replace("threads = 2", "threads = [1, 2]"))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "2 run(s)" in result.output and "t_p3_1t-1s-2r" in result.output
+
+
+def test_project_scenarios_all_validate() -> None:
+    root = Path(__file__).resolve().parents[2] / "scenarios"
+    files = [p for p in root.glob("*.toml")]
+    assert files
+    for p in files:
+        assert load_scenario(p), p
