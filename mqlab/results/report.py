@@ -79,7 +79,7 @@ def report_run(run_dir: Path | str) -> Path:
     windows = catalog.read_run_table(run_dir, "windows").to_pylist()
     latency = catalog.read_run_table(run_dir, "latency").to_pylist()
     hists = {r["metric"]: r["histogram"] for r in latency
-             if r["window"] is None and r["histogram"] and r["count"]}
+             if r["window_index"] is None and r["histogram"] and r["count"]}
     images = []
     if hists:
         plots.plot_latency_distribution(hists, run_dir / "latency_percentiles.png",

@@ -54,12 +54,12 @@ SCHEMAS: dict[str, pa.Schema] = {
          pa.field("bad_lines", pa.int64()), pa.field("missing_files", pa.int64()),
          pa.field("summarized_at", pa.string())], metadata=_META),
     "windows": pa.schema(
-        [pa.field("run_id", pa.string()), pa.field("window", pa.int64()),
+        [pa.field("run_id", pa.string()), pa.field("window_index", pa.int64()),
          pa.field("window_start_ms", pa.int64()), pa.field("window_end_ms", pa.int64()),
          *_TP_FIELDS, *_LAT_FIELDS], metadata=_META),
     "latency": pa.schema(
         [pa.field("run_id", pa.string()), pa.field("metric", pa.string()),
-         pa.field("window", pa.int64()), pa.field("window_start_ms", pa.int64()),
+         pa.field("window_index", pa.int64()), pa.field("window_start_ms", pa.int64()),
          *[pa.field(f, _fig_type(f)) for f in FIGURES],
          pa.field("histogram", pa.string())], metadata=_META),
     "delivery": pa.schema(
@@ -113,7 +113,7 @@ def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict
     for w in windows:
         start = meta.warmup_end_ms + w * window_ms
         rows["windows"].append({
-            "run_id": rid, "window": w, "window_start_ms": start,
+            "run_id": rid, "window_index": w, "window_start_ms": start,
             "window_end_ms": start + window_ms,
             **_throughput(results, rid, w, start, meta.message_bytes),
             **_latency_flat(results, rid, w)})
@@ -121,10 +121,10 @@ def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict
         if key[0] == "lat" and key[1] == rid:
             w = key[3]
             rows["latency"].append({
-                "run_id": rid, "metric": key[2], "window": None if w == WHOLE else w,
+                "run_id": rid, "metric": key[2], "window_index": None if w == WHOLE else w,
                 "window_start_ms": meta.warmup_end_ms + (0 if w == WHOLE else w * window_ms),
                 **figs})
-    rows["latency"].sort(key=lambda r: (r["metric"], -1 if r["window"] is None else r["window"]))
+    rows["latency"].sort(key=lambda r: (r["metric"], -1 if r["window_index"] is None else r["window_index"]))
     rows["runs"].append({
         "format_version": FORMAT_VERSION, **meta.row(), "window_s": window_ms / 1000,
         **_throughput(results, rid, WHOLE, meta.warmup_end_ms, meta.message_bytes),

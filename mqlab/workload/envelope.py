@@ -52,10 +52,8 @@ def encode(sender: int, seq: int, sent_ns: int, pad: bytes) -> bytes:
 def encode_batch(sender: int, first_seq: int, n: int, sent_ns: int, pool: PayloadPool) -> list[bytes]:
     """``n`` messages with consecutive sequence numbers, all stamped ``sent_ns``."""
     pack = HEADER.pack
-    pads = pool._pads
-    size = pool._n
-    return [pack(MAGIC, VERSION, sender, s, sent_ns) + pads[s % size]
-            for s in range(first_seq, first_seq + n)]
+    pad = pool._pads[first_seq % pool._n]  # one random padding per batch
+    return [pack(MAGIC, VERSION, sender, s, sent_ns) + pad for s in range(first_seq, first_seq + n)]
 
 
 def decode(message: bytes) -> tuple[int, int, int]:

@@ -29,56 +29,63 @@ COUNT_FIELDS = ("sent", "confirmed", "failed", "received", "acked", "redelivered
 
 
 class SenderStats:
-    """What one sender thread measured since the last tick (plus its confirmed seqs)."""
+    """What one sender thread measured (plus its confirmed seqs).
+
+    Counters only ever grow and are written by the owning thread alone; the ticker
+    reads them without a lock and takes differences. Latency buffers are swapped
+    under an (uncontended) lock.
+    """
 
     def __init__(self, sender_id: int):
         self.sender_id = sender_id
         self.lock = threading.Lock()
         self.call_us = array.array("q")
         self.batch_sizes = array.array("q")
-        self.counts = dict.fromkeys(COUNT_FIELDS, 0)
         self.confirmed = BitMap()  # touched only by the owning thread until the end
         self.sent_total = 0
         self.confirmed_total = 0
         self.failed_total = 0
+        self._seen = (0, 0, 0)
 
     def sent(self, n: int) -> None:
-        with self.lock:
-            self.counts["sent"] += n
         self.sent_total += n
 
     def confirmed_batch(self, first_seq: int, n: int, call_us: int) -> None:
         self.confirmed.add_range(first_seq, first_seq + n)
-        self.confirmed_total += n
         with self.lock:
             self.call_us.append(call_us)
             self.batch_sizes.append(n)
-            self.counts["confirmed"] += n
+        self.confirmed_total += n
 
     def failed(self, n: int) -> None:
         self.failed_total += n
-        with self.lock:
-            self.counts["failed"] += n
 
     def swap(self) -> tuple[array.array, array.array, dict[str, int]]:
         with self.lock:
-            out = (self.call_us, self.batch_sizes, self.counts)
+            out = (self.call_us, self.batch_sizes)
             self.call_us = array.array("q")
             self.batch_sizes = array.array("q")
-            self.counts = dict.fromkeys(COUNT_FIELDS, 0)
-        return out
+        now = (self.sent_total, self.confirmed_total, self.failed_total)
+        prev, self._seen = self._seen, now
+        counts = dict.fromkeys(COUNT_FIELDS, 0)
+        counts["sent"], counts["confirmed"], counts["failed"] = (a - b for a, b in zip(now, prev, strict=True))
+        return out[0], out[1], counts
 
 
 class ReceiverStats:
-    """What one receiver thread got since the last tick: raw headers, batch times."""
+    """What one receiver thread got: raw headers and batch times (swapped under a lock),
+    and counters that only grow (read by the ticker without a lock)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.headers = bytearray()
         self.recv_ns = array.array("q")
         self.batch_lens = array.array("q")
-        self.counts = dict.fromkeys(COUNT_FIELDS, 0)
+        self.received_total = 0
+        self.acked_total = 0
+        self.redelivered_total = 0
         self.bad_messages = 0
+        self._seen = (0, 0, 0)
 
     def received(self, messages: list[bytes], recv_ns: int, redelivered: int) -> None:
         hdr = envelope.headers_of(messages)
@@ -91,21 +98,24 @@ class ReceiverStats:
             self.headers += hdr
             self.recv_ns.append(recv_ns)
             self.batch_lens.append(n)
-            self.counts["received"] += n
-            self.counts["redelivered"] += redelivered
+        self.received_total += n
+        self.redelivered_total += redelivered
 
     def acked(self, n: int) -> None:
-        with self.lock:
-            self.counts["acked"] += n
+        self.acked_total += n
 
     def swap(self) -> tuple[bytearray, array.array, array.array, dict[str, int]]:
         with self.lock:
-            out = (self.headers, self.recv_ns, self.batch_lens, self.counts)
+            out = (self.headers, self.recv_ns, self.batch_lens)
             self.headers = bytearray()
             self.recv_ns = array.array("q")
             self.batch_lens = array.array("q")
-            self.counts = dict.fromkeys(COUNT_FIELDS, 0)
-        return out
+        now = (self.received_total, self.acked_total, self.redelivered_total)
+        prev, self._seen = self._seen, now
+        counts = dict.fromkeys(COUNT_FIELDS, 0)
+        counts["received"], counts["acked"], counts["redelivered"] = (
+            a - b for a, b in zip(now, prev, strict=True))
+        return out[0], out[1], out[2], counts
 
 
 @dataclass

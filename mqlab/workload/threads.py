@@ -55,13 +55,14 @@ def run_sender(driver: Driver, w: Workload, stats: SenderStats, pool: envelope.P
         limit = w.messages_per_thread or None
         end = time.monotonic() + w.duration_s if w.duration_s else None
         seq = 0
+        lo, span = w.send_batch_min, w.send_batch_max - w.send_batch_min + 1
         retry = Retry()
         while not stop.is_set():
             if limit is not None and seq >= limit:
                 break
             if end is not None and time.monotonic() >= end:
                 break
-            n = rng.randint(w.send_batch_min, w.send_batch_max)
+            n = lo + int(rng.random() * span)
             if limit is not None:
                 n = min(n, limit - seq)
             intended = schedule.next_batch(n, stop)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from mqlab.clusters.postgres import cache_name, pick_server_user, primary_conf, sync_standby_names
+from mqlab.clusters.postgres import (
+    ServerUser,
+    cache_name,
+    pick_server_user,
+    primary_conf,
+    sync_standby_names,
+    unreachable_dir,
+)
 from mqlab.drivers.base import Endpoints, NodeEndpoint
 from mqlab.drivers.postgres import (
     MAX_IDENT,
@@ -141,3 +152,23 @@ def test_watchdog_never_armed_never_cancels() -> None:
     time.sleep(0.1)
     dog.close()
     assert not conn.cancelled.is_set()
+
+
+def test_unreachable_dir_finds_the_closed_ancestor(tmp_path: Path) -> None:
+    stranger = ServerUser("stranger", uid=os.getuid() + 4242, gid=os.getgid() + 4242)
+    # pytest's own tmp dirs are 0700: exactly the trap this guards against
+    assert unreachable_dir(tmp_path, stranger) is not None
+    base = Path(tempfile.mkdtemp())  # under the system temp dir (1777)
+    try:
+        base.chmod(0o755)
+        closed = base / "closed"
+        inner = closed / "open"
+        inner.mkdir(parents=True)
+        closed.chmod(0o700)
+        assert unreachable_dir(inner, stranger) == closed
+        owner = ServerUser("owner", uid=closed.stat().st_uid, gid=os.getgid() + 4242)
+        assert unreachable_dir(inner, owner) is None
+        closed.chmod(0o711)
+        assert unreachable_dir(inner, stranger) is None
+    finally:
+        shutil.rmtree(base)

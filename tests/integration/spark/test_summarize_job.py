@@ -73,10 +73,10 @@ def test_spark_percentiles_equal_hdrh_and_bad_lines_are_counted(
     local = partials.run_locally(runmeta.tasks_for(meta, 5000))
     lat = pq.read_table(run_file(r.run_dir, "latency")).to_pylist()
     for row in lat:
-        w = partials.WHOLE if row["window"] is None else row["window"]
+        w = partials.WHOLE if row["window_index"] is None else row["window_index"]
         assert row["p99_9"] == local[("lat", meta.run_id, row["metric"], w)]["p99_9"]
     windows = pq.read_table(run_file(r.run_dir, "windows")).to_pylist()
-    assert [w["window"] for w in windows] == [0, 1, 2, 3, 4]
+    assert [w["window_index"] for w in windows] == [0, 1, 2, 3, 4]
     catalog_runs = pq.read_table(catalog_file(tmp_path, "runs")).to_pylist()
     assert [c["run_id"] for c in catalog_runs] == [r.run_id]
 

@@ -42,7 +42,7 @@ def test_percentiles_equal_merged_hdrh_histogram_exactly(synthetic_run: Syntheti
 def test_window_percentiles_equal_merged_hdrh_per_window(synthetic_run: SyntheticRun) -> None:
     tbls = summarize_locally([synthetic_run.run_dir], window_s=10)[0]
     windows = tbls["windows"].to_pylist()
-    assert [w["window"] for w in windows] == [0, 1, 2, 3]  # 30.6 s measured, 10 s windows
+    assert [w["window_index"] for w in windows] == [0, 1, 2, 3]  # 30.6 s measured, 10 s windows
     for w in windows:
         h = merged_directly(synthetic_run.run_dir, "processing_us", w["window_start_ms"],
                             w["window_end_ms"])
