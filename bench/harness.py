@@ -92,7 +92,9 @@ def naive_path(n: int, batch_max: int, size: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--messages", type=int, default=2_000_000)
     ap.add_argument("--batch", type=int, default=10, help="send batches of random size 1..B")
     ap.add_argument("--size", type=int, default=1024, help="message bytes")
@@ -103,11 +105,15 @@ def main() -> None:
     rate = args.messages / cpu
     ref_cpu = naive_path(args.reference_messages, args.batch, args.size)
     ref_rate = args.reference_messages / ref_cpu
-    print(f"mqlab harness: {rate:,.0f} messages/s per core "
-          f"({args.messages:,} messages, batches 1..{args.batch}, {args.size} B, {cpu:.2f} s CPU)")
+    print(
+        f"mqlab harness: {rate:,.0f} messages/s per core "
+        f"({args.messages:,} messages, batches 1..{args.batch}, {args.size} B, {cpu:.2f} s CPU)"
+    )
     print(f"reference (record_value per message): {ref_rate:,.0f} messages/s per core")
-    print(f"ratio: {rate / ref_rate:.1f}x the reference; goal 1,000,000/s per core: "
-          f"{'met' if rate >= 1_000_000 else 'NOT met'}")
+    print(
+        f"ratio: {rate / ref_rate:.1f}x the reference; goal 1,000,000/s per core: "
+        f"{'met' if rate >= 1_000_000 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

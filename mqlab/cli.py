@@ -42,27 +42,40 @@ def main(verbose: int) -> None:
 
 
 RESULTS_OPTION = click.option(
-    "--results", "results_dir", type=click.Path(path_type=Path), default=Path("results"),
-    show_default=True, help="Directory holding run archives.")
+    "--results",
+    "results_dir",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Directory holding run archives.",
+)
 
 
 # -- run ----------------------------------------------------------------------
 class _CliObserver:
     def __init__(self) -> None:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 TextColumn("{task.fields[counts]}"), TimeElapsedColumn(),
-                                 console=console, transient=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[counts]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
         self.task: Any = None
 
     def phase(self, text: str) -> None:
         console.log(text)
 
-    def progress_update(self, elapsed_s: float, totals: dict[str, int], expected: int | None) -> None:
+    def progress_update(
+        self, elapsed_s: float, totals: dict[str, int], expected: int | None
+    ) -> None:
         if self.task is None:
             self.progress.start()
             self.task = self.progress.add_task("measuring", total=expected, counts="")
-        counts = (f"sent {totals.get('confirmed', 0):,}  received {totals.get('received', 0):,}"
-                  + (f"  failed {totals['failed']:,}" if totals.get("failed") else ""))
+        counts = f"sent {totals.get('confirmed', 0):,}  received {totals.get('received', 0):,}" + (
+            f"  failed {totals['failed']:,}" if totals.get("failed") else ""
+        )
         self.progress.update(self.task, completed=totals.get("received", 0), counts=counts)
 
     def finished(self, result: Any) -> None:
@@ -93,29 +106,65 @@ def _observer() -> Any:
 
 def mqperf_table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="mqlab results (mqperf-style)")
-    for col in ("Run", "Threads", "Sender nodes", "Receiver nodes", "Send msgs/s", "Receive msgs/s",
-                "Processing p95 (ms)", "Send p95 (ms)", "Lost", "Duplicated", "Status"):
+    for col in (
+        "Run",
+        "Threads",
+        "Sender nodes",
+        "Receiver nodes",
+        "Send msgs/s",
+        "Receive msgs/s",
+        "Processing p95 (ms)",
+        "Send p95 (ms)",
+        "Lost",
+        "Duplicated",
+        "Status",
+    ):
         t.add_column(col, justify="left" if col in ("Run", "Status") else "right")
     for r in rows:
-        t.add_row(*[str(r[k]) for k in ("run", "threads", "sender_nodes", "receiver_nodes",
-                                        "send", "receive", "proc_p95", "send_p95", "lost",
-                                        "duplicated", "status")])
+        t.add_row(
+            *[
+                str(r[k])
+                for k in (
+                    "run",
+                    "threads",
+                    "sender_nodes",
+                    "receiver_nodes",
+                    "send",
+                    "receive",
+                    "proc_p95",
+                    "send_p95",
+                    "lost",
+                    "duplicated",
+                    "status",
+                )
+            ]
+        )
     return t
 
 
-def mqperf_row(scenario: dict[str, Any], summary: dict[str, Any], run: str, status: str) -> dict[str, Any]:
+def mqperf_row(
+    scenario: dict[str, Any], summary: dict[str, Any], run: str, status: str
+) -> dict[str, Any]:
     c = scenario["clients"]
-    th = (str(c["sender_threads"]) if c["sender_threads"] == c["receiver_threads"]
-          else f"{c['sender_threads']}/{c['receiver_threads']}")
+    th = (
+        str(c["sender_threads"])
+        if c["sender_threads"] == c["receiver_threads"]
+        else f"{c['sender_threads']}/{c['receiver_threads']}"
+    )
     lat = summary["latency_us"]
     d = summary["delivery"]
     return {
-        "run": run, "threads": th, "sender_nodes": c["sender_nodes"], "receiver_nodes": c["receiver_nodes"],
+        "run": run,
+        "threads": th,
+        "sender_nodes": c["sender_nodes"],
+        "receiver_nodes": c["receiver_nodes"],
         "send": f"{summary['throughput']['send_msgs_per_s']:,.0f}",
         "receive": f"{summary['throughput']['receive_msgs_per_s']:,.0f}",
         "proc_p95": f"{lat['processing_us']['p95'] / 1000:,.1f}",
         "send_p95": f"{lat['send_call_us']['p95'] / 1000:,.1f}",
-        "lost": d["lost"], "duplicated": d["duplicated"], "status": status,
+        "lost": d["lost"],
+        "duplicated": d["duplicated"],
+        "status": status,
     }
 
 
@@ -203,19 +252,34 @@ def cluster_down(broker: str) -> None:
 @click.option("--since", default=None, help="Only runs started at or after this date (YYYY-MM-DD).")
 @click.option("--until", default=None, help="Only runs started before this date (YYYY-MM-DD).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
-def ls(results_dir: Path, broker: str | None, scenario_name: str | None, since: str | None,
-       until: str | None, as_json: bool) -> None:
+def ls(
+    results_dir: Path,
+    broker: str | None,
+    scenario_name: str | None,
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+) -> None:
     """List archived runs."""
     from mqlab.results.archive import list_runs
     from mqlab.results.listing import filter_runs
 
-    runs = filter_runs(list_runs(results_dir), broker=broker, scenario=scenario_name,
-                       since=since, until=until)
+    runs = filter_runs(
+        list_runs(results_dir), broker=broker, scenario=scenario_name, since=since, until=until
+    )
     if as_json:
         for r in runs:
-            out.print_json(json.dumps({"run_id": r.run_id, "broker": r.broker,
-                                       "scenario": r.scenario_name, "status": r.manifest.get("status"),
-                                       "path": str(r.path)}))
+            out.print_json(
+                json.dumps(
+                    {
+                        "run_id": r.run_id,
+                        "broker": r.broker,
+                        "scenario": r.scenario_name,
+                        "status": r.manifest.get("status"),
+                        "path": str(r.path),
+                    }
+                )
+            )
         return
     t = Table()
     for col in ("Run", "Broker", "Scenario", "Status", "Send msgs/s", "Receive msgs/s", "Lost"):
@@ -223,9 +287,15 @@ def ls(results_dir: Path, broker: str | None, scenario_name: str | None, since: 
     for r in runs:
         s = r.summary or {}
         tp = s.get("throughput", {})
-        t.add_row(r.run_id, r.broker, r.scenario_name, str(r.manifest.get("status")),
-                  f"{tp.get('send_msgs_per_s', 0):,.0f}", f"{tp.get('receive_msgs_per_s', 0):,.0f}",
-                  str(s.get("delivery", {}).get("lost", "?")))
+        t.add_row(
+            r.run_id,
+            r.broker,
+            r.scenario_name,
+            str(r.manifest.get("status")),
+            f"{tp.get('send_msgs_per_s', 0):,.0f}",
+            f"{tp.get('receive_msgs_per_s', 0):,.0f}",
+            str(s.get("delivery", {}).get("lost", "?")),
+        )
     out.print(t)
 
 

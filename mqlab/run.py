@@ -106,13 +106,18 @@ class ClusterPool:
         self.clusters = {}
 
 
-def execute(scenarios: list[Scenario], results_dir: Path, observer: Observer | None = None) -> list[RunResult]:
+def execute(
+    scenarios: list[Scenario], results_dir: Path, observer: Observer | None = None
+) -> list[RunResult]:
     observer = observer or Observer()
     for s in scenarios:
         if s.cluster.target != "local":
-            raise ScenarioError(s.source, "cluster.target",
-                                f"mqlab run drives target {s.cluster.target!r} only through a fleet",
-                                'use target = "local" here; AWS labs: mqlab infra up')
+            raise ScenarioError(
+                s.source,
+                "cluster.target",
+                f"mqlab run drives target {s.cluster.target!r} only through a fleet",
+                'use target = "local" here; AWS labs: mqlab infra up',
+            )
     pool = ClusterPool(observer)
     results = []
     try:
@@ -160,7 +165,9 @@ def run_one(s: Scenario, results_dir: Path, pool: ClusterPool, observer: Observe
         cluster, reused = pool.get(s)
         manifest["cluster"]["reused"] = reused
         manifest["broker"]["server_versions"] = cluster.server_versions()
-        queue = "mqlab_" + run_id.split("_")[0].replace("-", "").lower() + f"_{time.time_ns() % 10**6}"
+        queue = (
+            "mqlab_" + run_id.split("_")[0].replace("-", "").lower() + f"_{time.time_ns() % 10**6}"
+        )
         driver = driver_cls(s.profile.settings, cluster.endpoints(), queue)
         observer.phase("setup: creating the queue")
         driver.setup()
@@ -212,8 +219,12 @@ def run_one(s: Scenario, results_dir: Path, pool: ClusterPool, observer: Observe
 
 
 def _worker_status(w: _Worker) -> dict[str, Any]:
-    info: dict[str, Any] = {"id": w.spec.worker_id, "role": w.spec.role, "node": w.spec.node,
-                            "exit_code": w.proc.returncode}
+    info: dict[str, Any] = {
+        "id": w.spec.worker_id,
+        "role": w.spec.role,
+        "node": w.spec.node,
+        "exit_code": w.proc.returncode,
+    }
     try:
         info["status"] = archive.read_json(w.dir / "worker.json")["status"]
     except MqlabError:
@@ -227,23 +238,49 @@ def _spawn(spec: WorkerSpec, run_dir: Path) -> _Worker:
     spec_path = Path(spec.control_dir) / f"{spec.worker_id}.json"
     spec.write(spec_path)
     with open(d / "stderr.log", "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "mqlab.workload.worker", str(spec_path)],
-                                stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mqlab.workload.worker", str(spec_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=err,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return _Worker(spec, proc, d)
 
 
-def _specs(s: Scenario, run_id: str, run_dir: Path, control: Path, endpoints: dict[str, Any],
-           queue: str, role: str) -> list[WorkerSpec]:
+def _specs(
+    s: Scenario,
+    run_id: str,
+    run_dir: Path,
+    control: Path,
+    endpoints: dict[str, Any],
+    queue: str,
+    role: str,
+) -> list[WorkerSpec]:
     c = s.clients
-    nodes, threads = (c.sender_nodes, c.sender_threads) if role == "sender" else (c.receiver_nodes, c.receiver_threads)
-    return [WorkerSpec(
-        run_id=run_id, worker_id=f"{role}-{i:02d}", role=role, node=i, threads=threads,
-        broker=s.broker, settings=typed.to_table(s.profile.settings), endpoints=endpoints,
-        queue=queue, workload=typed.to_table(s.workload),
-        out_dir=str(run_dir / "workers" / f"{role}-{i:02d}"), control_dir=str(control),
-        seed=(1 if role == "sender" else 2) * 1000 + i,
-    ) for i in range(nodes)]
+    nodes, threads = (
+        (c.sender_nodes, c.sender_threads)
+        if role == "sender"
+        else (c.receiver_nodes, c.receiver_threads)
+    )
+    return [
+        WorkerSpec(
+            run_id=run_id,
+            worker_id=f"{role}-{i:02d}",
+            role=role,
+            node=i,
+            threads=threads,
+            broker=s.broker,
+            settings=typed.to_table(s.profile.settings),
+            endpoints=endpoints,
+            queue=queue,
+            workload=typed.to_table(s.workload),
+            out_dir=str(run_dir / "workers" / f"{role}-{i:02d}"),
+            control_dir=str(control),
+            seed=(1 if role == "sender" else 2) * 1000 + i,
+        )
+        for i in range(nodes)
+    ]
 
 
 def _wait_ready(workers: list[_Worker]) -> None:
@@ -253,8 +290,10 @@ def _wait_ready(workers: list[_Worker]) -> None:
             return
         for w in workers:
             if w.done and not (w.dir / "ready").exists():
-                raise ClusterError(f"worker {w.spec.worker_id} exited ({w.proc.returncode}) before "
-                                   f"it was ready; see {w.dir / 'stderr.log'}")
+                raise ClusterError(
+                    f"worker {w.spec.worker_id} exited ({w.proc.returncode}) before "
+                    f"it was ready; see {w.dir / 'stderr.log'}"
+                )
         time.sleep(0.05)
     raise ClusterError(f"workers not ready after {READY_TIMEOUT_S:.0f} s")
 
@@ -271,24 +310,39 @@ def _totals(workers: list[_Worker]) -> dict[str, int]:
     return out
 
 
-def _measure(s: Scenario, run_dir: Path, control: Path, cluster: LocalCluster, driver: Driver,
-             workers: list[_Worker], manifest: dict[str, Any], observer: Observer) -> str:
+def _measure(
+    s: Scenario,
+    run_dir: Path,
+    control: Path,
+    cluster: LocalCluster,
+    driver: Driver,
+    workers: list[_Worker],
+    manifest: dict[str, Any],
+    observer: Observer,
+) -> str:
     endpoints = cluster.endpoints().to_json()
-    receivers = [_spawn(sp, run_dir) for sp in _specs(s, run_dir.name, run_dir, control, endpoints,
-                                                      driver.queue, "receiver")]
+    receivers = [
+        _spawn(sp, run_dir)
+        for sp in _specs(s, run_dir.name, run_dir, control, endpoints, driver.queue, "receiver")
+    ]
     workers.extend(receivers)
     observer.phase(f"receivers: {len(receivers)} node(s) x {s.clients.receiver_threads} threads")
     _wait_ready(receivers)
-    senders = [_spawn(sp, run_dir) for sp in _specs(s, run_dir.name, run_dir, control, endpoints,
-                                                    driver.queue, "sender")]
+    senders = [
+        _spawn(sp, run_dir)
+        for sp in _specs(s, run_dir.name, run_dir, control, endpoints, driver.queue, "sender")
+    ]
     workers.extend(senders)
     start_ms = int(time.time() * 1000)
     manifest["measure"]["start_ms"] = start_ms
     manifest["measure"]["warmup_end_ms"] = start_ms + int(s.workload.warmup_s * 1000)
     observer.phase(f"senders: {len(senders)} node(s) x {s.clients.sender_threads} threads")
     w = s.workload
-    expected = (w.messages_per_thread * s.clients.sender_threads * s.clients.sender_nodes
-                if w.messages_per_thread else None)
+    expected = (
+        w.messages_per_thread * s.clients.sender_threads * s.clients.sender_nodes
+        if w.messages_per_thread
+        else None
+    )
     faults = sorted(s.faults, key=lambda f: f.at_s)
     pending_restarts: list[tuple[float, int]] = []
     t0 = time.monotonic()
@@ -304,8 +358,9 @@ def _measure(s: Scenario, run_dir: Path, control: Path, cluster: LocalCluster, d
                 pending_restarts.remove((at, node))
                 observer.phase(f"fault: restarting node {node}")
                 cluster.restart_node(node)
-                manifest["faults"].append({"action": "restart_node", "node": node,
-                                           "at_ms": int(time.time() * 1000)})
+                manifest["faults"].append(
+                    {"action": "restart_node", "node": node, "at_ms": int(time.time() * 1000)}
+                )
         failed = [x for x in workers if x.done and x.proc.returncode not in (0,)]
         if failed:
             return f"worker_failed: {failed[0].spec.worker_id} (exit {failed[0].proc.returncode})"
@@ -319,14 +374,20 @@ def _measure(s: Scenario, run_dir: Path, control: Path, cluster: LocalCluster, d
             return "max_run_s exceeded"
         observer.progress(elapsed, _totals(workers), expected)
         time.sleep(0.25)
-    for at, node in pending_restarts:
+    for _at, node in pending_restarts:
         cluster.restart_node(node)
     observer.progress(time.monotonic() - t0, _totals(workers), expected)
     return "completed"
 
 
-def _apply_fault(f: Any, cluster: LocalCluster, manifest: dict[str, Any], observer: Observer,
-                 pending: list[tuple[float, int]], t0: float) -> None:
+def _apply_fault(
+    f: Any,
+    cluster: LocalCluster,
+    manifest: dict[str, Any],
+    observer: Observer,
+    pending: list[tuple[float, int]],
+    t0: float,
+) -> None:
     at_ms = int(time.time() * 1000)
     if f.action == "kill_node":
         observer.phase(f"fault: killing node {f.node}")
@@ -365,6 +426,7 @@ def _stop_workers(workers: list[_Worker], control: Path, grace_s: float = STOP_G
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM ends a run like Ctrl-C does: workers stopped, archive written, cluster down."""
+
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
@@ -375,7 +437,9 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def execute_files(paths: list[Path], results_dir: Path, observer: Observer | None = None) -> list[RunResult]:
+def execute_files(
+    paths: list[Path], results_dir: Path, observer: Observer | None = None
+) -> list[RunResult]:
     scenarios = [s for p in paths for s in scenario_mod.load_scenario(p)]
     with _sigterm_as_interrupt():
         return execute(scenarios, results_dir, observer)

@@ -107,11 +107,20 @@ class Scenario:
     def label(self) -> str:
         """``<profile>_<T>t-<S>s-<R>r[_key-value...]`` as used in run directory names."""
         c = self.clients
-        t = (f"{c.sender_threads}t" if c.sender_threads == c.receiver_threads
-             else f"{c.sender_threads}x{c.receiver_threads}t")
+        t = (
+            f"{c.sender_threads}t"
+            if c.sender_threads == c.receiver_threads
+            else f"{c.sender_threads}x{c.receiver_threads}t"
+        )
         parts = [self.profile.name, f"{t}-{c.sender_nodes}s-{c.receiver_nodes}r"]
-        shown = {"profile", "clients.sender_threads", "clients.receiver_threads",
-                 "clients.threads", "clients.sender_nodes", "clients.receiver_nodes"}
+        shown = {
+            "profile",
+            "clients.sender_threads",
+            "clients.receiver_threads",
+            "clients.threads",
+            "clients.sender_nodes",
+            "clients.receiver_nodes",
+        }
         for key, value in sorted(self.sweep_point.items()):
             if key not in shown:
                 parts.append(f"{key.split('.')[-1]}-{value}")
@@ -147,8 +156,12 @@ def load_profile(path: Path, referenced_from: Path | None = None) -> Profile:
     if not path.is_file():
         where = referenced_from or path
         known = sorted(p.stem for p in path.parent.glob("*.toml")) if path.parent.is_dir() else []
-        raise ScenarioError(where, "profile", f"unknown profile {path.stem!r} ({path} not found)",
-                            "known profiles: " + (", ".join(known) or "none"))
+        raise ScenarioError(
+            where,
+            "profile",
+            f"unknown profile {path.stem!r} ({path} not found)",
+            "known profiles: " + (", ".join(known) or "none"),
+        )
     raw = _read_toml(path, "profile")
     allowed = {"format_version", "name", "broker", "description", "settings"}
     for key in raw:
@@ -157,20 +170,33 @@ def load_profile(path: Path, referenced_from: Path | None = None) -> Profile:
     _check_format_version(raw, path)
     broker = raw.get("broker")
     if broker not in registry.BROKERS:
-        raise ScenarioError(path, "broker", f"unknown broker {broker!r}",
-                            "one of: " + ", ".join(sorted(registry.BROKERS)))
+        raise ScenarioError(
+            path,
+            "broker",
+            f"unknown broker {broker!r}",
+            "one of: " + ", ".join(sorted(registry.BROKERS)),
+        )
     try:
         driver = registry.driver_class(broker)
     except (KeyError, ModuleNotFoundError):
-        raise ScenarioError(path, "broker", f"broker {broker!r} has no driver yet",
-                            "brokers with drivers: " + ", ".join(_drivers())) from None
+        raise ScenarioError(
+            path,
+            "broker",
+            f"broker {broker!r} has no driver yet",
+            "brokers with drivers: " + ", ".join(_drivers()),
+        ) from None
     settings_table = raw.get("settings", {})
     if not isinstance(settings_table, dict):
         raise ScenarioError(path, "settings", "expected a table", "write [settings]")
-    settings = typed.build(driver.Settings, settings_table, path, "settings")
+    settings: Any = typed.build(driver.Settings, settings_table, path, "settings")
     desc = raw.get("description", "")
-    return Profile(name=str(raw.get("name", path.stem)), broker=broker,
-                   description=str(desc), settings=settings, source=path)
+    return Profile(
+        name=str(raw.get("name", path.stem)),
+        broker=broker,
+        description=str(desc),
+        settings=settings,
+        source=path,
+    )
 
 
 def _drivers() -> list[str]:
@@ -187,11 +213,15 @@ def _drivers() -> list[str]:
 def _check_format_version(raw: dict[str, Any], path: Path) -> None:
     v = raw.get("format_version", FORMAT_VERSION)
     if v != FORMAT_VERSION:
-        raise ScenarioError(path, "format_version", f"unsupported version {v!r}",
-                            f"this mqlab reads format_version = {FORMAT_VERSION}")
+        raise ScenarioError(
+            path,
+            "format_version",
+            f"unsupported version {v!r}",
+            f"this mqlab reads format_version = {FORMAT_VERSION}",
+        )
 
 
-def _sweep_axes(raw: dict[str, Any], path: Path) -> list[list[tuple[str, Any]]]:
+def _sweep_axes(raw: dict[str, Any], path: Path) -> list[list[list[tuple[str, Any]]]]:
     """Each axis is a list of alternatives; an alternative is a list of (key, value)."""
     axes: list[list[list[tuple[str, Any]]]] = []
     if isinstance(raw.get("profile"), list):
@@ -199,8 +229,12 @@ def _sweep_axes(raw: dict[str, Any], path: Path) -> list[list[tuple[str, Any]]]:
     zipped: dict[str, list[Any]] = {}
     sweep = raw.get("sweep", {})
     if not isinstance(sweep, dict) or set(sweep) - {"zip"}:
-        raise ScenarioError(path, "sweep", "only [sweep.zip] is allowed here",
-                            'e.g. [sweep.zip] "clients.sender_nodes" = [1, 2]')
+        raise ScenarioError(
+            path,
+            "sweep",
+            "only [sweep.zip] is allowed here",
+            'e.g. [sweep.zip] "clients.sender_nodes" = [1, 2]',
+        )
     zipped = sweep.get("zip", {})
     lengths = set()
     for key, values in zipped.items():
@@ -208,8 +242,12 @@ def _sweep_axes(raw: dict[str, Any], path: Path) -> list[list[tuple[str, Any]]]:
             raise ScenarioError(path, f"sweep.zip.{key}", "expected a non-empty list")
         sect, _, name = key.partition(".")
         if sect not in SWEEPABLE_SECTIONS or not name:
-            raise ScenarioError(path, f"sweep.zip.{key}", "not a sweepable key",
-                                "use SECTION.KEY with SECTION one of " + ", ".join(SWEEPABLE_SECTIONS))
+            raise ScenarioError(
+                path,
+                f"sweep.zip.{key}",
+                "not a sweepable key",
+                "use SECTION.KEY with SECTION one of " + ", ".join(SWEEPABLE_SECTIONS),
+            )
         lengths.add(len(values))
     if len(lengths) > 1:
         raise ScenarioError(path, "sweep.zip", "lists of different lengths", "make them equal")
@@ -223,27 +261,42 @@ def _sweep_axes(raw: dict[str, Any], path: Path) -> list[list[tuple[str, Any]]]:
         for key, value in table.items():
             if isinstance(value, list):
                 if not value:
-                    raise ScenarioError(path, f"{sect}.{key}", "empty list", "give at least one value")
+                    raise ScenarioError(
+                        path, f"{sect}.{key}", "empty list", "give at least one value"
+                    )
                 axes.append([[(f"{sect}.{key}", v)] for v in value])
-    return axes  # type: ignore[return-value]
+    return axes
 
 
 def load_scenario(path: str | Path) -> list[Scenario]:
     """Read, validate and expand a scenario file: one Scenario per sweep point."""
     path = Path(path)
     raw = _read_toml(path, "scenario")
-    allowed = {"format_version", "name", "description", "broker", "profile", "cluster",
-               "workload", "clients", "faults", "sweep"}
+    allowed = {
+        "format_version",
+        "name",
+        "description",
+        "broker",
+        "profile",
+        "cluster",
+        "workload",
+        "clients",
+        "faults",
+        "sweep",
+    }
     for key in raw:
         if key not in allowed:
             raise ScenarioError(path, key, "unknown key", "allowed: " + ", ".join(sorted(allowed)))
     _check_format_version(raw, path)
     name = raw.get("name", path.stem)
     if not isinstance(name, str) or not name or any(c in name for c in "/\\ _"):
-        raise ScenarioError(path, "name", f"{name!r} is not a valid name",
-                            "use letters, digits, '-' and '.'")
+        raise ScenarioError(
+            path, "name", f"{name!r} is not a valid name", "use letters, digits, '-' and '.'"
+        )
     if "profile" not in raw:
-        raise ScenarioError(path, "profile", "missing", 'add profile = "NAME" (a file profiles/NAME.toml)')
+        raise ScenarioError(
+            path, "profile", "missing", 'add profile = "NAME" (a file profiles/NAME.toml)'
+        )
     axes = _sweep_axes(raw, path)
     points = list(itertools.product(*axes)) if axes else [()]
     out = []
@@ -264,8 +317,9 @@ def load_scenario(path: str | Path) -> list[Scenario]:
     return out
 
 
-def _build_one(raw: dict[str, Any], path: Path, name: str, varied: dict[str, Any],
-               profiles: dict[str, Profile]) -> Scenario:
+def _build_one(
+    raw: dict[str, Any], path: Path, name: str, varied: dict[str, Any], profiles: dict[str, Profile]
+) -> Scenario:
     pname = raw["profile"]
     if not isinstance(pname, str):
         raise ScenarioError(path, "profile", f"expected a profile name, got {pname!r}")
@@ -274,26 +328,44 @@ def _build_one(raw: dict[str, Any], path: Path, name: str, varied: dict[str, Any
     profile = profiles[pname]
     broker = raw.get("broker", profile.broker)
     if broker != profile.broker:
-        raise ScenarioError(path, "broker", f"{broker!r} does not match profile {pname!r} "
-                            f"(broker {profile.broker!r})", "remove broker or pick a matching profile")
+        raise ScenarioError(
+            path,
+            "broker",
+            f"{broker!r} does not match profile {pname!r} (broker {profile.broker!r})",
+            "remove broker or pick a matching profile",
+        )
     cluster = typed.build(Cluster, raw.get("cluster", {}), path, "cluster")
     workload = typed.build(Workload, raw.get("workload", {}), path, "workload")
     clients = typed.build(Clients, raw.get("clients", {}), path, "clients")
     if clients.threads is not None:
         for k in ("sender_threads", "receiver_threads"):
             if k in raw.get("clients", {}):
-                raise ScenarioError(path, f"clients.{k}", "given together with clients.threads",
-                                    "use either threads or sender_threads/receiver_threads")
-        clients = Clients(clients.sender_nodes, clients.receiver_nodes,
-                          clients.threads, clients.threads, None)
+                raise ScenarioError(
+                    path,
+                    f"clients.{k}",
+                    "given together with clients.threads",
+                    "use either threads or sender_threads/receiver_threads",
+                )
+        clients = Clients(
+            clients.sender_nodes, clients.receiver_nodes, clients.threads, clients.threads, None
+        )
     faults_raw = raw.get("faults", [])
     if not isinstance(faults_raw, list):
         raise ScenarioError(path, "faults", "expected an array of tables", "write [[faults]]")
     faults = tuple(typed.build(Fault, f, path, f"faults[{i}]") for i, f in enumerate(faults_raw))
     _cross_checks(path, cluster, workload, profile, faults)
-    scenario = Scenario(name=name, description=str(raw.get("description", "")), source=path,
-                        broker=profile.broker, profile=profile, cluster=cluster,
-                        workload=workload, clients=clients, faults=faults, sweep_point=varied)
+    scenario = Scenario(
+        name=name,
+        description=str(raw.get("description", "")),
+        source=path,
+        broker=profile.broker,
+        profile=profile,
+        cluster=cluster,
+        workload=workload,
+        clients=clients,
+        faults=faults,
+        sweep_point=varied,
+    )
     if cluster.target == "aws":
         from mqlab.infra.validate import validate_aws
 
@@ -301,32 +373,54 @@ def _build_one(raw: dict[str, Any], path: Path, name: str, varied: dict[str, Any
     return scenario
 
 
-def _cross_checks(path: Path, cluster: Cluster, workload: Workload, profile: Profile,
-                  faults: tuple[Fault, ...]) -> None:
+def _cross_checks(
+    path: Path, cluster: Cluster, workload: Workload, profile: Profile, faults: tuple[Fault, ...]
+) -> None:
     w = workload
     if w.send_batch_min > w.send_batch_max:
-        raise ScenarioError(path, "workload.send_batch_min",
-                            f"{w.send_batch_min} is greater than send_batch_max {w.send_batch_max}",
-                            "make send_batch_min <= send_batch_max")
+        raise ScenarioError(
+            path,
+            "workload.send_batch_min",
+            f"{w.send_batch_min} is greater than send_batch_max {w.send_batch_max}",
+            "make send_batch_min <= send_batch_max",
+        )
     if (w.messages_per_thread > 0) == (w.duration_s > 0):
-        raise ScenarioError(path, "workload.messages_per_thread",
-                            "give exactly one of messages_per_thread and duration_s",
-                            "set one of them > 0 and leave the other out")
+        raise ScenarioError(
+            path,
+            "workload.messages_per_thread",
+            "give exactly one of messages_per_thread and duration_s",
+            "set one of them > 0 and leave the other out",
+        )
     if w.mode == "fixed_rate" and w.rate_per_s <= 0:
-        raise ScenarioError(path, "workload.rate_per_s", "fixed_rate needs rate_per_s > 0",
-                            "set rate_per_s (messages/s per sender thread)")
+        raise ScenarioError(
+            path,
+            "workload.rate_per_s",
+            "fixed_rate needs rate_per_s > 0",
+            "set rate_per_s (messages/s per sender thread)",
+        )
     replicas = getattr(profile.settings, "replicas", None)
     if isinstance(replicas, int) and replicas > cluster.nodes:
-        raise ScenarioError(path, "cluster.nodes",
-                            f"{cluster.nodes} nodes cannot hold {replicas} replicas (profile {profile.name})",
-                            f"use nodes >= {replicas} or a profile with fewer replicas")
+        raise ScenarioError(
+            path,
+            "cluster.nodes",
+            f"{cluster.nodes} nodes cannot hold {replicas} replicas (profile {profile.name})",
+            f"use nodes >= {replicas} or a profile with fewer replicas",
+        )
     for i, f in enumerate(faults):
         if f.node >= cluster.nodes:
-            raise ScenarioError(path, f"faults[{i}].node", f"node {f.node} does not exist",
-                                f"nodes are 0..{cluster.nodes - 1}")
+            raise ScenarioError(
+                path,
+                f"faults[{i}].node",
+                f"node {f.node} does not exist",
+                f"nodes are 0..{cluster.nodes - 1}",
+            )
     if cluster.target == "local" and registry.BROKERS[profile.broker].local_cluster is None:
-        raise ScenarioError(path, "cluster.target", f"broker {profile.broker!r} has no local cluster",
-                            "use target = \"aws\"")
+        raise ScenarioError(
+            path,
+            "cluster.target",
+            f"broker {profile.broker!r} has no local cluster",
+            'use target = "aws"',
+        )
 
 
 def to_toml(scenario: Scenario) -> str:
@@ -371,9 +465,7 @@ def dump_toml(doc: dict[str, Any], prefix: str = "") -> str:
     tables: list[tuple[str, Any]] = []
     for k, v in doc.items():
         key = k if k.replace("_", "").replace("-", "").isalnum() else _toml_value(k)
-        if isinstance(v, dict):
-            tables.append((key, v))
-        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+        if isinstance(v, dict) or isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
             tables.append((key, v))
         else:
             lines.append(f"{key} = {_toml_value(v)}")

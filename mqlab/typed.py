@@ -72,17 +72,25 @@ def build(cls: type[T], table: dict[str, Any], path: Path, prefix: str = "") -> 
     dotted = (prefix + ".") if prefix else ""
     unknown = sorted(set(table) - set(fields))
     if unknown:
+        where = f"[{prefix}]" if prefix else "the top level"
         raise ScenarioError(
-            path, dotted + unknown[0], "unknown key",
-            f"allowed in {'[' + prefix + ']' if prefix else 'the top level'}: {', '.join(sorted(fields))}",
+            path,
+            dotted + unknown[0],
+            "unknown key",
+            f"allowed in {where}: {', '.join(sorted(fields))}",
         )
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         key = dotted + name
         if name not in table:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ScenarioError(path, key, "missing", f"add {name} = {_type_name(hints[name])}"
-                                    + (f" ({f.metadata['help']})" if "help" in f.metadata else ""))
+                raise ScenarioError(
+                    path,
+                    key,
+                    "missing",
+                    f"add {name} = {_type_name(hints[name])}"
+                    + (f" ({f.metadata['help']})" if "help" in f.metadata else ""),
+                )
             continue
         value = _convert(table[name], hints[name], path, key)
         check_value(f, value, path, key)
@@ -95,8 +103,9 @@ def check_value(f: dataclasses.Field[Any], value: Any, path: Path, key: str) -> 
     if value is None:
         return
     if "choices" in md and value not in md["choices"]:
-        raise ScenarioError(path, key, f"{value!r} is not allowed",
-                            "one of: " + ", ".join(map(str, md["choices"])))
+        raise ScenarioError(
+            path, key, f"{value!r} is not allowed", "one of: " + ", ".join(map(str, md["choices"]))
+        )
     if "min" in md and value < md["min"]:
         raise ScenarioError(path, key, f"{value!r} is too small", f"must be >= {md['min']}")
     if "max" in md and value > md["max"]:

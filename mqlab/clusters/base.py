@@ -97,7 +97,7 @@ class LocalCluster(ABC):
         else:
             self.save_state()
 
-    def _after_stop(self) -> None:
+    def _after_stop(self) -> None:  # noqa: B027 - optional hook
         """Hook for helpers outside the node processes (e.g. epmd)."""
 
     def kill_node(self, index: int) -> None:
@@ -144,7 +144,9 @@ class LocalCluster(ABC):
         except (OSError, ValueError) as e:
             raise ClusterError(f"{path}: cannot read cluster state ({e})") from None
         if data.get("format_version") != STATE_FORMAT_VERSION:
-            raise ClusterError(f"{path}: unsupported state format_version {data.get('format_version')!r}")
+            raise ClusterError(
+                f"{path}: unsupported state format_version {data.get('format_version')!r}"
+            )
         obj = cls(Path(data["workdir"]), data["nodes"])
         obj.procs = {int(i): ProcessRecord.from_json(r) for i, r in data["procs"].items()}
         obj.ports = data["ports"]

@@ -21,10 +21,14 @@ def state_dir() -> Path:
 def cluster_class(broker: str) -> type[LocalCluster]:
     info = registry.BROKERS.get(broker)
     if info is None:
-        raise ClusterError(f"unknown broker {broker!r} (one of: {', '.join(sorted(registry.BROKERS))})")
+        raise ClusterError(
+            f"unknown broker {broker!r} (one of: {', '.join(sorted(registry.BROKERS))})"
+        )
     if info.local_cluster is None:
         with_local = sorted(b.name for b in registry.BROKERS.values() if b.local_cluster)
-        raise ClusterError(f"broker {broker!r} has no local cluster (local: {', '.join(with_local)})")
+        raise ClusterError(
+            f"broker {broker!r} has no local cluster (local: {', '.join(with_local)})"
+        )
     module = importlib.import_module(f"mqlab.clusters.{info.local_cluster}")
     cls: type[LocalCluster] = module.CLUSTER
     return cls
@@ -49,8 +53,10 @@ def up(broker: str, nodes: int | None = None, progress: Progress = _quiet) -> Lo
     if (d / "state.json").is_file():
         existing = cls.load(d)
         if any(existing.alive()):
-            raise ClusterError(f"a local {broker} cluster is already up (state in {d}); "
-                               f"run `mqlab cluster down {broker}` first")
+            raise ClusterError(
+                f"a local {broker} cluster is already up (state in {d}); "
+                f"run `mqlab cluster down {broker}` first"
+            )
         existing.stop()
     shutil.rmtree(d, ignore_errors=True)
     cluster = cls(d, nodes)
@@ -64,8 +70,13 @@ def status(broker: str) -> dict[str, Any]:
         return {"broker": broker, "up": False}
     cluster = cluster_class(broker).load(d)
     health = cluster.health() if any(cluster.alive()) else {"healthy": False}
-    return {"broker": broker, "up": any(cluster.alive()), "workdir": str(d),
-            "endpoints": cluster.endpoints().to_json(), **health}
+    return {
+        "broker": broker,
+        "up": any(cluster.alive()),
+        "workdir": str(d),
+        "endpoints": cluster.endpoints().to_json(),
+        **health,
+    }
 
 
 def down(broker: str) -> bool:

@@ -16,8 +16,13 @@ from mqlab.errors import ClusterError
 
 
 def _binary() -> str:
-    return str(tools.require(tools.venv_bin("nats-server"), "nats-server",
-                             "install the locked environment: scripts/bootstrap"))
+    return str(
+        tools.require(
+            tools.venv_bin("nats-server"),
+            "nats-server",
+            "install the locked environment: scripts/bootstrap",
+        )
+    )
 
 
 class NatsCluster(LocalCluster):
@@ -37,17 +42,17 @@ class NatsCluster(LocalCluster):
             routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in self.ports["cluster"])
             conf = f"""# written by mqlab
 server_name: "mqlab-n{i}"
-listen: "127.0.0.1:{self.ports['client'][i]}"
-http: "127.0.0.1:{self.ports['http'][i]}"
+listen: "127.0.0.1:{self.ports["client"][i]}"
+http: "127.0.0.1:{self.ports["http"][i]}"
 max_payload: 8MB
 jetstream {{
-  store_dir: "{node_dir / 'js'}"
+  store_dir: "{node_dir / "js"}"
   max_memory_store: 256MB
   max_file_store: 20GB
 }}
 cluster {{
   name: "mqlab"
-  listen: "127.0.0.1:{self.ports['cluster'][i]}"
+  listen: "127.0.0.1:{self.ports["cluster"][i]}"
   routes: [{routes}]
 }}
 """
@@ -55,8 +60,9 @@ cluster {{
 
     def _start_node(self, index: int) -> ProcessRecord:
         node_dir = self.workdir / f"n{index}"
-        _proc, rec = process.spawn([_binary(), "-c", str(node_dir / "nats.conf")],
-                                   node_dir / "server.log")
+        _proc, rec = process.spawn(
+            [_binary(), "-c", str(node_dir / "nats.conf")], node_dir / "server.log"
+        )
         return rec
 
     def _jsz(self, index: int) -> dict[str, Any] | None:
@@ -73,12 +79,15 @@ cluster {{
         while time.monotonic() < deadline:
             for i, ok in enumerate(self.alive()):
                 if not ok:
-                    raise ClusterError(f"nats node {i} exited; see {self.workdir / f'n{i}' / 'server.log'}")
+                    raise ClusterError(
+                        f"nats node {i} exited; see {self.workdir / f'n{i}' / 'server.log'}"
+                    )
             if self.health()["healthy"]:
                 return
             time.sleep(0.2)
-        raise ClusterError(f"NATS cluster not healthy after {self.start_timeout_s:.0f} s; "
-                           f"logs in {self.workdir}")
+        raise ClusterError(
+            f"NATS cluster not healthy after {self.start_timeout_s:.0f} s; logs in {self.workdir}"
+        )
 
     def health(self) -> dict[str, Any]:
         nodes = []
@@ -87,15 +96,27 @@ cluster {{
             jsz = self._jsz(i) if alive else None
             meta = (jsz or {}).get("meta_cluster", {})
             leader = leader or meta.get("leader")
-            nodes.append({"index": i, "alive": alive, "port": self.ports["client"][i],
-                          "jetstream": jsz is not None, "cluster_size": meta.get("cluster_size")})
-        healthy = all(n["alive"] and n["jetstream"] for n in nodes) and leader is not None and all(
-            n["cluster_size"] == self.nodes for n in nodes)
+            nodes.append(
+                {
+                    "index": i,
+                    "alive": alive,
+                    "port": self.ports["client"][i],
+                    "jetstream": jsz is not None,
+                    "cluster_size": meta.get("cluster_size"),
+                }
+            )
+        healthy = (
+            all(n["alive"] and n["jetstream"] for n in nodes)
+            and leader is not None
+            and all(n["cluster_size"] == self.nodes for n in nodes)
+        )
         return {"healthy": healthy, "leader": leader, "nodes": nodes}
 
     def endpoints(self) -> Endpoints:
-        return Endpoints("nats", tuple(NodeEndpoint(i, "127.0.0.1", p)
-                                       for i, p in enumerate(self.ports["client"])))
+        return Endpoints(
+            "nats",
+            tuple(NodeEndpoint(i, "127.0.0.1", p) for i, p in enumerate(self.ports["client"])),
+        )
 
     def server_versions(self) -> list[str]:
         out = subprocess.run([_binary(), "--version"], capture_output=True, text=True, check=False)

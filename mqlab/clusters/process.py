@@ -25,7 +25,12 @@ class ProcessRecord:
     cmd: str
 
     def to_json(self) -> dict[str, object]:
-        return {"pid": self.pid, "pgid": self.pgid, "start_ticks": self.start_ticks, "cmd": self.cmd}
+        return {
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "start_ticks": self.start_ticks,
+            "cmd": self.cmd,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, object]) -> ProcessRecord:
@@ -50,14 +55,28 @@ def is_alive(rec: ProcessRecord) -> bool:
     return fields[0] != "Z" and int(fields[19]) == rec.start_ticks
 
 
-def spawn(cmd: list[str], log_path: Path, *, env: dict[str, str] | None = None,
-          cwd: Path | None = None, user: int | None = None, group: int | None = None) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+def spawn(
+    cmd: list[str],
+    log_path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    user: int | None = None,
+    group: int | None = None,
+) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
     """Start ``cmd`` in a new session (its own process group), output to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=cwd, start_new_session=True, user=user, group=group,
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            user=user,
+            group=group,
             extra_groups=[] if user is not None else None,
         )
     rec = ProcessRecord(proc.pid, proc.pid, _start_ticks(proc.pid), " ".join(cmd))

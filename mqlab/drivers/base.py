@@ -38,8 +38,10 @@ class Endpoints:
     def to_json(self) -> dict[str, Any]:
         return {
             "broker": self.broker,
-            "nodes": [{"index": n.index, "host": n.host, "port": n.port, "extra": n.extra}
-                      for n in self.nodes],
+            "nodes": [
+                {"index": n.index, "host": n.host, "port": n.port, "extra": n.extra}
+                for n in self.nodes
+            ],
             "extra": self.extra,
         }
 
@@ -47,8 +49,10 @@ class Endpoints:
     def from_json(cls, data: dict[str, Any]) -> Endpoints:
         return cls(
             broker=data["broker"],
-            nodes=tuple(NodeEndpoint(n["index"], n["host"], n["port"], n.get("extra", {}))
-                        for n in data["nodes"]),
+            nodes=tuple(
+                NodeEndpoint(n["index"], n["host"], n["port"], n.get("extra", {}))
+                for n in data["nodes"]
+            ),
             extra=data.get("extra", {}),
         )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -47,6 +48,7 @@ class Settings:
     fetch_wait_max_ms: int = spec(100, min=0)
     send_timeout_s: float = spec(30.0, min=0.1)
     assignment_timeout_s: float = spec(60.0, min=1, help="how long a new receiver waits to join")
+    prefetch: int = spec(500, min=1, help="messages a receiver buffers ahead of the worker")
 
 
 class OffsetTracker:
@@ -123,6 +125,8 @@ class KafkaSender(Sender):
 
 
 class KafkaReceiver(Receiver):
+    """A group member; a helper thread polls while the worker does not, so rebalances never wait."""
+
     def __init__(self, driver: KafkaDriver):
         s: Settings = driver.settings
         self.topic = driver.topic
@@ -130,7 +134,10 @@ class KafkaReceiver(Receiver):
         self.commit_interval = s.commit_interval_s
         self.last_commit = time.monotonic()
         self.buffer: deque[Any] = deque()
+        self.prefetch = s.prefetch
         self.assigned = False
+        self.lock = threading.Lock()
+        self.closing = threading.Event()
         self.c = Consumer({
             "bootstrap.servers": _bootstrap(driver.endpoints), "group.id": driver.group,
             "enable.auto.commit": False, "enable.auto.offset.store": False,
@@ -140,13 +147,29 @@ class KafkaReceiver(Receiver):
         })
         self.c.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                          on_lost=self._on_revoke)
+        self.poller = threading.Thread(target=self._background, daemon=True,
+                                       name=f"kafka-poll-{driver.group}")
+        self.poller.start()
         deadline = time.monotonic() + s.assignment_timeout_s
         while not self.assigned:  # join the group before returning
             if time.monotonic() > deadline:
-                self.c.close()
+                self.close()
                 raise DriverError(f"kafka: no partition assignment for group {driver.group} "
                                   f"after {s.assignment_timeout_s:.0f} s")
-            self._poll(0.1)
+            time.sleep(0.02)
+
+    def _background(self) -> None:
+        """Serve group events (and prefetch a little) while the worker is busy elsewhere."""
+        while not self.closing.is_set():
+            if len(self.buffer) >= self.prefetch or not self.lock.acquire(timeout=0.05):
+                self.closing.wait(0.02)
+                continue
+            try:
+                self._poll(0.05)
+            except DriverError as e:
+                LOG.warning("%s", e)
+            finally:
+                self.lock.release()
 
     def _on_assign(self, _consumer: Any, _partitions: list[TopicPartition]) -> None:
         self.assigned = True
@@ -170,23 +193,29 @@ class KafkaReceiver(Receiver):
             raise DriverError(f"kafka: consume failed: {err}")
 
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
-        self._maybe_commit()
-        if not self.buffer:
-            self._poll(timeout_s)
-        if self.buffer and len(self.buffer) < max_messages:
-            for m in self.c.consume(max_messages - len(self.buffer), 0):
-                self._keep(m)
-        out = []
-        while self.buffer and len(out) < max_messages:
-            m = self.buffer.popleft()
-            self.tracker.delivered(m.partition(), m.offset())
-            out.append(Delivery(m.value(), (m.partition(), m.offset()), False))
-        return out
+        deadline = time.monotonic() + timeout_s
+        with self.lock:
+            self._maybe_commit()
+            while not self.buffer:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._poll(min(left, 0.1))
+            if self.buffer and len(self.buffer) < max_messages:
+                for m in self.c.consume(max_messages - len(self.buffer), 0):
+                    self._keep(m)
+            out = []
+            while self.buffer and len(out) < max_messages:
+                m = self.buffer.popleft()
+                self.tracker.delivered(m.partition(), m.offset())
+                out.append(Delivery(m.value(), (m.partition(), m.offset()), False))
+            return out
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
-        for d in deliveries:
-            self.tracker.ack(*d.handle)
-        self._maybe_commit()
+        with self.lock:
+            for d in deliveries:
+                self.tracker.ack(*d.handle)
+            self._maybe_commit()
 
     def _maybe_commit(self) -> None:
         if time.monotonic() - self.last_commit >= self.commit_interval:
@@ -204,6 +233,8 @@ class KafkaReceiver(Receiver):
             raise DriverError(f"kafka: commit failed: {e}") from e
 
     def close(self) -> None:
+        self.closing.set()
+        self.poller.join()
         with contextlib.suppress(DriverError):
             self._commit()
         self.c.close()

@@ -32,7 +32,7 @@ LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Settings:
+class NatsSettings:
     replicas: int = spec(3, min=1, max=5)
     storage: str = spec("file", choices=("file", "memory"))
     ack_wait_s: float = spec(30.0, min=0.5, help="visibility timeout before redelivery")
@@ -52,13 +52,21 @@ class _Client:
         self.loop = asyncio.new_event_loop()
         s = driver.settings
         try:
-            self.nc = self.run(nats.connect(
-                servers=_servers(driver.endpoints), connect_timeout=s.connect_timeout_s,
-                max_reconnect_attempts=-1, reconnect_time_wait=0.2, allow_reconnect=True,
-                name=f"mqlab-{driver.queue}"))
+            self.nc = self.run(
+                nats.connect(
+                    servers=_servers(driver.endpoints),
+                    connect_timeout=s.connect_timeout_s,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.2,
+                    allow_reconnect=True,
+                    name=f"mqlab-{driver.queue}",
+                )
+            )
         except Exception as e:
             _close_loop(self.loop)
-            raise DriverError(f"nats: cannot connect to {', '.join(_servers(driver.endpoints))}: {e}") from e
+            raise DriverError(
+                f"nats: cannot connect to {', '.join(_servers(driver.endpoints))}: {e}"
+            ) from e
         self.js = self.nc.jetstream(timeout=s.publish_timeout_s)
 
     def run(self, coro: Any) -> Any:
@@ -104,12 +112,14 @@ class NatsReceiver(Receiver):
     def __init__(self, driver: NatsDriver):
         self.c = _Client(driver)
         self.ack_sync = driver.settings.ack_sync
-        self.sub = self.c.run(self.c.js.pull_subscribe_bind(durable=driver.consumer, stream=driver.stream))
+        self.sub = self.c.run(
+            self.c.js.pull_subscribe_bind(durable=driver.consumer, stream=driver.stream)
+        )
 
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         try:
             msgs = self.c.run(self.sub.fetch(batch=max_messages, timeout=max(timeout_s, 0.01)))
-        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.TimeoutError):
             return []
         return [Delivery(m.data, m, m.metadata.num_delivered > 1) for m in msgs]
 
@@ -130,10 +140,10 @@ class NatsReceiver(Receiver):
 
 class NatsDriver(Driver):
     name = "nats"
-    Settings = Settings
+    Settings = NatsSettings
     client_libraries = ("nats-py",)
 
-    def __init__(self, settings: Settings, endpoints: Any, queue: str):
+    def __init__(self, settings: NatsSettings, endpoints: Any, queue: str):
         super().__init__(settings, endpoints, queue)
         self.stream = queue.replace(".", "_")
         self.subject = f"{self.stream}.q"
@@ -147,21 +157,31 @@ class NatsDriver(Driver):
             c.close()
 
     def setup(self) -> None:
-        s: Settings = self.settings
+        s: NatsSettings = self.settings
 
         async def go(c: _Client) -> None:
             cfg = api.StreamConfig(
-                name=self.stream, subjects=[self.subject], num_replicas=s.replicas,
+                name=self.stream,
+                subjects=[self.subject],
+                num_replicas=s.replicas,
                 storage=api.StorageType.FILE if s.storage == "file" else api.StorageType.MEMORY,
-                retention=api.RetentionPolicy.WORK_QUEUE)
+                retention=api.RetentionPolicy.WORK_QUEUE,
+            )
             try:
                 await c.js.stream_info(self.stream)
             except nats.js.errors.NotFoundError:
                 await c.js.add_stream(cfg)
-            await c.js.add_consumer(self.stream, api.ConsumerConfig(
-                durable_name=self.consumer, ack_policy=api.AckPolicy.EXPLICIT,
-                ack_wait=s.ack_wait_s, max_ack_pending=s.max_ack_pending,
-                max_waiting=4096, deliver_policy=api.DeliverPolicy.ALL))
+            await c.js.add_consumer(
+                self.stream,
+                api.ConsumerConfig(
+                    durable_name=self.consumer,
+                    ack_policy=api.AckPolicy.EXPLICIT,
+                    ack_wait=s.ack_wait_s,
+                    max_ack_pending=s.max_ack_pending,
+                    max_waiting=4096,
+                    deliver_policy=api.DeliverPolicy.ALL,
+                ),
+            )
 
         try:
             self._admin(go)
@@ -177,12 +197,15 @@ class NatsDriver(Driver):
 
     def stream_replicas(self) -> dict[str, Any]:
         """Leader and replicas of the stream, as the cluster reports them."""
+
         async def go(c: _Client) -> dict[str, Any]:
             info = await c.js.stream_info(self.stream)
             cl = info.cluster
-            return {"leader": cl.leader if cl else None,
-                    "replicas": [r.name for r in (cl.replicas or [])] if cl else [],
-                    "messages": info.state.messages}
+            return {
+                "leader": cl.leader if cl else None,
+                "replicas": [r.name for r in (cl.replicas or [])] if cl else [],
+                "messages": info.state.messages,
+            }
 
         result: dict[str, Any] = self._admin(go)
         return result
@@ -196,13 +219,19 @@ class NatsDriver(Driver):
     def server_versions(self) -> list[str]:
         versions = []
         for node in self.endpoints.nodes:
+
             async def one(url: str = f"nats://{node.host}:{node.port}") -> str:
-                nc = await nats.connect(servers=[url], connect_timeout=2, allow_reconnect=False,
-                                        max_reconnect_attempts=0)
+                nc = await nats.connect(
+                    servers=[url],
+                    connect_timeout=2,
+                    allow_reconnect=False,
+                    max_reconnect_attempts=0,
+                )
                 try:
                     return f"nats-server {nc._server_info.get('version', '?')}"
                 finally:
                     await nc.close()
+
             loop = asyncio.new_event_loop()
             try:
                 versions.append(loop.run_until_complete(one()))
@@ -214,3 +243,5 @@ class NatsDriver(Driver):
 
 
 DRIVER = NatsDriver
+
+Settings = NatsSettings  # the profile [settings] schema, by its conventional name

@@ -28,7 +28,9 @@ def read_json(path: Path, accepted: tuple[int, ...] = ACCEPTED_VERSIONS) -> dict
         raise ArchiveError(f"{path}: unreadable ({e})") from None
     v = data.get("format_version")
     if v not in accepted:
-        raise ArchiveError(f"{path}: format_version {v!r} not supported (this mqlab reads {accepted})")
+        raise ArchiveError(
+            f"{path}: format_version {v!r} not supported (this mqlab reads {accepted})"
+        )
     return data
 
 
@@ -81,4 +83,6 @@ def worker_dirs(run_dir: Path, role: str | None = None) -> list[Path]:
     d = run_dir / "workers"
     if not d.is_dir():
         return []
-    return sorted(p for p in d.iterdir() if p.is_dir() and (role is None or p.name.startswith(role)))
+    return sorted(
+        p for p in d.iterdir() if p.is_dir() and (role is None or p.name.startswith(role))
+    )

@@ -17,8 +17,13 @@ def _date(text: str | None, option: str) -> str | None:
         raise MqlabError(f"--{option}: {text!r} is not a date (use YYYY-MM-DD)") from None
 
 
-def filter_runs(runs: list[RunInfo], broker: str | None = None, scenario: str | None = None,
-                since: str | None = None, until: str | None = None) -> list[RunInfo]:
+def filter_runs(
+    runs: list[RunInfo],
+    broker: str | None = None,
+    scenario: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> list[RunInfo]:
     lo, hi = _date(since, "since"), _date(until, "until")
     out = []
     for r in runs:

@@ -27,8 +27,13 @@ def _version(dist: str) -> str | None:
 def git_info() -> dict[str, Any]:
     def git(*args: str) -> str | None:
         try:
-            out = subprocess.run(["git", "-C", str(PROJECT_DIR), *args], capture_output=True,
-                                 text=True, timeout=5, check=False)
+            out = subprocess.run(
+                ["git", "-C", str(PROJECT_DIR), *args],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         return out.stdout.strip() if out.returncode == 0 else None
@@ -42,8 +47,10 @@ def flake_info() -> dict[str, Any]:
     try:
         from mqlab.provenance import flake_provenance  # written with the Nix flake
     except ImportError:
-        return {"flake_rev": os.environ.get("MQLAB_FLAKE_REV"),
-                "nixpkgs_rev": os.environ.get("MQLAB_NIXPKGS_REV")}
+        return {
+            "flake_rev": os.environ.get("MQLAB_FLAKE_REV"),
+            "nixpkgs_rev": os.environ.get("MQLAB_NIXPKGS_REV"),
+        }
     return dict(flake_provenance())
 
 
@@ -68,8 +75,14 @@ def host_info() -> dict[str, Any]:
     for line in (_read("/etc/os-release") or "").splitlines():
         if line.startswith("PRETTY_NAME="):
             os_name = line.split("=", 1)[1].strip('"')
-    return {"cpu_model": cpu_model, "cpus": os.cpu_count(), "memory_bytes": mem,
-            "kernel": platform.release(), "os": os_name, "machine": platform.machine()}
+    return {
+        "cpu_model": cpu_model,
+        "cpus": os.cpu_count(),
+        "memory_bytes": mem,
+        "kernel": platform.release(),
+        "os": os_name,
+        "machine": platform.machine(),
+    }
 
 
 def clock_info(target: str) -> dict[str, Any]:
@@ -77,8 +90,11 @@ def clock_info(target: str) -> dict[str, Any]:
         "source": _read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
         "wall_clock": "time.time_ns",
         "offset_ms": {"local": 0.0} if target == "local" else {},
-        "note": ("all workers and brokers on one host: one clock, offset 0" if target == "local"
-                 else "offsets per host measured at start"),
+        "note": (
+            "all workers and brokers on one host: one clock, offset 0"
+            if target == "local"
+            else "offsets per host measured at start"
+        ),
     }
 
 
@@ -93,12 +109,22 @@ def base_manifest(run_id: str, scenario: Any, driver_libraries: tuple[str, ...])
         "ended_at": None,
         "measure": {"start_ms": None, "warmup_end_ms": None, "end_ms": None},
         "mqlab": {"version": _version("mqlab"), **git_info(), **flake_info()},
-        "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
-                   "executable_in_venv": sys.prefix != sys.base_prefix},
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable_in_venv": sys.prefix != sys.base_prefix,
+        },
         "libraries": libs,
-        "broker": {"name": scenario.broker, "profile": scenario.profile.name, "server_versions": []},
-        "cluster": {"target": scenario.cluster.target, "nodes": scenario.cluster.nodes,
-                    "reused": False},
+        "broker": {
+            "name": scenario.broker,
+            "profile": scenario.profile.name,
+            "server_versions": [],
+        },
+        "cluster": {
+            "target": scenario.cluster.target,
+            "nodes": scenario.cluster.nodes,
+            "reused": False,
+        },
         "host": host_info(),
         "clock": clock_info(scenario.cluster.target),
         "workers": [],

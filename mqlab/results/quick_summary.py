@@ -51,8 +51,20 @@ def _throughput(dirs: list[Path], column: str, from_ms: int) -> tuple[int, float
 
 def delivery(run_dir: Path) -> dict[str, int]:
     confirmed: dict[str, BitMap] = {}
-    out = dict.fromkeys(("sent", "confirmed", "failed", "received", "unique_received", "lost",
-                         "duplicated", "reordered", "redelivered"), 0)
+    out = dict.fromkeys(
+        (
+            "sent",
+            "confirmed",
+            "failed",
+            "received",
+            "unique_received",
+            "lost",
+            "duplicated",
+            "reordered",
+            "redelivered",
+        ),
+        0,
+    )
     for d in worker_dirs(run_dir, "sender"):
         if not (d / "sent.json").is_file():
             continue
@@ -64,7 +76,9 @@ def delivery(run_dir: Path) -> dict[str, int]:
     seen: dict[str, BitMap] = {}
     for d in worker_dirs(run_dir, "receiver"):
         if (d / "worker.json").is_file():
-            out["redelivered"] += int(read_json(d / "worker.json")["messages"].get("redelivered", 0))
+            out["redelivered"] += int(
+                read_json(d / "worker.json")["messages"].get("redelivered", 0)
+            )
         if not (d / "delivery.json").is_file():
             continue
         for sid, rec in read_json(d / "delivery.json")["senders"].items():

@@ -37,8 +37,9 @@ class PayloadPool:
         rng = random.Random(seed)
         pad = message_bytes - HEADER_BYTES
         self.message_bytes = message_bytes
-        self._pads = [rng.randbytes(pad) if seed is not None else os.urandom(pad)
-                      for _ in range(pool_size)]
+        self._pads = [
+            rng.randbytes(pad) if seed is not None else os.urandom(pad) for _ in range(pool_size)
+        ]
         self._n = pool_size
 
     def pad(self, seq: int) -> bytes:
@@ -49,7 +50,9 @@ def encode(sender: int, seq: int, sent_ns: int, pad: bytes) -> bytes:
     return HEADER.pack(MAGIC, VERSION, sender, seq, sent_ns) + pad
 
 
-def encode_batch(sender: int, first_seq: int, n: int, sent_ns: int, pool: PayloadPool) -> list[bytes]:
+def encode_batch(
+    sender: int, first_seq: int, n: int, sent_ns: int, pool: PayloadPool
+) -> list[bytes]:
     """``n`` messages with consecutive sequence numbers, all stamped ``sent_ns``."""
     pack = HEADER.pack
     pad = pool._pads[first_seq % pool._n]  # one random padding per batch

@@ -95,7 +95,9 @@ class IntervalLogWriter:
         out.write(f"#[Histogram log format version {LOG_FORMAT_VERSION}]\n")
         out.write(f"#[StartTime: {start_ms / 1000:.3f} (seconds since epoch), {when[:-3]}Z]\n")
         out.write(f"#[BaseTime: {start_ms / 1000:.3f} (seconds since epoch)]\n")
-        out.write('"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n')
+        out.write(
+            '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n'
+        )
 
     def write(self, hist: HdrHistogram, start_ms: int, end_ms: int) -> None:
         rel = (start_ms - self.base_ms) / 1000
@@ -111,7 +113,18 @@ def percentiles(hist: HdrHistogram) -> dict[str, float | int]:
     total = hist.get_total_count()
     out: dict[str, float | int] = {"count": int(total)}
     if not total:
-        for key in ("mean", "p50", "p75", "p90", "p95", "p99", "p99_9", "p99_99", "p99_9999", "max"):
+        for key in (
+            "mean",
+            "p50",
+            "p75",
+            "p90",
+            "p95",
+            "p99",
+            "p99_9",
+            "p99_99",
+            "p99_9999",
+            "max",
+        ):
             out[key] = 0
         return out
     out["mean"] = round(float(hist.get_mean_value()), 3)
@@ -122,6 +135,12 @@ def percentiles(hist: HdrHistogram) -> dict[str, float | int]:
 
 
 PERCENTILES = {
-    "p50": 50.0, "p75": 75.0, "p90": 90.0, "p95": 95.0, "p99": 99.0,
-    "p99_9": 99.9, "p99_99": 99.99, "p99_9999": 99.9999,
+    "p50": 50.0,
+    "p75": 75.0,
+    "p90": 90.0,
+    "p95": 95.0,
+    "p99": 99.0,
+    "p99_9": 99.9,
+    "p99_99": 99.99,
+    "p99_9999": 99.9999,
 }

@@ -68,7 +68,9 @@ class SenderStats:
         now = (self.sent_total, self.confirmed_total, self.failed_total)
         prev, self._seen = self._seen, now
         counts = dict.fromkeys(COUNT_FIELDS, 0)
-        counts["sent"], counts["confirmed"], counts["failed"] = (a - b for a, b in zip(now, prev, strict=True))
+        counts["sent"], counts["confirmed"], counts["failed"] = (
+            a - b for a, b in zip(now, prev, strict=True)
+        )
         return out[0], out[1], counts
 
 
@@ -114,7 +116,8 @@ class ReceiverStats:
         prev, self._seen = self._seen, now
         counts = dict.fromkeys(COUNT_FIELDS, 0)
         counts["received"], counts["acked"], counts["redelivered"] = (
-            a - b for a, b in zip(now, prev, strict=True))
+            a - b for a, b in zip(now, prev, strict=True)
+        )
         return out[0], out[1], out[2], counts
 
 
@@ -254,7 +257,9 @@ class IntervalRecorder:
             if not lens:
                 continue
             decoded = envelope.decode_many(bytes(headers))
-            recv = np.repeat(np.frombuffer(recv_ns, dtype=np.int64), np.frombuffer(lens, dtype=np.int64))
+            recv = np.repeat(
+                np.frombuffer(recv_ns, dtype=np.int64), np.frombuffer(lens, dtype=np.int64)
+            )
             lat.append((recv - decoded["sent_ns"]) // 1000)
             self.delivery.add(thread, decoded)
             # redeliveries are counted per receiver node; attribute them to no sender

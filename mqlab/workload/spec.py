@@ -34,6 +34,8 @@ class WorkerSpec:
     def read(cls, path: Path) -> WorkerSpec:
         data = json.loads(path.read_text())
         if data.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{path}: worker spec format_version {data.get('format_version')!r} "
-                             f"is not {FORMAT_VERSION}")
+            raise ValueError(
+                f"{path}: worker spec format_version {data.get('format_version')!r} "
+                f"is not {FORMAT_VERSION}"
+            )
         return cls(**data)

@@ -44,8 +44,15 @@ class Retry:
         stop.wait(min(0.05 * 2 ** min(self.errors, 5), 1.0))
 
 
-def run_sender(driver: Driver, w: Workload, stats: SenderStats, pool: envelope.PayloadPool,
-               seed: int, stop: threading.Event, ready: threading.Barrier) -> None:
+def run_sender(
+    driver: Driver,
+    w: Workload,
+    stats: SenderStats,
+    pool: envelope.PayloadPool,
+    seed: int,
+    stop: threading.Event,
+    ready: threading.Barrier,
+) -> None:
     client = driver.sender()
     try:
         ready.wait()
@@ -92,8 +99,14 @@ class IdleClock:
         self.last = time.monotonic()
 
 
-def run_receiver(driver: Driver, w: Workload, stats: ReceiverStats, stop: threading.Event,
-                 ready: threading.Barrier, idle: IdleClock) -> None:
+def run_receiver(
+    driver: Driver,
+    w: Workload,
+    stats: ReceiverStats,
+    stop: threading.Event,
+    ready: threading.Barrier,
+    idle: IdleClock,
+) -> None:
     client = driver.receiver()
     try:
         ready.wait()

@@ -50,10 +50,12 @@ class Worker:
         self.errors: list[str] = []
         self.workload = typed.build(Workload, spec.workload, Path("worker-spec"), "workload")
         cls = registry.driver_class(spec.broker)
-        settings = typed.build(cls.Settings, spec.settings, Path("worker-spec"), "settings")
+        settings: Any = typed.build(cls.Settings, spec.settings, Path("worker-spec"), "settings")
         self.driver = cls(settings, Endpoints.from_json(spec.endpoints), spec.queue)
         self.started_ms = now_ms()
-        self.recorder = IntervalRecorder(self.out, spec.role, spec.worker_id, spec.run_id, self.started_ms)
+        self.recorder = IntervalRecorder(
+            self.out, spec.role, spec.worker_id, spec.run_id, self.started_ms
+        )
 
     # -- threads ----------------------------------------------------------------
     def _guard(self, fn: Any, *args: Any) -> None:
@@ -72,15 +74,24 @@ class Worker:
             for t in range(spec.threads):
                 stats = SenderStats(spec.node * spec.threads + t)
                 self.recorder.senders.append(stats)
-                args = (run_sender, self.driver, w, stats, pool, spec.seed * 1000 + t, self.stop, ready)
+                args = (
+                    run_sender,
+                    self.driver,
+                    w,
+                    stats,
+                    pool,
+                    spec.seed * 1000 + t,
+                    self.stop,
+                    ready,
+                )
                 threads.append(threading.Thread(target=self._guard, args=args, name=f"send-{t}"))
         else:
             self.idle = IdleClock()
             for t in range(spec.threads):
                 rstats = ReceiverStats()
                 self.recorder.receivers.append(rstats)
-                args = (run_receiver, self.driver, w, rstats, self.stop, ready, self.idle)
-                threads.append(threading.Thread(target=self._guard, args=args, name=f"recv-{t}"))
+                rargs = (run_receiver, self.driver, w, rstats, self.stop, ready, self.idle)
+                threads.append(threading.Thread(target=self._guard, args=rargs, name=f"recv-{t}"))
         for th in threads:
             th.daemon = True
             th.start()
@@ -92,8 +103,10 @@ class Worker:
             if self.stop.wait(max(0.0, boundary_ms / 1000 - time.time())):
                 break
             self.recorder.tick(boundary_ms)
-            write_json(self.out / "progress.json",
-                       {"format_version": FORMAT_VERSION, "totals": self.recorder.totals})
+            write_json(
+                self.out / "progress.json",
+                {"format_version": FORMAT_VERSION, "totals": self.recorder.totals},
+            )
 
     def _receivers_done(self) -> bool:
         if not (self.control / "senders-done").exists():
@@ -140,30 +153,53 @@ class Worker:
         self.recorder.tick(max(ended, self.recorder.interval_start_ms))
         self.recorder.close()
         if self.spec.role == "sender":
-            write_json(self.out / "sent.json", {"format_version": FORMAT_VERSION, "senders": {
-                str(s.sender_id): {"sent": s.sent_total, "confirmed": s.confirmed_total,
-                                   "failed": s.failed_total,
-                                   "confirmed_bitmap": encode_bitmap(s.confirmed)}
-                for s in self.recorder.senders}})
+            write_json(
+                self.out / "sent.json",
+                {
+                    "format_version": FORMAT_VERSION,
+                    "senders": {
+                        str(s.sender_id): {
+                            "sent": s.sent_total,
+                            "confirmed": s.confirmed_total,
+                            "failed": s.failed_total,
+                            "confirmed_bitmap": encode_bitmap(s.confirmed),
+                        }
+                        for s in self.recorder.senders
+                    },
+                },
+            )
         else:
             write_json(self.out / "delivery.json", self.recorder.delivery.to_json())
         status = "failed" if self.errors else "interrupted" if self.interrupted else "ok"
         bad = sum(r.bad_messages for r in self.recorder.receivers)
-        write_json(self.out / "worker.json", {
-            "format_version": FORMAT_VERSION, "worker_id": self.spec.worker_id,
-            "role": self.spec.role, "node": self.spec.node, "threads": self.spec.threads,
-            "sender_ids": [s.sender_id for s in self.recorder.senders],
-            "started_ms": self.started_ms, "ended_ms": ended, "status": status,
-            "error": "; ".join(self.errors) or None, "messages": self.recorder.totals,
-            "clamped_latencies": self.recorder.clamped, "bad_messages": bad,
-        })
+        write_json(
+            self.out / "worker.json",
+            {
+                "format_version": FORMAT_VERSION,
+                "worker_id": self.spec.worker_id,
+                "role": self.spec.role,
+                "node": self.spec.node,
+                "threads": self.spec.threads,
+                "sender_ids": [s.sender_id for s in self.recorder.senders],
+                "started_ms": self.started_ms,
+                "ended_ms": ended,
+                "status": status,
+                "error": "; ".join(self.errors) or None,
+                "messages": self.recorder.totals,
+                "clamped_latencies": self.recorder.clamped,
+                "bad_messages": bad,
+            },
+        )
         self.driver.close()
         return {"ok": EXIT_OK, "failed": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED}[status]
 
 
 def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     spec = WorkerSpec.read(Path(argv[1]))
     worker = Worker(spec)
 

@@ -25,15 +25,32 @@ SHORT_SCENARIOS = ["quickstart.toml", "postgres-short.toml"]
 
 def mqlab(*args: str, env_state: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MQLAB_STATE_DIR": str(env_state)}
-    return subprocess.run([sys.executable, "-m", "mqlab", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "mqlab", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
     manifest = read_json(run_dir / "manifest.json")
-    assert manifest["status"] == ("complete" if expect_complete else "partial"), manifest["end_reason"]
-    for key in ("mqlab", "python", "libraries", "broker", "host", "clock", "measure", "started_at",
-                "ended_at"):
+    assert manifest["status"] == ("complete" if expect_complete else "partial"), manifest[
+        "end_reason"
+    ]
+    for key in (
+        "mqlab",
+        "python",
+        "libraries",
+        "broker",
+        "host",
+        "clock",
+        "measure",
+        "started_at",
+        "ended_at",
+    ):
         assert manifest[key], key
     assert manifest["broker"]["server_versions"]
     assert manifest["host"]["cpus"] and manifest["host"]["kernel"]
@@ -44,8 +61,9 @@ def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
     receivers = sorted((run_dir / "workers").glob("receiver-*"))
     assert len(senders) == c["sender_nodes"] and len(receivers) == c["receiver_nodes"]
     for d in senders + receivers:
-        assert read_json(d / "worker.json")["status"] == ("ok" if expect_complete else
-                                                          read_json(d / "worker.json")["status"])
+        assert read_json(d / "worker.json")["status"] == (
+            "ok" if expect_complete else read_json(d / "worker.json")["status"]
+        )
     # the logs are standard: hdrh's reader gets every interval back
     for f in [*run_dir.glob("workers/*/*.hlog")]:
         reader = HistogramLogReader(str(f), HdrHistogram(1, 3_600_000_000, 3))
@@ -55,7 +73,10 @@ def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
         if f.name == "processing_us.hlog" and expect_complete:
             assert total > 0
     # nothing machine-private
-    text = "".join(p.read_text() for p in run_dir.rglob("*.json")) + (run_dir / "scenario.toml").read_text()
+    text = (
+        "".join(p.read_text() for p in run_dir.rglob("*.json"))
+        + (run_dir / "scenario.toml").read_text()
+    )
     assert os.uname().nodename not in text and str(ROOT) not in text
     summary = read_json(run_dir / "summary.json")
     return summary
@@ -63,7 +84,8 @@ def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
 
 @pytest.mark.parametrize("name", SHORT_SCENARIOS)
 def test_short_run_per_driver_leaves_a_complete_archive_with_nothing_lost(
-        name: str, tmp_path: Path, state_dir: Path) -> None:
+    name: str, tmp_path: Path, state_dir: Path
+) -> None:
     results = tmp_path / "results"
     proc = mqlab("run", f"scenarios/{name}", "--results", str(results), env_state=state_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -72,7 +94,10 @@ def test_short_run_per_driver_leaves_a_complete_archive_with_nothing_lost(
     d = summary["delivery"]
     assert d["sent"] > 0 and d["confirmed"] == d["sent"] and d["failed"] == 0
     assert d["lost"] == 0 and d["unique_received"] == d["confirmed"]
-    assert summary["throughput"]["send_msgs_per_s"] > 0 and summary["throughput"]["receive_msgs_per_s"] > 0
+    assert (
+        summary["throughput"]["send_msgs_per_s"] > 0
+        and summary["throughput"]["receive_msgs_per_s"] > 0
+    )
     assert summary["latency_us"]["processing_us"]["count"] > 0
     # the printed mqperf-style row
     assert "Send msgs/s" in proc.stdout and "Lost" in proc.stdout
@@ -115,14 +140,23 @@ def test_killing_a_nats_node_mid_run_loses_nothing(tmp_path: Path, state_dir: Pa
     assert d["unique_received"] == d["confirmed"]
 
 
-def test_interrupted_run_leaves_a_partial_archive_and_no_processes(tmp_path: Path, state_dir: Path) -> None:
+def test_interrupted_run_leaves_a_partial_archive_and_no_processes(
+    tmp_path: Path, state_dir: Path
+) -> None:
     scenario = tmp_path / "long.toml"
-    scenario.write_text(FAILOVER.replace("duration_s = 14", "duration_s = 120").split("[[faults]]")[0])
+    scenario.write_text(
+        FAILOVER.replace("duration_s = 14", "duration_s = 120").split("[[faults]]")[0]
+    )
     results = tmp_path / "results"
     env = {**os.environ, "MQLAB_STATE_DIR": str(state_dir)}
-    proc = subprocess.Popen([sys.executable, "-m", "mqlab", "run", str(scenario), "--results",
-                             str(results)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqlab", "run", str(scenario), "--results", str(results)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait until senders are measuring
@@ -157,7 +191,9 @@ def test_cluster_up_status_down_and_a_run_reuses_it(tmp_path: Path, state_dir: P
         again = mqlab("cluster", "up", "nats", env_state=state_dir)
         assert again.returncode == 2 and "already up" in again.stderr
         scenario = tmp_path / "s.toml"
-        scenario.write_text(FAILOVER.replace("duration_s = 14", "duration_s = 2").split("[[faults]]")[0])
+        scenario.write_text(
+            FAILOVER.replace("duration_s = 14", "duration_s = 2").split("[[faults]]")[0]
+        )
         results = tmp_path / "results"
         run = mqlab("run", str(scenario), "--results", str(results), env_state=state_dir)
         assert run.returncode == 0, run.stderr[-2000:]

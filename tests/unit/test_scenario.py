@@ -60,24 +60,33 @@ def test_minimal_scenario_loads_with_profile_and_threads_shorthand(folder: Path)
 
 def test_list_values_expand_to_the_cartesian_product(folder: Path) -> None:
     text = BASE.replace("threads = 2", "threads = [1, 5, 25]").replace(
-        "message_bytes = 100", "message_bytes = [100, 1000]")
+        "message_bytes = 100", "message_bytes = [100, 1000]"
+    )
     runs = load_scenario(write(folder, text))
     assert len(runs) == 6
     assert {(s.clients.sender_threads, s.workload.message_bytes) for s in runs} == {
-        (t, m) for t in (1, 5, 25) for m in (100, 1000)}
+        (t, m) for t in (1, 5, 25) for m in (100, 1000)
+    }
     assert all(s.clients.receiver_threads == s.clients.sender_threads for s in runs)
     assert "message_bytes-1000" in runs[-1].label
 
 
 def test_sweep_zip_links_lists_and_profiles_sweep(folder: Path) -> None:
-    text = BASE.replace('profile = "p3"', 'profile = ["p3", "p1"]') + """
+    text = (
+        BASE.replace('profile = "p3"', 'profile = ["p3", "p1"]')
+        + """
 [sweep.zip]
 "clients.sender_nodes" = [1, 2, 4]
 "clients.receiver_nodes" = [2, 4, 8]
 """
+    )
     runs = load_scenario(write(folder, text))
     assert len(runs) == 6
-    assert {(s.clients.sender_nodes, s.clients.receiver_nodes) for s in runs} == {(1, 2), (2, 4), (4, 8)}
+    assert {(s.clients.sender_nodes, s.clients.receiver_nodes) for s in runs} == {
+        (1, 2),
+        (2, 4),
+        (4, 8),
+    }
     assert {s.profile.name for s in runs} == {"p1", "p3"}
 
 
@@ -91,21 +100,36 @@ def test_resolved_scenario_round_trips_through_toml(folder: Path) -> None:
     assert doc["clients"]["sender_threads"] == 2 and "threads" not in doc["clients"]
 
 
-@pytest.mark.parametrize(("edit", "key", "words"), [
-    (("[workload]", "[workload]\nbogus = 1"), "workload.bogus", "unknown key"),
-    (("threads = 2", "threads = 0"), "clients.threads", "too small"),
-    (("message_bytes = 100", "message_bytes = -5"), "workload.message_bytes", "too small"),
-    (("message_bytes = 100", 'message_bytes = "big"'), "workload.message_bytes", "expected an integer"),
-    (("[workload]", "[workload]\nsend_batch_min = 5\nsend_batch_max = 2"), "workload.send_batch_min",
-     "greater than send_batch_max"),
-    (('profile = "p3"', 'profile = "nope"'), "profile", "unknown profile"),
-    (("nodes = 3", "nodes = 2"), "cluster.nodes", "cannot hold 3 replicas"),
-    (("messages_per_thread = 10", "messages_per_thread = 10\nduration_s = 5"),
-     "workload.messages_per_thread", "exactly one"),
-    (("[cluster]", "[cluster]\ntarget = \"moon\""), "cluster.target", "not allowed"),
-    (("name = \"t\"", "name = \"t\"\ncolour = 1"), "colour", "unknown key"),
-])
-def test_bad_values_name_file_key_and_fix(folder: Path, edit: tuple[str, str], key: str, words: str) -> None:
+@pytest.mark.parametrize(
+    ("edit", "key", "words"),
+    [
+        (("[workload]", "[workload]\nbogus = 1"), "workload.bogus", "unknown key"),
+        (("threads = 2", "threads = 0"), "clients.threads", "too small"),
+        (("message_bytes = 100", "message_bytes = -5"), "workload.message_bytes", "too small"),
+        (
+            ("message_bytes = 100", 'message_bytes = "big"'),
+            "workload.message_bytes",
+            "expected an integer",
+        ),
+        (
+            ("[workload]", "[workload]\nsend_batch_min = 5\nsend_batch_max = 2"),
+            "workload.send_batch_min",
+            "greater than send_batch_max",
+        ),
+        (('profile = "p3"', 'profile = "nope"'), "profile", "unknown profile"),
+        (("nodes = 3", "nodes = 2"), "cluster.nodes", "cannot hold 3 replicas"),
+        (
+            ("messages_per_thread = 10", "messages_per_thread = 10\nduration_s = 5"),
+            "workload.messages_per_thread",
+            "exactly one",
+        ),
+        (("[cluster]", '[cluster]\ntarget = "moon"'), "cluster.target", "not allowed"),
+        (('name = "t"', 'name = "t"\ncolour = 1'), "colour", "unknown key"),
+    ],
+)
+def test_bad_values_name_file_key_and_fix(
+    folder: Path, edit: tuple[str, str], key: str, words: str
+) -> None:
     path = write(folder, BASE.replace(*edit, 1))
     with pytest.raises(ScenarioError) as info:
         load_scenario(path)
@@ -129,7 +153,8 @@ def test_unknown_settings_key_in_profile_names_the_profile_file(folder: Path) ->
 
 @pytest.mark.parametrize("content", ["name = ", None])
 def test_cli_validate_reports_syntax_errors_and_missing_files_in_one_line(
-        folder: Path, content: str | None) -> None:
+    folder: Path, content: str | None
+) -> None:
     path = folder / "broken.toml"
     if content is not None:
         path.write_text(content)

@@ -34,8 +34,11 @@ def _cluster(clusters: dict[str, LocalCluster], target: Target, base: Path) -> L
 
 
 @pytest.fixture(params=sorted(TARGETS), ids=sorted(TARGETS))
-def contract(request: pytest.FixtureRequest, clusters: dict[str, LocalCluster],
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Driver, Target]]:
+def contract(
+    request: pytest.FixtureRequest,
+    clusters: dict[str, LocalCluster],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Driver, Target]]:
     target = TARGETS[request.param]
     cluster = _cluster(clusters, target, tmp_path_factory.getbasetemp())
     cls = registry.driver_class(target.broker)

@@ -24,8 +24,9 @@ def _messages(n: int, sender: int = 7, size: int = 100) -> list[bytes]:
     return envelope.encode_batch(sender, 0, n, time.time_ns(), pool)
 
 
-def _drain(receiver: Any, want: int, timeout_s: float = 15.0, max_n: int = 10,
-           ack: bool = True) -> list[Delivery]:
+def _drain(
+    receiver: Any, want: int, timeout_s: float = 15.0, max_n: int = 10, ack: bool = True
+) -> list[Delivery]:
     got: list[Delivery] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < want and time.monotonic() < deadline:
@@ -47,7 +48,7 @@ def test_round_trip(contract: tuple[Driver, Target]) -> None:
     s, r = driver.sender(), driver.receiver()
     try:
         for i in range(0, 25, 5):
-            s.send(sent[i:i + 5])
+            s.send(sent[i : i + 5])
         got = _drain(r, 25)
         assert sorted(d.payload for d in got) == sorted(sent)
         assert r.receive(10, 0.5) == []  # acked: nothing left
@@ -94,7 +95,9 @@ def test_no_delivery_to_two_receivers_at_once(contract: tuple[Driver, Target]) -
             c.close()
 
 
-def test_unacked_messages_of_a_dead_receiver_are_redelivered(contract: tuple[Driver, Target]) -> None:
+def test_unacked_messages_of_a_dead_receiver_are_redelivered(
+    contract: tuple[Driver, Target],
+) -> None:
     driver, target = contract
     s, dying = driver.sender(), driver.receiver()
     s.send(_messages(5))

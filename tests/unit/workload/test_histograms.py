@@ -14,8 +14,13 @@ from mqlab.workload.histograms import BulkHistogram, IntervalLogWriter, new_hist
 
 def test_bulk_record_equals_record_value_exactly() -> None:
     rng = np.random.default_rng(7)
-    values = np.concatenate([rng.integers(0, 10_000, 5000), rng.integers(0, 3_600_000_000, 500),
-                             np.array([0, 1, 2047, 2048, 2049, 3_600_000_000])])
+    values = np.concatenate(
+        [
+            rng.integers(0, 10_000, 5000),
+            rng.integers(0, 3_600_000_000, 500),
+            np.array([0, 1, 2047, 2048, 2049, 3_600_000_000]),
+        ]
+    )
     weights = rng.integers(1, 11, values.size)
     bulk = BulkHistogram()
     bulk.record(values, weights)

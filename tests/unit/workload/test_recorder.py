@@ -58,7 +58,9 @@ def test_interval_recorder_writes_logs_counts_and_totals(tmp_path: Path) -> None
     assert [int(r["received"]) for r in rows] == [10, 0]
     assert [int(r["acked"]) for r in rows] == [10, 0] and rows[0]["redelivered"] == "1"
     assert rec.totals["received"] == 10
-    lines = [x for x in (tmp_path / "processing_us.hlog").read_text().splitlines() if x[0].isdigit()]
+    lines = [
+        x for x in (tmp_path / "processing_us.hlog").read_text().splitlines() if x[0].isdigit()
+    ]
     assert len(lines) == 2 and lines[0].startswith("0.000,1.000,2.000,")
 
 
@@ -79,8 +81,20 @@ def test_run_level_accounting_lost_duplicated_reordered(tmp_path: Path) -> None:
     w = tmp_path / "workers"
     for d in ("sender-00", "receiver-00", "receiver-01"):
         (w / d).mkdir(parents=True)
-    write_json(w / "sender-00" / "sent.json", {"format_version": 1, "senders": {
-        "0": {"sent": 12, "confirmed": 10, "failed": 2, "confirmed_bitmap": encode_bitmap(BitMap(range(10)))}}})
+    write_json(
+        w / "sender-00" / "sent.json",
+        {
+            "format_version": 1,
+            "senders": {
+                "0": {
+                    "sent": 12,
+                    "confirmed": 10,
+                    "failed": 2,
+                    "confirmed_bitmap": encode_bitmap(BitMap(range(10))),
+                }
+            },
+        },
+    )
     a = DeliveryTracker()
     a.add(0, _decoded([(0, q) for q in (0, 1, 2, 4, 3)]))  # one reorder
     b = DeliveryTracker()
