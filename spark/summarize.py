@@ -46,6 +46,8 @@ def build_session(master: str | None = "local[*]", app_name: str = "mqlab-summar
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master is not None and master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
     scratch = tempfile.mkdtemp(prefix="mqlab-spark-")
     builder = (
         SparkSession.builder.appName(app_name)

@@ -17,6 +17,7 @@ temp dir, and the data directories live in a temp dir owned by that user
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.metadata
 import importlib.util
 import logging
@@ -476,6 +477,8 @@ class PostgresCluster(LocalCluster):
             children = server_children(self.procs[i])
             process.stop(self.procs[i], timeout_s=15, sig=signal.SIGINT)
             _kill_leftovers(children)
+        for i in range(self.nodes):
+            drop_orphan_shm(self._data(i))  # nodes that were SIGKILLed earlier
         data_root = self.extra.get("data_root")
         super().stop(remove_data)
         if remove_data and data_root:
@@ -486,7 +489,24 @@ class PostgresCluster(LocalCluster):
         children = server_children(self.procs[index])
         process.stop(self.procs[index], timeout_s=5, sig=signal.SIGKILL)
         _kill_leftovers(children, grace_s=0)
+        drop_orphan_shm(self._data(index))
         self.save_state()
+
+
+def drop_orphan_shm(data_dir: Path) -> None:
+    """Remove the small SysV segment a SIGKILLed postmaster leaves, once nobody is attached.
+
+    ``postmaster.pid`` (gone after a clean shutdown) holds its id on line 7: ``KEY SHMID``.
+    """
+    try:
+        shmid = int((data_dir / "postmaster.pid").read_text().splitlines()[6].split()[1])
+        table = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except (OSError, IndexError, ValueError):
+        return
+    for line in table:
+        fields = line.split()  # key shmid perms size cpid lpid nattch ...
+        if int(fields[1]) == shmid and int(fields[6]) == 0:
+            ctypes.CDLL(None, use_errno=True).shmctl(shmid, 0, None)  # 0 = IPC_RMID
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -78,6 +78,7 @@ def plot_throughput(run_dir: Path, path: Path, warmup_end_ms: int, title: str) -
             ax.plot([(x - t0) / 1000 for x in xs], [data[x] for x in xs], label=f"{role} msgs/s")
     ax.axvspan(0, max(0.0, (warmup_end_ms - t0) / 1000), color="grey", alpha=0.15,
                label="warm-up")
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("messages per second")
     ax.set_title(title)

@@ -131,8 +131,18 @@ def test_killed_node_takes_its_children_along(tmp_path: Path) -> None:
     try:
         children = server_children(c.procs[0])
         assert children
+        shmid = int((c._data(0) / "postmaster.pid").read_text().splitlines()[6].split()[1])
+        assert shmid in _shm_ids()
         c.kill_node(0)
         assert c.alive() == [False, True, True]
         assert not [r.pid for r in children if process.is_alive(r)]
+        assert shmid not in _shm_ids()  # no SysV segment left behind by the crash
+        c.restart_node(0)
+        c._wait_healthy(time.monotonic() + 60, lambda _m: None)
     finally:
         c.stop()
+
+
+def _shm_ids() -> set[int]:
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return {int(line.split()[1]) for line in lines}
