@@ -35,15 +35,28 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="mqlab-bench-"))
     try:
         t = time.perf_counter()
-        run = write_synthetic_run(tmp, SyntheticSpec(
-            sender_nodes=args.senders, receiver_nodes=args.receivers, sender_threads=1,
-            receiver_threads=1, warmup_s=0, duration_s=args.seconds - 2, rate_per_thread=50,
-            samples_per_interval=200, distinct_histograms=500, keep_samples=False))
+        run = write_synthetic_run(
+            tmp,
+            SyntheticSpec(
+                sender_nodes=args.senders,
+                receiver_nodes=args.receivers,
+                sender_threads=1,
+                receiver_threads=1,
+                warmup_s=0,
+                duration_s=args.seconds - 2,
+                rate_per_thread=50,
+                samples_per_interval=200,
+                distinct_histograms=500,
+                keep_samples=False,
+            ),
+        )
         logs = sorted(run.run_dir.glob("workers/*/*.hlog"))
         n_hist = sum(sum(1 for ln in f.open() if ln[:1].isdigit()) for f in logs)
-        print(f"archive: {len(logs)} interval logs, {n_hist:,} interval histograms "
-              f"({args.senders} senders x 2 metrics + {args.receivers} receivers x 1), "
-              f"generated in {time.perf_counter() - t:.1f} s")
+        print(
+            f"archive: {len(logs)} interval logs, {n_hist:,} interval histograms "
+            f"({args.senders} senders x 2 metrics + {args.receivers} receivers x 1), "
+            f"generated in {time.perf_counter() - t:.1f} s"
+        )
 
         from spark.summarize import build_session, summarize_runs
 
@@ -55,9 +68,11 @@ def main() -> None:
         job = time.perf_counter() - t
         spark.stop()
         assert not out.runs[0].problems, out.runs[0].problems
-        print(f"spark {args.master}: session start {startup:.1f} s, job {job:.1f} s "
-              f"-> {n_hist / job:,.0f} histograms/s; goal < {GOAL_S:.0f} s: "
-              f"{'met' if job < GOAL_S else 'NOT met'}")
+        print(
+            f"spark {args.master}: session start {startup:.1f} s, job {job:.1f} s "
+            f"-> {n_hist / job:,.0f} histograms/s; goal < {GOAL_S:.0f} s: "
+            f"{'met' if job < GOAL_S else 'NOT met'}"
+        )
         if not args.no_reference:
             from mqlab.results.quick_summary import summarize_run
 
@@ -65,9 +80,11 @@ def main() -> None:
             quick = summarize_run(run.run_dir)
             ref = time.perf_counter() - t
             same = quick["latency_us"] == out.runs[0].summary["latency_us"]
-            print(f"reference: quick summary (1 process, hdrh) {ref:.1f} s -> "
-                  f"{n_hist / ref:,.0f} histograms/s; ratio spark/reference "
-                  f"{job / ref:.2f}; identical latency figures: {same}")
+            print(
+                f"reference: quick summary (1 process, hdrh) {ref:.1f} s -> "
+                f"{n_hist / ref:,.0f} histograms/s; ratio spark/reference "
+                f"{job / ref:.2f}; identical latency figures: {same}"
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -21,8 +21,13 @@ from mqlab.errors import MqlabError
 F = TypeVar("F", bound=Callable[..., Any])
 RESULTS_DEFAULT = os.environ.get("MQLAB_RESULTS", "results")
 results_option = click.option(
-    "--results", "results_dir", type=click.Path(file_okay=False), default=RESULTS_DEFAULT,
-    show_default=True, help="results directory (env MQLAB_RESULTS)")
+    "--results",
+    "results_dir",
+    type=click.Path(file_okay=False),
+    default=RESULTS_DEFAULT,
+    show_default=True,
+    help="results directory (env MQLAB_RESULTS)",
+)
 
 
 def _user_errors(fn: F) -> F:
@@ -62,16 +67,32 @@ def _time(ms: int | None) -> str:
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("--all", "all_runs", is_flag=True, help="every run under --results")
-@click.option("--logs", "logs", is_flag=True,
-              help="PATHS are HdrHistogram interval logs (any tool's): print their figures")
+@click.option(
+    "--logs",
+    "logs",
+    is_flag=True,
+    help="PATHS are HdrHistogram interval logs (any tool's): print their figures",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON output")
-@click.option("--window-s", type=float, default=60.0, show_default=True,
-              help="window length for the per-window figures")
+@click.option(
+    "--window-s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="window length for the per-window figures",
+)
 @click.option("--master", default="local[*]", show_default=True, help="Spark master")
 @results_option
 @_user_errors
-def summarize(paths: tuple[str, ...], all_runs: bool, logs: bool, as_json: bool,
-              window_s: float, master: str, results_dir: str) -> None:
+def summarize(
+    paths: tuple[str, ...],
+    all_runs: bool,
+    logs: bool,
+    as_json: bool,
+    window_s: float,
+    master: str,
+    results_dir: str,
+) -> None:
     """Summarize run archives with Spark into Parquet (RUN_DIR/summary, RESULTS/.catalog)."""
     from mqlab.results import runmeta
     from spark import summarize as job
@@ -87,22 +108,54 @@ def summarize(paths: tuple[str, ...], all_runs: bool, logs: bool, as_json: bool,
     if not dirs:
         raise click.UsageError("give RUN_DIR..., --all, or --logs FILE...")
     spark = job.build_session(master)
-    out = job.summarize_runs(spark, dirs, window_s,
-                             results_dir=results_dir if all_runs else None)
+    out = job.summarize_runs(spark, dirs, window_s, results_dir=results_dir if all_runs else None)
     if as_json:
-        click.echo(json.dumps({"format_version": 1, "runs": [
-            {"run_id": r.run_id, "run_dir": r.run_dir, **r.summary,
-             "problems": [list(p) for p in r.problems]} for r in out.runs],
-            "skipped": out.skipped}, indent=1))
+        click.echo(
+            json.dumps(
+                {
+                    "format_version": 1,
+                    "runs": [
+                        {
+                            "run_id": r.run_id,
+                            "run_dir": r.run_dir,
+                            **r.summary,
+                            "problems": [list(p) for p in r.problems],
+                        }
+                        for r in out.runs
+                    ],
+                    "skipped": out.skipped,
+                },
+                indent=1,
+            )
+        )
         return
-    echo_table(("run", "send msgs/s", "recv msgs/s", "send p95 ms", "proc p95 ms", "lost",
-                "dup", "reord", "problems"),
-               [(r.run_id, r.summary["throughput"]["send_msgs_per_s"],
-                 r.summary["throughput"]["receive_msgs_per_s"],
-                 _ms(r.summary["latency_us"]["send_call_us"]["p95"]),
-                 _ms(r.summary["latency_us"]["processing_us"]["p95"]),
-                 r.summary["delivery"]["lost"], r.summary["delivery"]["duplicated"],
-                 r.summary["delivery"]["reordered"], len(r.problems)) for r in out.runs])
+    echo_table(
+        (
+            "run",
+            "send msgs/s",
+            "recv msgs/s",
+            "send p95 ms",
+            "proc p95 ms",
+            "lost",
+            "dup",
+            "reord",
+            "problems",
+        ),
+        [
+            (
+                r.run_id,
+                r.summary["throughput"]["send_msgs_per_s"],
+                r.summary["throughput"]["receive_msgs_per_s"],
+                _ms(r.summary["latency_us"]["send_call_us"]["p95"]),
+                _ms(r.summary["latency_us"]["processing_us"]["p95"]),
+                r.summary["delivery"]["lost"],
+                r.summary["delivery"]["duplicated"],
+                r.summary["delivery"]["reordered"],
+                len(r.problems),
+            )
+            for r in out.runs
+        ],
+    )
     _echo_problems([p for r in out.runs for p in r.problems])
     for s in out.skipped:
         click.echo(f"skipped {s}", err=True)
@@ -122,17 +175,36 @@ def _echo_problems(problems: Sequence[tuple[str, int | None, str]], limit: int =
         click.echo(f"  ... and {len(problems) - limit} more", err=True)
 
 
-def _echo_logs(rows: list[dict[str, Any]], problems: list[tuple[str, int | None, str]],
-               as_json: bool) -> None:
+def _echo_logs(
+    rows: list[dict[str, Any]], problems: list[tuple[str, int | None, str]], as_json: bool
+) -> None:
     if as_json:
-        click.echo(json.dumps({"format_version": 1, "logs": rows,
-                               "problems": [list(p) for p in problems]}, indent=1))
+        click.echo(
+            json.dumps(
+                {"format_version": 1, "logs": rows, "problems": [list(p) for p in problems]},
+                indent=1,
+            )
+        )
         return
-    echo_table(("file", "tag", "count", "p50", "p90", "p99", "p99.9", "max", "start", "end",
-                "span s"),
-               [(r["file"], r["tag"] or "", r["count"], r["p50"], r["p90"], r["p99"],
-                 r["p99_9"], r["max"], _time(r["start_ms"]), _time(r["end_ms"]), r["span_s"])
-                for r in rows])
+    echo_table(
+        ("file", "tag", "count", "p50", "p90", "p99", "p99.9", "max", "start", "end", "span s"),
+        [
+            (
+                r["file"],
+                r["tag"] or "",
+                r["count"],
+                r["p50"],
+                r["p90"],
+                r["p99"],
+                r["p99_9"],
+                r["max"],
+                _time(r["start_ms"]),
+                _time(r["end_ms"]),
+                r["span_s"],
+            )
+            for r in rows
+        ],
+    )
     click.echo("(values in the log's unit; mqlab logs: µs)")
     _echo_problems(problems)
 
@@ -158,9 +230,11 @@ def query(sql: str, fmt: str | None, results_dir: str) -> None:
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True)
-@click.option("--sweep-out", type=click.Path(file_okay=False),
-              help="where the sweep report over several runs goes "
-                   "(default RESULTS/reports/sweep-FIRST_RUN)")
+@click.option(
+    "--sweep-out",
+    type=click.Path(file_okay=False),
+    help="where the sweep report over several runs goes (default RESULTS/reports/sweep-FIRST_RUN)",
+)
 @results_option
 @_user_errors
 def report(runs: tuple[str, ...], sweep_out: str | None, results_dir: str) -> None:
@@ -196,27 +270,60 @@ def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
     bt, ct = cmp.trials_of(base, results_dir), cmp.trials_of(cont, results_dir)
     click.echo(f"baseline:  {base['run_id']} ({len(bt)} trials)")
     click.echo(f"contender: {cont['run_id']} ({len(ct)} trials)")
-    echo_table(("figure", "baseline", "contender", "ratio", "vs noise"),
-               [(ln.label, ln.baseline, ln.contender,
-                 None if ln.ratio is None else f"{ln.ratio:.3f}", ln.verdict)
-                for ln in cmp.compare_runs(base, cont, bt, ct)])
+    echo_table(
+        ("figure", "baseline", "contender", "ratio", "vs noise"),
+        [
+            (
+                ln.label,
+                ln.baseline,
+                ln.contender,
+                None if ln.ratio is None else f"{ln.ratio:.3f}",
+                ln.verdict,
+            )
+            for ln in cmp.compare_runs(base, cont, bt, ct)
+        ],
+    )
 
 
 def _echo_reference(matches: list[Any], name: str, source: str) -> None:
     click.echo(f"{name}: {source}")
     for m in matches:
         r = m.run
-        click.echo(f"\n{r['run_id']} ({r['broker']}, {r['sender_threads']}/"
-                   f"{r['receiver_threads']} threads, {r['sender_nodes']}s-"
-                   f"{r['receiver_nodes']}r)")
-        rows: list[tuple[Any, ...]] = [(
-            "mqlab", r["send_msgs_per_s"], r["receive_msgs_per_s"],
-            _ms(r["processing_us_p95"]), _ms(r["send_call_us_p95"]))]
+        click.echo(
+            f"\n{r['run_id']} ({r['broker']}, {r['sender_threads']}/"
+            f"{r['receiver_threads']} threads, {r['sender_nodes']}s-"
+            f"{r['receiver_nodes']}r)"
+        )
+        rows: list[tuple[Any, ...]] = [
+            (
+                "mqlab (measured period)",
+                r["send_msgs_per_s"],
+                r["receive_msgs_per_s"],
+                _ms(r["processing_us_p95"]),
+                _ms(r["send_call_us_p95"]),
+            )
+        ]
+        if m.worst_window:
+            ww = m.worst_window
+            rows.append(
+                (
+                    f"mqlab worst {ww['window_s']:g} s window",
+                    None,
+                    None,
+                    _ms(ww["processing_us_p95"]),
+                    _ms(ww["send_call_us_p95"]),
+                )
+            )
         for x in m.rows:
-            rows.append((f"{name} {x.system}" + (f" ({x.table})" if x.table != "main" else ""),
-                         x.send_msgs_per_s, x.receive_msgs_per_s,
-                         "fell behind" if x.fell_behind else x.processing_latency_p95_ms,
-                         x.send_latency_p95_ms))
+            rows.append(
+                (
+                    f"{name} {x.system}" + (f" ({x.table})" if x.table != "main" else ""),
+                    x.send_msgs_per_s,
+                    x.receive_msgs_per_s,
+                    "fell behind" if x.fell_behind else x.processing_latency_p95_ms,
+                    x.send_latency_p95_ms,
+                )
+            )
         echo_table(("source", "send msgs/s", "recv msgs/s", "proc p95 ms", "send p95 ms"), rows)
         if m.note:
             click.echo(f"note: {m.note}")

@@ -39,8 +39,9 @@ DEFAULT_WINDOW_S = 60.0
 LOG_FIGURES = ("count", "p50", "p90", "p99", "p99_9", "max")
 
 
-def build_session(master: str | None = "local[*]", app_name: str = "mqlab-summarize",
-                  shuffle_partitions: int = 4) -> SparkSession:
+def build_session(
+    master: str | None = "local[*]", app_name: str = "mqlab-summarize", shuffle_partitions: int = 4
+) -> SparkSession:
     """A SparkSession; with a ``local`` master it binds to 127.0.0.1 and keeps its
     scratch files in a temp dir. ``master=None`` takes spark-submit's ``--master``."""
     from pyspark.sql import SparkSession
@@ -61,8 +62,9 @@ def build_session(master: str | None = "local[*]", app_name: str = "mqlab-summar
     if master is not None:
         builder = builder.master(master)
         if master.startswith("local"):
-            builder = (builder.config("spark.driver.host", "127.0.0.1")
-                       .config("spark.driver.bindAddress", "127.0.0.1"))
+            builder = builder.config("spark.driver.host", "127.0.0.1").config(
+                "spark.driver.bindAddress", "127.0.0.1"
+            )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
@@ -99,9 +101,12 @@ def _run_rdd(spark: SparkSession, tasks: list[partials.Task]) -> dict[Any, Any]:
     return dict(merged.collect())
 
 
-def summarize_runs(spark: SparkSession, run_dirs: Sequence[Path | str],
-                   window_s: float = DEFAULT_WINDOW_S,
-                   results_dir: Path | str | None = None) -> JobOutcome:
+def summarize_runs(
+    spark: SparkSession,
+    run_dirs: Sequence[Path | str],
+    window_s: float = DEFAULT_WINDOW_S,
+    results_dir: Path | str | None = None,
+) -> JobOutcome:
     """Summarize runs; write their Parquet and update the catalog of their results dir
     (``results_dir``, or each run's parent directory)."""
     if window_s <= 0:
@@ -133,8 +138,9 @@ def summarize_runs(spark: SparkSession, run_dirs: Sequence[Path | str],
     return outcome
 
 
-def summarize_logs(spark: SparkSession, files: Sequence[Path | str]
-                   ) -> tuple[list[dict[str, Any]], list[tuple[str, int | None, str]]]:
+def summarize_logs(
+    spark: SparkSession, files: Sequence[Path | str]
+) -> tuple[list[dict[str, Any]], list[tuple[str, int | None, str]]]:
     """Per file and tag of any HdrHistogram interval logs: count, percentiles, max, span."""
     tasks = [partials.Task("logfile", "", str(f)) for f in files]
     results = _run_rdd(spark, tasks)
@@ -143,9 +149,17 @@ def summarize_logs(spark: SparkSession, files: Sequence[Path | str]
         if key[0] != "log":
             continue
         span = (figs["end_ms"] - figs["start_ms"]) / 1000
-        rows.append({"file": key[1], "tag": key[2], **{f: figs[f] for f in LOG_FIGURES},
-                     "start_ms": figs["start_ms"], "end_ms": figs["end_ms"], "span_s": span,
-                     "intervals": figs["intervals"]})
+        rows.append(
+            {
+                "file": key[1],
+                "tag": key[2],
+                **{f: figs[f] for f in LOG_FIGURES},
+                "start_ms": figs["start_ms"],
+                "end_ms": figs["end_ms"],
+                "span_s": span,
+                "intervals": figs["intervals"],
+            }
+        )
     order = {str(f): i for i, f in enumerate(files)}
     rows.sort(key=lambda r: (order.get(r["file"], 0), r["tag"] or ""))
     problems = results.get(("prb", ""), [])
@@ -161,8 +175,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--logs", nargs="+", metavar="FILE", help="summarize interval logs only")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--window-s", type=float, default=DEFAULT_WINDOW_S)
-    p.add_argument("--master", default=None,
-                   help="Spark master (default: spark-submit's, else local[*])")
+    p.add_argument(
+        "--master", default=None, help="Spark master (default: spark-submit's, else local[*])"
+    )
     return p.parse_args(argv)
 
 
@@ -177,20 +192,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.logs:
             rows, problems = summarize_logs(spark, args.logs)
-            print(json.dumps({"format_version": 1, "logs": rows,
-                              "problems": [list(p) for p in problems]}, indent=1))
+            print(
+                json.dumps(
+                    {"format_version": 1, "logs": rows, "problems": [list(p) for p in problems]},
+                    indent=1,
+                )
+            )
             return 0
         dirs = list(args.runs)
         if args.all:
             dirs += [str(p) for p in runmeta.find_runs(args.all)]
         if not dirs:
-            print("nothing to summarize: give run directories, --all DIR or --logs FILE...",
-                  file=sys.stderr)
+            print(
+                "nothing to summarize: give run directories, --all DIR or --logs FILE...",
+                file=sys.stderr,
+            )
             return 2
         out = summarize_runs(spark, dirs, args.window_s, results_dir=args.all)
         for r in out.runs:
-            print(json.dumps({"format_version": 1, "run_id": r.run_id, "run_dir": r.run_dir,
-                              **r.summary, "problems": len(r.problems)}))
+            print(
+                json.dumps(
+                    {
+                        "format_version": 1,
+                        "run_id": r.run_id,
+                        "run_dir": r.run_dir,
+                        **r.summary,
+                        "problems": len(r.problems),
+                    }
+                )
+            )
         for s in out.skipped:
             print(f"skipped {s}", file=sys.stderr)
         return 0

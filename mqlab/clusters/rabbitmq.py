@@ -33,8 +33,10 @@ PROBE_QUEUE = "mqlab-health-probe"
 def _sbin() -> Path:
     found = sorted(RABBIT_LIB.glob("rabbitmq_server-*/sbin"))
     if not found or not EPMD.exists():
-        raise ClusterError("rabbitmq-server not found under /usr/lib/rabbitmq "
-                           "(install the Debian packages: scripts/apt-packages.txt)")
+        raise ClusterError(
+            "rabbitmq-server not found under /usr/lib/rabbitmq "
+            "(install the Debian packages: scripts/apt-packages.txt)"
+        )
     return found[-1]
 
 
@@ -49,8 +51,11 @@ class RabbitmqCluster(LocalCluster):
     # -- recipe ---------------------------------------------------------------
     def _prepare(self, progress: Progress) -> None:
         ports = process.free_ports(self.nodes * 2 + 1)
-        self.ports = {"amqp": ports[: self.nodes], "dist": ports[self.nodes: 2 * self.nodes],
-                      "epmd": ports[-1]}
+        self.ports = {
+            "amqp": ports[: self.nodes],
+            "dist": ports[self.nodes : 2 * self.nodes],
+            "epmd": ports[-1],
+        }
         home = self.workdir / "home"
         home.mkdir(parents=True, exist_ok=True)
         cookie = home / ".erlang.cookie"
@@ -58,13 +63,15 @@ class RabbitmqCluster(LocalCluster):
         cookie.chmod(0o400)
         (self.workdir / "enabled_plugins").write_text("[].\n")
         (self.workdir / "rabbitmq-env.conf").write_text("# written by mqlab: no overrides\n")
-        peers = "\n".join(f"cluster_formation.classic_config.nodes.{i + 1} = {node_name(i)}"
-                          for i in range(self.nodes))
+        peers = "\n".join(
+            f"cluster_formation.classic_config.nodes.{i + 1} = {node_name(i)}"
+            for i in range(self.nodes)
+        )
         for i in range(self.nodes):
             d = self.workdir / f"n{i}"
             (d / "log").mkdir(parents=True, exist_ok=True)
             (d / "rabbitmq.conf").write_text(f"""# written by mqlab
-listeners.tcp.1 = 127.0.0.1:{self.ports['amqp'][i]}
+listeners.tcp.1 = 127.0.0.1:{self.ports["amqp"][i]}
 loopback_users = none
 cluster_formation.peer_discovery_backend = classic_config
 {peers}
@@ -74,8 +81,11 @@ log.file.level = info
 log.console = false
 """)
         progress(f"starting epmd on port {self.ports['epmd']}")
-        _p, rec = process.spawn([str(EPMD), "-port", str(self.ports["epmd"])],
-                                self.workdir / "epmd.log", env=self._env(None))
+        _p, rec = process.spawn(
+            [str(EPMD), "-port", str(self.ports["epmd"])],
+            self.workdir / "epmd.log",
+            env=self._env(None),
+        )
         self.extra["epmd"] = rec.to_json()
         deadline = time.monotonic() + 10
         while not process.port_open("127.0.0.1", self.ports["epmd"]):
@@ -85,28 +95,37 @@ log.console = false
 
     def _env(self, index: int | None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
-        env.update(HOME=str(self.workdir / "home"), ERL_EPMD_PORT=str(self.ports["epmd"]),
-                   ERL_EPMD_ADDRESS="127.0.0.1",
-                   RABBITMQ_CONF_ENV_FILE=str(self.workdir / "rabbitmq-env.conf"),
-                   RABBITMQ_ENABLED_PLUGINS_FILE=str(self.workdir / "enabled_plugins"),
-                   LANG="C.UTF-8", LC_ALL="C.UTF-8")
+        env.update(
+            HOME=str(self.workdir / "home"),
+            ERL_EPMD_PORT=str(self.ports["epmd"]),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+            RABBITMQ_CONF_ENV_FILE=str(self.workdir / "rabbitmq-env.conf"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(self.workdir / "enabled_plugins"),
+            LANG="C.UTF-8",
+            LC_ALL="C.UTF-8",
+            # no scheduler busy-waiting: 3 nodes share a few cores with the clients
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none",
+        )
         if index is not None:
             d = self.workdir / f"n{index}"
-            env.update(RABBITMQ_NODENAME=node_name(index),
-                       RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
-                       RABBITMQ_NODE_PORT=str(self.ports["amqp"][index]),
-                       RABBITMQ_DIST_PORT=str(self.ports["dist"][index]),
-                       RABBITMQ_CONFIG_FILE=str(d / "rabbitmq.conf"),
-                       RABBITMQ_ADVANCED_CONFIG_FILE=str(d / "advanced.config"),
-                       RABBITMQ_MNESIA_BASE=str(d / "mnesia"),
-                       RABBITMQ_LOG_BASE=str(d / "log"),
-                       RABBITMQ_PID_FILE=str(d / "rabbit.pid"))
+            env.update(
+                RABBITMQ_NODENAME=node_name(index),
+                RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+                RABBITMQ_NODE_PORT=str(self.ports["amqp"][index]),
+                RABBITMQ_DIST_PORT=str(self.ports["dist"][index]),
+                RABBITMQ_CONFIG_FILE=str(d / "rabbitmq.conf"),
+                RABBITMQ_ADVANCED_CONFIG_FILE=str(d / "advanced.config"),
+                RABBITMQ_MNESIA_BASE=str(d / "mnesia"),
+                RABBITMQ_LOG_BASE=str(d / "log"),
+                RABBITMQ_PID_FILE=str(d / "rabbit.pid"),
+            )
         return env
 
     def _start_node(self, index: int) -> ProcessRecord:
         d = self.workdir / f"n{index}"
-        _p, rec = process.spawn([str(_sbin() / "rabbitmq-server")], d / "server.log",
-                                env=self._env(index), cwd=d)
+        _p, rec = process.spawn(
+            [str(_sbin() / "rabbitmq-server")], d / "server.log", env=self._env(index), cwd=d
+        )
         return rec
 
     def _start_all(self, progress: Progress) -> None:
@@ -124,10 +143,14 @@ log.console = false
         last = 0.0
         while not process.port_open("127.0.0.1", self.ports["amqp"][index]):
             if not process.is_alive(self.procs[index]):
-                raise ClusterError(f"rabbitmq node {index} exited; see {self.workdir / f'n{index}'}")
+                raise ClusterError(
+                    f"rabbitmq node {index} exited; see {self.workdir / f'n{index}'}"
+                )
             if time.monotonic() > deadline:
-                raise ClusterError(f"rabbitmq node {index} not up after {self.start_timeout_s:.0f} s;"
-                                   f" logs in {self.workdir / f'n{index}'}")
+                raise ClusterError(
+                    f"rabbitmq node {index} not up after {self.start_timeout_s:.0f} s;"
+                    f" logs in {self.workdir / f'n{index}'}"
+                )
             if time.monotonic() - last > 5:
                 last = time.monotonic()
                 progress(f"waiting for rabbitmq node {index} to boot ({last - t0:.0f} s)")
@@ -142,8 +165,10 @@ log.console = false
             if len(running) == self.nodes:
                 break
             if time.monotonic() > deadline:
-                raise ClusterError(f"rabbitmq cluster has {len(running)} of {self.nodes} nodes "
-                                   f"running; logs in {self.workdir}")
+                raise ClusterError(
+                    f"rabbitmq cluster has {len(running)} of {self.nodes} nodes "
+                    f"running; logs in {self.workdir}"
+                )
             time.sleep(1)
         progress("checking that a quorum queue gets a leader and followers")
         members = self.probe_quorum_queue()
@@ -156,18 +181,27 @@ log.console = false
         """Run a RabbitMQ CLI tool (rabbitmqctl, rabbitmq-queues...) against node ``index``."""
         cmd = [str(_sbin() / tool), "-n", node_name(index), *args]
         try:
-            out = subprocess.run(cmd, env=self._env(index), capture_output=True, text=True,
-                                 timeout=timeout_s, check=False)
+            out = subprocess.run(
+                cmd,
+                env=self._env(index),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise ClusterError(f"{tool} {' '.join(args)}: no answer in {timeout_s:.0f} s") from None
         if out.returncode != 0:
-            raise ClusterError(f"{tool} {' '.join(args)} failed: {out.stderr.strip() or out.stdout.strip()}")
+            raise ClusterError(
+                f"{tool} {' '.join(args)} failed: {out.stderr.strip() or out.stdout.strip()}"
+            )
         return out.stdout
 
     def running_nodes(self, index: int = 0) -> list[str]:
         try:
-            data = json.loads(self.ctl("rabbitmqctl", "cluster_status", "--formatter", "json",
-                                       index=index))
+            data = json.loads(
+                self.ctl("rabbitmqctl", "cluster_status", "--formatter", "json", index=index)
+            )
         except (ClusterError, ValueError):
             return []
         nodes: list[str] = data.get("running_nodes", [])
@@ -175,8 +209,9 @@ log.console = false
 
     def quorum_members(self, queue: str, index: int = 0) -> dict[str, Any]:
         """Leader and followers of quorum queue ``queue`` as RabbitMQ reports them."""
-        rows = json.loads(self.ctl("rabbitmq-queues", "quorum_status", queue, "--formatter", "json",
-                                   index=index))
+        rows = json.loads(
+            self.ctl("rabbitmq-queues", "quorum_status", queue, "--formatter", "json", index=index)
+        )
         leader = None
         followers = []
         for row in rows:
@@ -191,14 +226,17 @@ log.console = false
     def probe_quorum_queue(self) -> dict[str, Any]:
         import pika
 
-        params = pika.ConnectionParameters("127.0.0.1", self.ports["amqp"][0],
-                                           connection_attempts=5, retry_delay=1)
+        params = pika.ConnectionParameters(
+            "127.0.0.1", self.ports["amqp"][0], connection_attempts=5, retry_delay=1
+        )
         conn = pika.BlockingConnection(params)
         try:
             ch = conn.channel()
-            ch.queue_declare(PROBE_QUEUE, durable=True,
-                             arguments={"x-queue-type": "quorum",
-                                        "x-quorum-initial-group-size": self.nodes})
+            ch.queue_declare(
+                PROBE_QUEUE,
+                durable=True,
+                arguments={"x-queue-type": "quorum", "x-quorum-initial-group-size": self.nodes},
+            )
             deadline = time.monotonic() + 30
             while True:
                 members = self.quorum_members(PROBE_QUEUE)
@@ -214,16 +252,28 @@ log.console = false
 
     def health(self) -> dict[str, Any]:
         alive = self.alive()
-        nodes = [{"index": i, "alive": a, "port": self.ports["amqp"][i], "name": node_name(i),
-                  "amqp": a and process.port_open("127.0.0.1", self.ports["amqp"][i])}
-                 for i, a in enumerate(alive)]
+        nodes = [
+            {
+                "index": i,
+                "alive": a,
+                "port": self.ports["amqp"][i],
+                "name": node_name(i),
+                "amqp": a and process.port_open("127.0.0.1", self.ports["amqp"][i]),
+            }
+            for i, a in enumerate(alive)
+        ]
         running = self.running_nodes() if nodes and nodes[0]["amqp"] else []
         healthy = all(n["amqp"] for n in nodes) and len(running) == self.nodes
         return {"healthy": healthy, "running_nodes": running, "nodes": nodes}
 
     def endpoints(self) -> Endpoints:
-        return Endpoints("rabbitmq", tuple(NodeEndpoint(i, "127.0.0.1", p, {"node": node_name(i)})
-                                           for i, p in enumerate(self.ports["amqp"])))
+        return Endpoints(
+            "rabbitmq",
+            tuple(
+                NodeEndpoint(i, "127.0.0.1", p, {"node": node_name(i)})
+                for i, p in enumerate(self.ports["amqp"])
+            ),
+        )
 
     def server_versions(self) -> list[str]:
         return [f"RabbitMQ {_sbin().parent.name.split('-', 1)[1]}"]
@@ -236,6 +286,7 @@ log.console = false
         rec = self.epmd_record()
         if rec is not None:
             process.stop(rec)
+            self.extra.pop("epmd", None)
 
 
 CLUSTER = RabbitmqCluster

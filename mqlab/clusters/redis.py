@@ -21,11 +21,13 @@ from mqlab.errors import ClusterError
 
 
 def _binary() -> str:
-    found = shutil.which("redis-server") or ("/usr/bin/redis-server"
-                                             if Path("/usr/bin/redis-server").exists() else None)
+    found = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None
+    )
     if found is None:
-        raise ClusterError("redis-server not found (install the Debian packages: "
-                           "scripts/apt-packages.txt)")
+        raise ClusterError(
+            "redis-server not found (install the Debian packages: scripts/apt-packages.txt)"
+        )
     return found
 
 
@@ -44,7 +46,7 @@ class RedisCluster(LocalCluster):
                 f"port {self.ports['client'][i]}",
                 f"dir {d}",
                 "daemonize no",
-                "save \"\"",
+                'save ""',
                 "appendonly yes",
                 "appendfsync everysec",
                 "repl-diskless-sync yes",
@@ -64,8 +66,12 @@ class RedisCluster(LocalCluster):
     def _client(self, index: int) -> Any:
         import redis
 
-        return redis.Redis(host="127.0.0.1", port=self.ports["client"][index],
-                           socket_timeout=2, socket_connect_timeout=1)
+        return redis.Redis(
+            host="127.0.0.1",
+            port=self.ports["client"][index],
+            socket_timeout=2,
+            socket_connect_timeout=1,
+        )
 
     def info(self, index: int, section: str) -> dict[str, Any]:
         """``INFO section`` of node ``index`` ({} if it does not answer)."""
@@ -85,32 +91,50 @@ class RedisCluster(LocalCluster):
         while time.monotonic() < deadline:
             for i, ok in enumerate(self.alive()):
                 if not ok:
-                    raise ClusterError(f"redis node {i} exited; see {self.workdir / f'n{i}' / 'server.log'}")
+                    raise ClusterError(
+                        f"redis node {i} exited; see {self.workdir / f'n{i}' / 'server.log'}"
+                    )
             if self.health()["healthy"]:
                 return
             time.sleep(0.1)
-        raise ClusterError(f"redis cluster not healthy after {self.start_timeout_s:.0f} s; "
-                           f"logs in {self.workdir}")
+        raise ClusterError(
+            f"redis cluster not healthy after {self.start_timeout_s:.0f} s; logs in {self.workdir}"
+        )
 
     def health(self) -> dict[str, Any]:
         nodes = []
         for i, alive in enumerate(self.alive()):
             repl = self.info(i, "replication") if alive else {}
             persistence = self.info(i, "persistence") if alive else {}
-            nodes.append({"index": i, "alive": alive, "port": self.ports["client"][i],
-                          "role": repl.get("role"), "link": repl.get("master_link_status"),
-                          "aof": persistence.get("aof_enabled") == 1})
+            nodes.append(
+                {
+                    "index": i,
+                    "alive": alive,
+                    "port": self.ports["client"][i],
+                    "role": repl.get("role"),
+                    "link": repl.get("master_link_status"),
+                    "aof": persistence.get("aof_enabled") == 1,
+                }
+            )
         primary = self.info(0, "replication") if nodes and nodes[0]["alive"] else {}
         replicas = int(primary.get("connected_slaves", 0))
-        healthy = (bool(nodes) and nodes[0]["role"] == "master" and replicas == self.nodes - 1
-                   and all(n["alive"] and n["aof"] for n in nodes)
-                   and all(n["link"] == "up" for n in nodes[1:]))
+        healthy = (
+            bool(nodes)
+            and nodes[0]["role"] == "master"
+            and replicas == self.nodes - 1
+            and all(n["alive"] and n["aof"] for n in nodes)
+            and all(n["link"] == "up" for n in nodes[1:])
+        )
         return {"healthy": healthy, "primary": 0, "connected_replicas": replicas, "nodes": nodes}
 
     def endpoints(self) -> Endpoints:
-        return Endpoints("redis", tuple(
-            NodeEndpoint(i, "127.0.0.1", p, {"role": "primary" if i == 0 else "replica"})
-            for i, p in enumerate(self.ports["client"])))
+        return Endpoints(
+            "redis",
+            tuple(
+                NodeEndpoint(i, "127.0.0.1", p, {"role": "primary" if i == 0 else "replica"})
+                for i, p in enumerate(self.ports["client"])
+            ),
+        )
 
     def server_versions(self) -> list[str]:
         out = subprocess.run([_binary(), "--version"], capture_output=True, text=True, check=False)

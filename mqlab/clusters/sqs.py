@@ -24,8 +24,13 @@ REGION = "eu-west-1"
 
 
 def _binary() -> str:
-    return str(tools.require(tools.venv_bin("moto_server"), "moto_server",
-                             "install the locked environment: scripts/bootstrap"))
+    return str(
+        tools.require(
+            tools.venv_bin("moto_server"),
+            "moto_server",
+            "install the locked environment: scripts/bootstrap",
+        )
+    )
 
 
 class SqsCluster(LocalCluster):
@@ -40,8 +45,11 @@ class SqsCluster(LocalCluster):
         self.ports = {"http": process.free_ports(1)}
 
     def _start_node(self, index: int) -> ProcessRecord:
-        _p, rec = process.spawn([_binary(), "-H", "127.0.0.1", "-p", str(self.ports["http"][0])],
-                                self.workdir / "moto.log", cwd=self.workdir)
+        _p, rec = process.spawn(
+            [_binary(), "-H", "127.0.0.1", "-p", str(self.ports["http"][0])],
+            self.workdir / "moto.log",
+            cwd=self.workdir,
+        )
         return rec
 
     @property
@@ -68,13 +76,22 @@ class SqsCluster(LocalCluster):
     def health(self) -> dict[str, Any]:
         alive = self.alive()[0]
         answers = alive and self._answers()
-        return {"healthy": answers, "nodes": [{"index": 0, "alive": alive, "http": answers,
-                                               "port": self.ports["http"][0]}]}
+        return {
+            "healthy": answers,
+            "nodes": [{"index": 0, "alive": alive, "http": answers, "port": self.ports["http"][0]}],
+        }
 
     def endpoints(self) -> Endpoints:
-        return Endpoints("sqs", (NodeEndpoint(0, "127.0.0.1", self.ports["http"][0]),),
-                         {"endpoint_url": self.url, "region": REGION, "dummy_credentials": True,
-                          "server": self.server_versions()[0]})
+        return Endpoints(
+            "sqs",
+            (NodeEndpoint(0, "127.0.0.1", self.ports["http"][0]),),
+            {
+                "endpoint_url": self.url,
+                "region": REGION,
+                "dummy_credentials": True,
+                "server": self.server_versions()[0],
+            },
+        )
 
     def server_versions(self) -> list[str]:
         return [f"moto {metadata.version('moto')} (SQS API emulator)"]

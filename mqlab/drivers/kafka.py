@@ -43,7 +43,9 @@ class Settings:
     acks: str = spec("all", choices=("all", "1", "0"))
     idempotence: bool = spec(True, help="enable.idempotence on the producer")
     linger_ms: float = spec(0.0, min=0)
-    commit_interval_s: float = spec(10.0, min=0, help="commit acked offsets this often; 0: every ack")
+    commit_interval_s: float = spec(
+        10.0, min=0, help="commit acked offsets this often; 0: every ack"
+    )
     session_timeout_ms: int = spec(10_000, min=1000)
     fetch_wait_max_ms: int = spec(100, min=0)
     send_timeout_s: float = spec(30.0, min=0.1)
@@ -100,9 +102,15 @@ class KafkaSender(Sender):
         self.topic = driver.topic
         self.timeout = s.send_timeout_s
         self.errors: list[Any] = []
-        self.p = Producer({"bootstrap.servers": _bootstrap(driver.endpoints), "acks": s.acks,
-                           "enable.idempotence": s.idempotence, "linger.ms": s.linger_ms,
-                           "message.timeout.ms": int(s.send_timeout_s * 1000)})
+        self.p = Producer(
+            {
+                "bootstrap.servers": _bootstrap(driver.endpoints),
+                "acks": s.acks,
+                "enable.idempotence": s.idempotence,
+                "linger.ms": s.linger_ms,
+                "message.timeout.ms": int(s.send_timeout_s * 1000),
+            }
+        )
 
     def _report(self, err: Any, _msg: Any) -> None:
         if err is not None:
@@ -117,8 +125,10 @@ class KafkaSender(Sender):
             raise DriverError(f"kafka: produce failed: {e}") from e
         left = self.p.flush(self.timeout)
         if left or self.errors:
-            raise DriverError(f"kafka: {left} messages unconfirmed after {self.timeout} s, "
-                              f"errors: {self.errors[:3]}")
+            raise DriverError(
+                f"kafka: {left} messages unconfirmed after {self.timeout} s, "
+                f"errors: {self.errors[:3]}"
+            )
 
     def close(self) -> None:
         self.p.flush(self.timeout)
@@ -138,24 +148,37 @@ class KafkaReceiver(Receiver):
         self.assigned = False
         self.lock = threading.Lock()
         self.closing = threading.Event()
-        self.c = Consumer({
-            "bootstrap.servers": _bootstrap(driver.endpoints), "group.id": driver.group,
-            "enable.auto.commit": False, "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest", "session.timeout.ms": s.session_timeout_ms,
-            "heartbeat.interval.ms": max(100, s.session_timeout_ms // 5),
-            "fetch.wait.max.ms": s.fetch_wait_max_ms, "isolation.level": "read_uncommitted",
-        })
-        self.c.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                         on_lost=self._on_revoke)
-        self.poller = threading.Thread(target=self._background, daemon=True,
-                                       name=f"kafka-poll-{driver.group}")
+        self.c = Consumer(
+            {
+                "bootstrap.servers": _bootstrap(driver.endpoints),
+                "group.id": driver.group,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": s.session_timeout_ms,
+                "heartbeat.interval.ms": max(100, s.session_timeout_ms // 5),
+                "fetch.wait.max.ms": s.fetch_wait_max_ms,
+                "isolation.level": "read_uncommitted",
+            }
+        )
+        self.c.subscribe(
+            [self.topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+        self.poller = threading.Thread(
+            target=self._background, daemon=True, name=f"kafka-poll-{driver.group}"
+        )
         self.poller.start()
         deadline = time.monotonic() + s.assignment_timeout_s
         while not self.assigned:  # join the group before returning
             if time.monotonic() > deadline:
                 self.close()
-                raise DriverError(f"kafka: no partition assignment for group {driver.group} "
-                                  f"after {s.assignment_timeout_s:.0f} s")
+                raise DriverError(
+                    f"kafka: no partition assignment for group {driver.group} "
+                    f"after {s.assignment_timeout_s:.0f} s"
+                )
             time.sleep(0.02)
 
     def _background(self) -> None:
@@ -204,7 +227,7 @@ class KafkaReceiver(Receiver):
             if self.buffer and len(self.buffer) < max_messages:
                 for m in self.c.consume(max_messages - len(self.buffer), 0):
                     self._keep(m)
-            out = []
+            out: list[Delivery] = []
             while self.buffer and len(out) < max_messages:
                 m = self.buffer.popleft()
                 self.tracker.delivered(m.partition(), m.offset())
@@ -245,7 +268,7 @@ class KafkaDriver(Driver):
     Settings = Settings
     client_libraries = ("confluent-kafka",)
 
-    def __init__(self, settings: Settings, endpoints: Any, queue: str):
+    def __init__(self, settings: Any, endpoints: Any, queue: str):
         super().__init__(settings, endpoints, queue)
         self.topic = queue
         self.group = f"{queue}-workers"
@@ -258,8 +281,12 @@ class KafkaDriver(Driver):
         admin = self._admin()
         if self.topic in admin.list_topics(timeout=10).topics:
             return
-        topic = NewTopic(self.topic, num_partitions=s.partitions, replication_factor=s.replicas,
-                         config={"min.insync.replicas": str(s.min_insync_replicas)})
+        topic = NewTopic(
+            self.topic,
+            num_partitions=s.partitions,
+            replication_factor=s.replicas,
+            config={"min.insync.replicas": str(s.min_insync_replicas)},
+        )
         try:
             admin.create_topics([topic])[self.topic].result(30)
         except KafkaException as e:

@@ -37,18 +37,23 @@ LOG = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Settings:
-    replicas: int = spec(3, min=1, max=15, help="quorum queue members (x-quorum-initial-group-size)")
+    replicas: int = spec(
+        3, min=1, max=15, help="quorum queue members (x-quorum-initial-group-size)"
+    )
     prefetch: int = spec(100, min=1, max=65_535, help="basic_qos prefetch count per receiver")
-    confirm_timeout_s: float = spec(30.0, min=0.1, help="publisher confirms must arrive within this")
+    confirm_timeout_s: float = spec(
+        30.0, min=0.1, help="publisher confirms must arrive within this"
+    )
     heartbeat_s: int = spec(30, min=0)
     username: str = "guest"
-    password_env: str = spec("MQLAB_RABBITMQ_PASSWORD",
-                             help="environment variable with the password (unset: guest)")
+    password_env: str = spec(
+        "MQLAB_RABBITMQ_PASSWORD", help="environment variable with the password (unset: guest)"
+    )
     vhost: str = "/"
 
 
 class _Confirms:
-    """Counts publisher confirms (delivery tags are 1, 2, ... per channel; acks may be cumulative)."""
+    """Counts publisher confirms: delivery tags 1, 2, ... per channel; acks may be cumulative."""
 
     def __init__(self) -> None:
         self.published = 0
@@ -100,10 +105,17 @@ class RabbitmqSender(Sender):
         # confirm frames are taken from the underlying channel and awaited once per batch.
         ready: list[bool] = []
         impl = self.c.ch._impl
-        impl.confirm_delivery(ack_nack_callback=self.confirms.on_frame,
-                              callback=lambda _frame: ready.append(True))
+        impl.confirm_delivery(
+            ack_nack_callback=self._on_confirm, callback=lambda _frame: ready.append(True)
+        )
         while not ready:
             self.c.conn.process_data_events(time_limit=0.1)
+
+    def _on_confirm(self, frame: Any) -> None:
+        self.confirms.on_frame(frame)
+        # frames taken from the underlying channel do not end process_data_events' wait by
+        # themselves: a no-op callback does, so a batch returns as soon as it is confirmed
+        self.c.conn.add_callback_threadsafe(_noop)
 
     def send(self, batch: Sequence[bytes]) -> None:
         conf = self.confirms
@@ -167,7 +179,7 @@ class RabbitmqDriver(Driver):
     Settings = Settings
     client_libraries = ("pika",)
 
-    def __init__(self, settings: Settings, endpoints: Any, queue: str):
+    def __init__(self, settings: Any, endpoints: Any, queue: str):
         super().__init__(settings, endpoints, queue)
         self._rotation = itertools.count()
 
@@ -177,16 +189,31 @@ class RabbitmqDriver(Driver):
         nodes = list(self.endpoints.nodes)
         start = (next(self._rotation) if first is None else first) % len(nodes)
         creds = pika.PlainCredentials(s.username, os.environ.get(s.password_env, "guest"))
-        return [pika.ConnectionParameters(n.host, n.port, s.vhost, creds, heartbeat=s.heartbeat_s,
-                                          blocked_connection_timeout=s.confirm_timeout_s,
-                                          connection_attempts=2, retry_delay=0.5)
-                for n in nodes[start:] + nodes[:start]]
+        return [
+            pika.ConnectionParameters(
+                n.host,
+                n.port,
+                s.vhost,
+                creds,
+                heartbeat=s.heartbeat_s,
+                blocked_connection_timeout=s.confirm_timeout_s,
+                connection_attempts=2,
+                retry_delay=0.5,
+            )
+            for n in nodes[start:] + nodes[:start]
+        ]
 
     def setup(self) -> None:
         c = _Client(self)
         try:
-            c.ch.queue_declare(self.queue, durable=True, arguments={
-                "x-queue-type": "quorum", "x-quorum-initial-group-size": self.settings.replicas})
+            c.ch.queue_declare(
+                self.queue,
+                durable=True,
+                arguments={
+                    "x-queue-type": "quorum",
+                    "x-quorum-initial-group-size": self.settings.replicas,
+                },
+            )
         except pika.exceptions.AMQPError as e:
             raise DriverError(f"rabbitmq: cannot declare quorum queue {self.queue}: {e!r}") from e
         finally:
@@ -221,6 +248,10 @@ class RabbitmqDriver(Driver):
             version = props.get("version", b"?")
             versions.append(f"{_text(product)} {_text(version)}")
         return versions
+
+
+def _noop() -> None:
+    pass
 
 
 def _text(v: Any) -> str:

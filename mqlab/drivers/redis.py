@@ -39,9 +39,13 @@ FIELD = b"m"
 @dataclass(frozen=True)
 class Settings:
     streams: int = spec(1, min=1, max=10_000, help="stream keys the queue is sharded over")
-    wait_replicas: int = spec(0, min=0, max=10, help="WAIT for this many replicas after each send; 0: async")
+    wait_replicas: int = spec(
+        0, min=0, max=10, help="WAIT for this many replicas after each send; 0: async"
+    )
     wait_timeout_ms: int = spec(5000, min=1, help="WAIT timeout; fewer acks then fail the send")
-    visibility_timeout_s: float = spec(30.0, min=0.1, help="idle time before XAUTOCLAIM takes an entry")
+    visibility_timeout_s: float = spec(
+        30.0, min=0.1, help="idle time before XAUTOCLAIM takes an entry"
+    )
     reclaim_interval_s: float = spec(5.0, min=0.05, help="how often a receiver runs XAUTOCLAIM")
     delete_on_ack: bool = spec(True, help="XDEL acked entries so streams do not grow")
     socket_timeout_s: float = spec(30.0, min=1.0)
@@ -81,8 +85,10 @@ class RedisSender(Sender):
         except redis.RedisError as e:
             raise DriverError(f"redis: send failed: {e}") from e
         if self.wait and int(results[-1]) < self.wait:
-            raise DriverError(f"redis: WAIT {self.wait}: only {results[-1]} replicas acknowledged "
-                              f"within {self.wait_timeout_ms} ms")
+            raise DriverError(
+                f"redis: WAIT {self.wait}: only {results[-1]} replicas acknowledged "
+                f"within {self.wait_timeout_ms} ms"
+            )
 
     def close(self) -> None:
         self.r.close()
@@ -120,7 +126,7 @@ class RedisReceiver(Receiver):
     def _read_backlog(self, max_messages: int) -> list[Delivery]:
         while self.backlog:
             key, last = next(iter(self.backlog.items()))
-            reply = self.r.xreadgroup(self.group, self.name, {key: last}, count=max_messages)
+            reply: Any = self.r.xreadgroup(self.group, self.name, {key: last}, count=max_messages)
             entries = reply[0][1] if reply else []
             if not entries:
                 del self.backlog[key]
@@ -137,8 +143,14 @@ class RedisReceiver(Receiver):
         for key in self.keys:
             if len(out) >= max_messages:
                 break
-            reply = self.r.xautoclaim(key, self.group, self.name, self.min_idle_ms,
-                                      start_id=self.cursors[key], count=max_messages - len(out))
+            reply = self.r.xautoclaim(
+                key,
+                self.group,
+                self.name,
+                self.min_idle_ms,
+                start_id=self.cursors[key],
+                count=max_messages - len(out),
+            )
             self.cursors[key] = reply[0]
             out += self._deliveries([(key, reply[1])], True)
             if reply[2:] and reply[2]:
@@ -158,8 +170,13 @@ class RedisReceiver(Receiver):
             keys, count = read_plan(self.keys, self.rotate, max_messages)
             self.rotate = (self.rotate + len(keys)) % len(self.keys)
             block = min(int(timeout_s * 1000), self.max_block_ms)
-            reply = self.r.xreadgroup(self.group, self.name, {k: b">" for k in keys}, count=count,
-                                      block=block if block > 0 else None)
+            reply = self.r.xreadgroup(
+                self.group,
+                self.name,
+                {k: b">" for k in keys},
+                count=count,
+                block=block if block > 0 else None,
+            )
             return self._deliveries(reply, False)
         except redis.RedisError as e:
             raise DriverError(f"redis: receive failed: {e}") from e
@@ -194,10 +211,11 @@ class RedisDriver(Driver):
     Settings = Settings
     client_libraries = ("redis", "hiredis")
 
-    def __init__(self, settings: Settings, endpoints: Any, queue: str):
+    def __init__(self, settings: Any, endpoints: Any, queue: str):
         super().__init__(settings, endpoints, queue)
-        self.keys = key_names(queue, settings.streams)
-        self.group = b"workers"
+        s: Settings = settings
+        self.keys = key_names(queue, s.streams)
+        self.group = "workers"
         self._lock = threading.Lock()
         self._free_names: list[str] = []
         self._counter = itertools.count()
@@ -207,9 +225,13 @@ class RedisDriver(Driver):
 
     def connect(self, timeout_s: float | None = None) -> redis.Redis:
         s: Settings = self.settings
-        return redis.Redis(host=self.primary.host, port=self.primary.port,
-                           socket_timeout=timeout_s or s.socket_timeout_s,
-                           socket_connect_timeout=5, health_check_interval=0)
+        return redis.Redis(
+            host=self.primary.host,
+            port=self.primary.port,
+            socket_timeout=timeout_s or s.socket_timeout_s,
+            socket_connect_timeout=5,
+            health_check_interval=0,
+        )
 
     def _admin(self) -> redis.Redis:
         return self.connect(10)
@@ -232,7 +254,7 @@ class RedisDriver(Driver):
         r = self._admin()
         try:
             for i in range(0, len(self.keys), 500):
-                r.delete(*self.keys[i:i + 500])
+                r.delete(*self.keys[i : i + 500])
         finally:
             r.close()
 
@@ -244,15 +266,21 @@ class RedisDriver(Driver):
         return RedisSender(self)
 
     def receiver(self) -> Receiver:
-        """A receiver reuses the consumer name of a closed one: it first gets that one's pending entries."""
+        """Reuses a closed receiver's consumer name: it first gets that one's pending entries."""
         with self._lock:
-            name = self._free_names.pop(0) if self._free_names else f"{self._prefix}-{next(self._counter)}"
+            name = (
+                self._free_names.pop(0)
+                if self._free_names
+                else f"{self._prefix}-{next(self._counter)}"
+            )
         return RedisReceiver(self, name)
 
     def server_versions(self) -> list[str]:
         versions = []
         for node in self.endpoints.nodes:
-            r = redis.Redis(host=node.host, port=node.port, socket_timeout=2, socket_connect_timeout=2)
+            r = redis.Redis(
+                host=node.host, port=node.port, socket_timeout=2, socket_connect_timeout=2
+            )
             try:
                 info = r.info("server")
                 versions.append(f"redis {info.get('redis_version', '?')}")

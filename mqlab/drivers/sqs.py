@@ -53,7 +53,7 @@ def decode(body: str) -> bytes:
 
 
 def chunks(items: Sequence[Any], size: int = MAX_BATCH) -> list[Sequence[Any]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 class SqsSender(Sender):
@@ -71,8 +71,9 @@ class SqsSender(Sender):
             except botocore.exceptions.ClientError as e:
                 raise DriverError(f"sqs: send failed: {e}") from e
             if reply.get("Failed"):
-                raise DriverError(f"sqs: {len(reply['Failed'])} messages not accepted: "
-                                  f"{reply['Failed'][0]}")
+                raise DriverError(
+                    f"sqs: {len(reply['Failed'])} messages not accepted: {reply['Failed'][0]}"
+                )
 
 
 class SqsReceiver(Receiver):
@@ -84,9 +85,11 @@ class SqsReceiver(Receiver):
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         try:
             reply = self.client.receive_message(
-                QueueUrl=self.url, MaxNumberOfMessages=max(1, min(max_messages, MAX_BATCH)),
+                QueueUrl=self.url,
+                MaxNumberOfMessages=max(1, min(max_messages, MAX_BATCH)),
                 WaitTimeSeconds=max(0, min(int(timeout_s), self.long_poll_max_s)),
-                MessageSystemAttributeNames=["ApproximateReceiveCount"])
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            )
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
             raise DriverError(f"sqs: receive failed: {e}") from e
         out = []
@@ -103,7 +106,9 @@ class SqsReceiver(Receiver):
             except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
                 raise DriverError(f"sqs: ack failed: {e}") from e
             if reply.get("Failed"):
-                raise DriverError(f"sqs: {len(reply['Failed'])} deletes failed: {reply['Failed'][0]}")
+                raise DriverError(
+                    f"sqs: {len(reply['Failed'])} deletes failed: {reply['Failed'][0]}"
+                )
 
 
 class SqsDriver(Driver):
@@ -111,7 +116,7 @@ class SqsDriver(Driver):
     Settings = Settings
     client_libraries = ("boto3", "botocore")
 
-    def __init__(self, settings: Settings, endpoints: Any, queue: str):
+    def __init__(self, settings: Any, endpoints: Any, queue: str):
         super().__init__(settings, endpoints, queue)
         extra = endpoints.extra
         self.region = str(extra.get("region") or settings.region)
@@ -127,9 +132,11 @@ class SqsDriver(Driver):
         if self.dummy_credentials:
             kwargs = {"aws_access_key_id": DUMMY_KEY, "aws_secret_access_key": DUMMY_KEY}
         session = boto3.session.Session(region_name=self.region, **kwargs)
-        cfg = botocore.config.Config(max_pool_connections=s.max_connections,
-                                     retries={"max_attempts": 3, "mode": "standard"},
-                                     read_timeout=s.long_poll_max_s + 10)
+        cfg = botocore.config.Config(
+            max_pool_connections=s.max_connections,
+            retries={"max_attempts": 3, "mode": "standard"},
+            read_timeout=s.long_poll_max_s + 10,
+        )
         return session.client("sqs", endpoint_url=self.endpoint_url, config=cfg)
 
     def queue_url(self) -> str:
@@ -147,9 +154,13 @@ class SqsDriver(Driver):
             if s.queue_url:
                 c.get_queue_attributes(QueueUrl=s.queue_url, AttributeNames=["VisibilityTimeout"])
                 return
-            reply = c.create_queue(QueueName=self.queue_name, Attributes={
-                "VisibilityTimeout": str(s.visibility_timeout_s),
-                "MessageRetentionPeriod": str(s.message_retention_s)})
+            reply = c.create_queue(
+                QueueName=self.queue_name,
+                Attributes={
+                    "VisibilityTimeout": str(s.visibility_timeout_s),
+                    "MessageRetentionPeriod": str(s.message_retention_s),
+                },
+            )
             self._url = str(reply["QueueUrl"])
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
             raise DriverError(f"sqs: cannot create queue {self.queue_name}: {e}") from e

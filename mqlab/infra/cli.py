@@ -21,6 +21,9 @@ from mqlab.infra.labs import LabSpec, parse_rfc3339, spec_from_scenarios
 
 F = TypeVar("F", bound=Callable[..., Any])
 ERR = Console(stderr=True)
+OUT = Console()
+if not OUT.is_terminal:
+    OUT = Console(width=160)  # tables stay readable when piped or captured
 
 
 def _one_line_errors(fn: F) -> F:
@@ -31,7 +34,7 @@ def _one_line_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except MqlabError as e:
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"mqlab: error: {e}", err=True)
             raise SystemExit(e.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
@@ -110,7 +113,7 @@ def up(scenario: str) -> None:
         table.add_column(col)
     for h in inv.hosts:
         table.add_row(h.name, h.private_ip, h.public_ip or "-", h.instance_id)
-    Console().print(table)
+    OUT.print(table)
     click.echo(f"ssh: ssh -i {inv.ssh_key} {inv.ssh_user}@<public ip>")
     click.echo(f"inventory: {result.lab.inventory_file}")
     click.echo(f"cost: {result.cost.describe()}; stop it with `mqlab infra down {scenario}`")
@@ -181,7 +184,7 @@ def status(target: str | None, show_all: bool, as_json: bool) -> None:
             r.expires_at,
             cost,
         )
-    Console().print(table)
+    OUT.print(table)
     if only is not None and labs[0].inventory is not None:
         for h in labs[0].inventory.hosts:
             click.echo(f"{h.name}\t{h.private_ip}\t{h.public_ip or '-'}\t{h.instance_id}")

@@ -289,8 +289,13 @@ class LabDir:
             )
         override = self.stack_dir / "backend_override.tf"
         if backend.kind == "s3":
-            override.write_text('terraform {\n  backend "s3" {}\n}\n')
-        (self.path / "terraformrc").write_text("disable_checkpoint = true\n")
+            override.write_text(
+                f"# written by mqlab (format_version {FORMAT_VERSION})\n"
+                'terraform {\n  backend "s3" {}\n}\n'
+            )
+        (self.path / "terraformrc").write_text(
+            f"# written by mqlab (format_version {FORMAT_VERSION})\ndisable_checkpoint = true\n"
+        )
 
     def write_tfvars(self, tfvars: dict[str, Any]) -> None:
         self.tfvars_file.write_text(json.dumps(tfvars, indent=2) + "\n")

@@ -7,6 +7,7 @@ is destroyed before returning, and the error says whether that worked.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -194,7 +195,25 @@ def up(spec: LabSpec, progress: Progress | None = None) -> UpResult:
     return UpResult(lab, inventory, spec.cost())
 
 
+def _nothing_created(lab: LabDir) -> bool:
+    """True when the local state shows no managed resource (so there is nothing to undo)."""
+    record = lab.load()
+    if record.backend.get("kind", "local") != "local":
+        return False
+    state_file = lab.path / "terraform.tfstate"
+    if not state_file.is_file():
+        return True
+    try:
+        resources = json.loads(state_file.read_text()).get("resources", [])
+    except (OSError, json.JSONDecodeError):
+        return False
+    return not any(r.get("mode") == "managed" for r in resources)
+
+
 def _destroy_after_failure(lab: LabDir, progress: Progress) -> str:
+    if _nothing_created(lab):
+        lab.update(state="destroyed")
+        return "nothing had been created"
     try:
         _destroy(lab, progress)
     except (Exception, KeyboardInterrupt) as d:
@@ -286,3 +305,12 @@ def gc(
             out.append(GcOutcome(record.lab_id, record.expires_at, f"failed: {e}"))
     LOG.info("gc at %s: %d expired labs", rfc3339(now), len(out))
     return out
+
+
+def lab_inventory(spec: LabSpec) -> inv.Inventory:
+    """The typed host list of the scenario's live lab (for the fleet), with its SSH key path."""
+    lab = find_lab(spec.lab_id, spec)
+    record = lab.load()
+    if record.state != "up" or not lab.inventory_file.is_file():
+        raise InfraError(f"lab {record.lab_id} is {record.state}, not up (run `mqlab infra up`)")
+    return inv.load(lab.inventory_file, lab.path / PRIVATE_NAME)

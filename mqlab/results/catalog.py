@@ -25,7 +25,10 @@ from mqlab.results.tables import SCHEMAS, TABLES
 LOG = logging.getLogger(__name__)
 
 CATALOG_DIR = ".catalog"
-RUN_FILE = {"runs": "run.parquet"}  # per-run file names that differ from the table name
+RUN_FILE = {"runs": "run.parquet"}
+ACCEPTED_VERSIONS = (
+    b"1",
+)  # Parquet schema metadata "format_version"  # per-run file names that differ from the table name
 
 
 def run_file(run_dir: Path | str, table: str) -> Path:
@@ -52,7 +55,11 @@ def read_run_table(run_dir: Path | str, table: str) -> pa.Table:
     path = run_file(run_dir, table)
     if not path.is_file():
         raise ArchiveError(f"{run_dir}: not summarized yet (run `mqlab summarize {run_dir}`)")
-    return pq.read_table(path)
+    table = pq.read_table(path)
+    version = (table.schema.metadata or {}).get(b"format_version")
+    if version not in ACCEPTED_VERSIONS:
+        raise ArchiveError(f"{path}: format_version {version!r} (this mqlab reads 1)")
+    return table
 
 
 def update_catalog(results_dir: Path | str, per_run: Sequence[dict[str, pa.Table]]) -> None:
@@ -120,9 +127,13 @@ def _started(run: dict[str, Any]) -> datetime | None:
         return None
 
 
-def filter_runs(runs: Iterable[dict[str, Any]], broker: str | None = None,
-                scenario: str | None = None, since: str | date | datetime | None = None,
-                until: str | date | datetime | None = None) -> list[dict[str, Any]]:
+def filter_runs(
+    runs: Iterable[dict[str, Any]],
+    broker: str | None = None,
+    scenario: str | None = None,
+    since: str | date | datetime | None = None,
+    until: str | date | datetime | None = None,
+) -> list[dict[str, Any]]:
     """Runs (dicts with broker, scenario, started_at) matching every filter given.
 
     ``since`` is inclusive, ``until`` exclusive; a bare date means midnight UTC, so

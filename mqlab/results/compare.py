@@ -32,8 +32,18 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("delivery_duplicated", "duplicated", False),
 )
 # runs with equal values of these are trials of the same configuration
-TRIAL_KEY = ("scenario", "broker", "profile", "sender_threads", "receiver_threads",
-             "sender_nodes", "receiver_nodes", "message_bytes", "batch", "sweep")
+TRIAL_KEY = (
+    "scenario",
+    "broker",
+    "profile",
+    "sender_threads",
+    "receiver_threads",
+    "sender_nodes",
+    "receiver_nodes",
+    "message_bytes",
+    "batch",
+    "sweep",
+)
 NOISE_FACTOR = 2.0  # a difference counts when it exceeds 2 standard errors
 
 
@@ -63,35 +73,57 @@ def resolve_run(ref: str, results_dir: Path | str) -> dict[str, Any]:
 
 def trials_of(run: dict[str, Any], results_dir: Path | str) -> list[dict[str, Any]]:
     """All catalogued runs with the same configuration (the run itself included)."""
-    same = [r for r in catalog.load_runs(results_dir)
-            if all(r.get(k) == run.get(k) for k in TRIAL_KEY)]
+    same = [
+        r for r in catalog.load_runs(results_dir) if all(r.get(k) == run.get(k) for k in TRIAL_KEY)
+    ]
     if not any(r["run_id"] == run["run_id"] for r in same):
         same.append(run)
     return same
 
 
-def _noise_verdict(field: str, higher_better: bool, base: list[dict[str, Any]],
-                   cont: list[dict[str, Any]]) -> str:
+def _noise_verdict(
+    field: str,
+    higher_better: bool,
+    pair: tuple[Any, Any],
+    base: list[dict[str, Any]],
+    cont: list[dict[str, Any]],
+) -> str:
+    """Same configuration: the pair's difference against the trials' spread; otherwise the
+    difference of the trial means against its standard error (either times NOISE_FACTOR)."""
     b = [r[field] for r in base if r.get(field) is not None]
     c = [r[field] for r in cont if r.get(field) is not None]
     if len(b) < 2 or len(c) < 2:
         return f"noise unknown ({len(b)} vs {len(c)} trials)"
-    diff = statistics.fmean(c) - statistics.fmean(b)
-    se = math.sqrt(statistics.variance(b) / len(b) + statistics.variance(c) / len(c))
+    if {r["run_id"] for r in base} == {r["run_id"] for r in cont}:
+        # two trials of one configuration: their difference against the trials' spread
+        if pair[0] is None or pair[1] is None:
+            return ""
+        diff = float(pair[1] - pair[0])
+        others = list(b)  # the spread of the other trials, when there are enough
+        for v in pair:
+            others.remove(v)
+        se = math.sqrt(2 * statistics.variance(others if len(others) >= 2 else b))
+    else:
+        diff = statistics.fmean(c) - statistics.fmean(b)
+        se = math.sqrt(statistics.variance(b) / len(b) + statistics.variance(c) / len(c))
     if abs(diff) <= NOISE_FACTOR * se:
         return "within noise"
     return "better" if (diff > 0) == higher_better else "worse"
 
 
-def compare_runs(baseline: dict[str, Any], contender: dict[str, Any],
-                 base_trials: list[dict[str, Any]] | None = None,
-                 cont_trials: list[dict[str, Any]] | None = None) -> list[Line]:
+def compare_runs(
+    baseline: dict[str, Any],
+    contender: dict[str, Any],
+    base_trials: list[dict[str, Any]] | None = None,
+    cont_trials: list[dict[str, Any]] | None = None,
+) -> list[Line]:
     out = []
     for field, label, higher in FIGURES:
         b, c = baseline.get(field), contender.get(field)
         ratio = c / b if b not in (None, 0) and c is not None else None
-        verdict = _noise_verdict(field, higher, base_trials or [baseline],
-                                 cont_trials or [contender])
+        verdict = _noise_verdict(
+            field, higher, (b, c), base_trials or [baseline], cont_trials or [contender]
+        )
         out.append(Line(label, b, c, ratio, verdict))
     return out
 
@@ -102,6 +134,23 @@ class ReferenceMatch:
     rows: list[reference.ReferenceRow]  # same broker, threads and nodes
     other_configs: list[str]  # this broker's published configurations, when no match
     note: str | None  # approximate mapping, or why nothing matched
+    worst_window: dict[str, Any] | None = None  # the run's worst per-window p95 figures
+
+
+def worst_window(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The highest per-window p95 of processing and send latency (mqperf's metric when
+    the windows are 1 minute long)."""
+    try:
+        rows = catalog.read_run_table(run["run_dir"], "windows").to_pylist()
+    except ArchiveError:
+        return None
+    if not rows:
+        return None
+    return {
+        "window_s": run["window_s"],
+        "processing_us_p95": max(r["processing_us_p95"] for r in rows),
+        "send_call_us_p95": max(r["send_call_us_p95"] for r in rows),
+    }
 
 
 def against_reference(runs: list[dict[str, Any]], name: str) -> list[ReferenceMatch]:
@@ -114,10 +163,17 @@ def against_reference(runs: list[dict[str, Any]], name: str) -> list[ReferenceMa
         note = "; ".join(notes) or None
         if not match:
             same_broker = reference.broker_rows(run["broker"], rows)
-            others = sorted({f"{r.sender_threads}/{r.receiver_threads} threads, "
-                             f"{r.sender_nodes}s-{r.receiver_nodes}r" for r in same_broker})
-            note = (f"no published {name} row for broker {run['broker']} with these threads "
-                    "and nodes" if same_broker else
-                    f"{name} has no rows for broker {run['broker']}")
-        out.append(ReferenceMatch(run, match, others, note))
+            others = sorted(
+                {
+                    f"{r.sender_threads}/{r.receiver_threads} threads, "
+                    f"{r.sender_nodes}s-{r.receiver_nodes}r"
+                    for r in same_broker
+                }
+            )
+            note = (
+                f"no published {name} row for broker {run['broker']} with these threads and nodes"
+                if same_broker
+                else f"{name} has no rows for broker {run['broker']}"
+            )
+        out.append(ReferenceMatch(run, match, others, note, worst_window(run)))
     return out

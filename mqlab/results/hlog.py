@@ -23,8 +23,14 @@ LOG = logging.getLogger(__name__)
 
 SUPPORTED_VERSIONS = ("1.2", "1.3")
 PERCENTILES: tuple[tuple[str, float], ...] = (
-    ("p50", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0),
-    ("p99_9", 99.9), ("p99_99", 99.99), ("p99_9999", 99.9999),
+    ("p50", 50.0),
+    ("p75", 75.0),
+    ("p90", 90.0),
+    ("p95", 95.0),
+    ("p99", 99.0),
+    ("p99_9", 99.9),
+    ("p99_99", 99.99),
+    ("p99_9999", 99.9999),
 )
 _ONE_YEAR_S = 365 * 24 * 3600.0
 _NUM = r"([0-9]+(?:\.[0-9]*)?)"
@@ -173,8 +179,10 @@ def figures(hist: HdrHistogram | None) -> dict[str, float | int]:
     """
     if hist is None or not hist.get_total_count():
         return {"count": 0, "mean": 0.0, **{name: 0 for name, _ in PERCENTILES}, "max": 0}
-    out: dict[str, float | int] = {"count": int(hist.get_total_count()),
-                                   "mean": round(float(hist.get_mean_value()), 3)}
+    out: dict[str, float | int] = {
+        "count": int(hist.get_total_count()),
+        "mean": round(float(hist.get_mean_value()), 3),
+    }
     for name, p in PERCENTILES:
         out[name] = int(hist.get_value_at_percentile(p))
     out["max"] = int(hist.get_max_value())

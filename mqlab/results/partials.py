@@ -9,6 +9,7 @@ Keys:
 - ``("lat", run_id, metric, window)``: an encoded histogram (window -1 = measured period)
 - ``("cnt", run_id, role, window)``: (count, end ms of the last interval with count > 0)
 - ``("dlv", run_id, sender_id)``: one worker's record for that sender id
+- ``("rdl", run_id)``: redelivered messages from the receivers' worker.json
 - ``("prb", run_id)``: problems found (file, line, problem)
 - ``("log", file, tag)``: for ``--logs``: histogram and time span of one file and tag
 """
@@ -34,7 +35,7 @@ Key = tuple[Any, ...]
 
 @dataclass(frozen=True)
 class Task:
-    """One raw file to read. kind: hlog | counts | sent | delivery | logfile."""
+    """One raw file to read. kind: hlog | counts | sent | delivery | worker | logfile."""
 
     kind: str
     run_id: str
@@ -55,6 +56,8 @@ def process_task(task: Task) -> Iterator[tuple[Key, Any]]:
         yield from _process_counts(task)
     elif task.kind in ("sent", "delivery"):
         yield from _process_delivery(task)
+    elif task.kind == "worker":
+        yield from _process_worker(task)
     else:
         raise ValueError(f"unknown task kind {task.kind}")
 
@@ -116,8 +119,16 @@ def _process_hlog(task: Task) -> Iterator[tuple[Key, Any]]:
         yield ("lat", task.run_id, task.metric, WHOLE), _encode(whole)
 
 
-COUNT_COLUMNS = ("start_ms", "length_ms", "sent", "confirmed", "failed", "received", "acked",
-                 "redelivered")
+COUNT_COLUMNS = (
+    "start_ms",
+    "length_ms",
+    "sent",
+    "confirmed",
+    "failed",
+    "received",
+    "acked",
+    "redelivered",
+)
 
 
 def _process_counts(task: Task) -> Iterator[tuple[Key, Any]]:
@@ -127,8 +138,11 @@ def _process_counts(task: Task) -> Iterator[tuple[Key, Any]]:
         with open(task.path, newline="") as f:
             text = f.read()
     except OSError as err:
-        yield _problem(task, None, "missing file" if isinstance(err, FileNotFoundError)
-                       else f"unreadable: {err}")
+        yield _problem(
+            task,
+            None,
+            "missing file" if isinstance(err, FileNotFoundError) else f"unreadable: {err}",
+        )
         return
     sums: dict[int, list[int]] = {}
     reader = csv.reader(io.StringIO(text))
@@ -176,18 +190,38 @@ def _process_delivery(task: Task) -> Iterator[tuple[Key, Any]]:
     for sid, rec in senders.items():
         try:
             if task.kind == "sent":
-                part = {"sent": int(rec["sent"]), "confirmed": int(rec["confirmed"]),
-                        "failed": int(rec["failed"]),
-                        "confirmed_bitmap": base64.b64decode(rec["confirmed_bitmap"])}
+                part = {
+                    "sent": int(rec["sent"]),
+                    "confirmed": int(rec["confirmed"]),
+                    "failed": int(rec["failed"]),
+                    "confirmed_bitmap": base64.b64decode(rec["confirmed_bitmap"]),
+                }
             else:
-                part = {"received": int(rec["received"]),
-                        "redelivered": int(rec["redelivered"]),
-                        "reordered": int(rec["reordered"]),
-                        "bitmap": base64.b64decode(rec["bitmap"])}
+                part = {
+                    "received": int(rec["received"]),
+                    "redelivered": int(rec["redelivered"]),
+                    "reordered": int(rec["reordered"]),
+                    "bitmap": base64.b64decode(rec["bitmap"]),
+                }
         except (KeyError, ValueError, TypeError) as err:
             yield _problem(task, None, f"sender {sid}: bad record: {err}")
             continue
         yield ("dlv", task.run_id, int(sid)), part
+
+
+def _process_worker(task: Task) -> Iterator[tuple[Key, Any]]:
+    """A receiver's worker.json: its total of redelivered messages (as summary.json counts)."""
+    try:
+        with open(task.path) as f:
+            doc = json.load(f)
+        redelivered = int((doc.get("messages") or {}).get("redelivered", 0))
+    except FileNotFoundError:
+        yield _problem(task, None, "missing file")
+        return
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        yield _problem(task, None, f"not a worker.json: {err}")
+        return
+    yield ("rdl", task.run_id), redelivered
 
 
 def finalize(key: Key, parts: Iterable[Any]) -> tuple[Key, Any]:
@@ -207,27 +241,35 @@ def finalize(key: Key, parts: Iterable[Any]) -> tuple[Key, Any]:
             n += c
             last = max(last, e)
         return key, (n, last)
+    if kind == "rdl":
+        return key, sum(parts)
     if kind == "dlv":
         return key, _merge_delivery(list(parts))
     if kind == "prb":
         return key, sorted((x for p in parts for x in p), key=lambda t: (t[0], t[1] or 0))
     if kind == "log":
         acc = None
-        first, last, n = None, None, 0
+        first_ms: int | None = None
+        last_ms: int | None = None
+        intervals = 0
         for payload, s, e, k in parts:
             acc = hlog.merge_into(acc, hlog.decode(payload.decode("ascii")))
-            first = s if first is None else min(first, s)
-            last = e if last is None else max(last, e)
-            n += k
-        return key, {**hlog.figures(acc), "start_ms": first, "end_ms": last, "intervals": n}
+            first_ms = s if first_ms is None else min(first_ms, s)
+            last_ms = e if last_ms is None else max(last_ms, e)
+            intervals += k
+        return key, {
+            **hlog.figures(acc),
+            "start_ms": first_ms,
+            "end_ms": last_ms,
+            "intervals": intervals,
+        }
     raise ValueError(f"unknown key {key!r}")
 
 
 def _merge_delivery(parts: list[dict[str, Any]]) -> dict[str, int]:
     confirmed_bm = BitMap()
     union = BitMap()
-    out = dict.fromkeys(("sent", "confirmed", "failed", "received", "redelivered",
-                         "reordered"), 0)
+    out = dict.fromkeys(("sent", "confirmed", "failed", "received", "redelivered", "reordered"), 0)
     for p in parts:
         for k in out:
             out[k] += p.get(k, 0)

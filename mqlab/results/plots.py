@@ -19,6 +19,7 @@ LOG = logging.getLogger(__name__)
 
 MAX_NINES = 6  # the percentile axis ends at 99.9999
 TICKS = (0.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999)
+PNG_METADATA = {"Software": "mqlab", "format_version": "1"}
 
 
 def percentile_curve(encoded: str, points: int = 300) -> tuple[list[float], list[float]]:
@@ -44,14 +45,16 @@ def plot_latency_distribution(histograms: dict[str, str], path: Path, title: str
     ax.grid(True, which="major", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, metadata=PNG_METADATA)
     plt.close(fig)
 
 
 def throughput_series(run_dir: Path) -> dict[str, dict[int, float]]:
     """Per role, msgs/s per interval start (epoch ms) summed over workers, from counts.csv."""
-    series: dict[str, dict[int, float]] = {"send": defaultdict(float),
-                                           "receive": defaultdict(float)}
+    series: dict[str, dict[int, float]] = {
+        "send": defaultdict(float),
+        "receive": defaultdict(float),
+    }
     for counts in sorted((run_dir / "workers").glob("*/counts.csv")):
         try:
             with counts.open(newline="") as f:
@@ -76,8 +79,7 @@ def plot_throughput(run_dir: Path, path: Path, warmup_end_ms: int, title: str) -
         if data:
             xs = sorted(data)
             ax.plot([(x - t0) / 1000 for x in xs], [data[x] for x in xs], label=f"{role} msgs/s")
-    ax.axvspan(0, max(0.0, (warmup_end_ms - t0) / 1000), color="grey", alpha=0.15,
-               label="warm-up")
+    ax.axvspan(0, max(0.0, (warmup_end_ms - t0) / 1000), color="grey", alpha=0.15, label="warm-up")
     ax.set_ylim(bottom=0)
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("messages per second")
@@ -85,18 +87,20 @@ def plot_throughput(run_dir: Path, path: Path, warmup_end_ms: int, title: str) -
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, metadata=PNG_METADATA)
     plt.close(fig)
 
 
-def plot_sweep(runs: list[dict[str, Any]], path: Path, field: str, ylabel: str,
-               title: str, scale: float = 1.0) -> None:
+def plot_sweep(
+    runs: list[dict[str, Any]], path: Path, field: str, ylabel: str, title: str, scale: float = 1.0
+) -> None:
     """``field`` against sender threads, one line per (sender nodes, receiver nodes)."""
     lines: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
     for r in runs:
         if r.get(field) is not None:
             lines[(r["sender_nodes"], r["receiver_nodes"])].append(
-                (r["sender_threads"], r[field] * scale))
+                (r["sender_threads"], r[field] * scale)
+            )
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for (s, rn), pts in sorted(lines.items()):
         pts.sort()
@@ -107,5 +111,5 @@ def plot_sweep(runs: list[dict[str, Any]], path: Path, field: str, ylabel: str,
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, metadata=PNG_METADATA)
     plt.close(fig)

@@ -15,9 +15,11 @@ from mqlab.errors import MqlabError
 LOG = logging.getLogger(__name__)
 
 REFERENCES = {"mqperf-2021": "mqperf-2021.csv"}
-SOURCE = ('SoftwareMill, "Evaluating persistent, replicated message queues", 2021 edition; '
-          "latencies are p95 over a 1-minute window in ms; 60000 marks runs where receivers "
-          "fell behind")
+SOURCE = (
+    'SoftwareMill, "Evaluating persistent, replicated message queues", 2021 edition; '
+    "latencies are p95 over a 1-minute window in ms; 60000 marks runs where receivers "
+    "fell behind"
+)
 FELL_BEHIND_MS = 60000.0
 # mqperf system name -> (mqlab broker, None when exact else why the mapping is approximate)
 SYSTEM_TO_BROKER: dict[str, tuple[str, str | None]] = {
@@ -67,22 +69,36 @@ def load_reference(name: str = "mqperf-2021") -> list[ReferenceRow]:
     rows = []
     for r in csv.DictReader(io.StringIO(text)):
         broker, approx = SYSTEM_TO_BROKER.get(r["system"], (r["system"].lower(), "unmapped"))
-        rows.append(ReferenceRow(
-            r["system"], r["table"], broker, approx,
-            int(r["sender_threads"]), int(r["receiver_threads"]), int(r["sender_nodes"]),
-            int(r["receiver_nodes"]), float(r["send_msgs_per_s"]),
-            float(r["receive_msgs_per_s"]), float(r["processing_latency_p95_ms"]),
-            float(r["send_latency_p95_ms"])))
+        rows.append(
+            ReferenceRow(
+                r["system"],
+                r["table"],
+                broker,
+                approx,
+                int(r["sender_threads"]),
+                int(r["receiver_threads"]),
+                int(r["sender_nodes"]),
+                int(r["receiver_nodes"]),
+                float(r["send_msgs_per_s"]),
+                float(r["receive_msgs_per_s"]),
+                float(r["processing_latency_p95_ms"]),
+                float(r["send_latency_p95_ms"]),
+            )
+        )
     return rows
 
 
 def matching_rows(run: dict[str, Any], rows: list[ReferenceRow]) -> list[ReferenceRow]:
     """Published rows with the run's broker, threads and nodes."""
-    return [r for r in rows if r.broker == run["broker"]
-            and r.sender_threads == run["sender_threads"]
-            and r.receiver_threads == run["receiver_threads"]
-            and r.sender_nodes == run["sender_nodes"]
-            and r.receiver_nodes == run["receiver_nodes"]]
+    return [
+        r
+        for r in rows
+        if r.broker == run["broker"]
+        and r.sender_threads == run["sender_threads"]
+        and r.receiver_threads == run["receiver_threads"]
+        and r.sender_nodes == run["sender_nodes"]
+        and r.receiver_nodes == run["receiver_nodes"]
+    ]
 
 
 def broker_rows(broker: str, rows: list[ReferenceRow]) -> list[ReferenceRow]:

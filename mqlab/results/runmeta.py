@@ -19,12 +19,25 @@ from mqlab.results.partials import Task
 LOG = logging.getLogger(__name__)
 
 ACCEPTED_VERSIONS = (1,)
-SENDER_FILES = (("hlog", "send_call_us"), ("hlog", "send_msg_us"), ("counts", "sender"),
-                ("sent", ""))
-RECEIVER_FILES = (("hlog", "processing_us"), ("counts", "receiver"), ("delivery", ""))
-FILE_NAMES = {"send_call_us": "send_call_us.hlog", "send_msg_us": "send_msg_us.hlog",
-              "processing_us": "processing_us.hlog", "sender": "counts.csv",
-              "receiver": "counts.csv"}
+SENDER_FILES = (
+    ("hlog", "send_call_us"),
+    ("hlog", "send_msg_us"),
+    ("counts", "sender"),
+    ("sent", ""),
+)
+RECEIVER_FILES = (
+    ("hlog", "processing_us"),
+    ("counts", "receiver"),
+    ("delivery", ""),
+    ("worker", ""),
+)
+FILE_NAMES = {
+    "send_call_us": "send_call_us.hlog",
+    "send_msg_us": "send_msg_us.hlog",
+    "processing_us": "processing_us.hlog",
+    "sender": "counts.csv",
+    "receiver": "counts.csv",
+}
 # scenario keys we read, with the spellings accepted (first found wins, [workload] first)
 SCENARIO_KEYS = {
     "message_bytes": ("message_bytes", "message_size", "size_bytes"),
@@ -113,7 +126,7 @@ def read_run(run_dir: Path | str) -> RunMeta:
     wjson = {wid: _worker_json(run_dir / "workers" / wid) for wid, _ in workers}
 
     def threads(role: str, fallback: str | None) -> int:
-        for (wid, r) in workers:
+        for wid, r in workers:
             if r == role and wjson[wid].get("threads") is not None:
                 return int(wjson[wid]["threads"])
         v = _find_key(scenario, (f"{role}_threads",))
@@ -134,12 +147,16 @@ def read_run(run_dir: Path | str) -> RunMeta:
         scenario=str(scenario.get("name") or (m.group("scenario") if m else "")),
         broker=str(broker.get("name") or scenario.get("broker") or ""),
         profile=str(broker.get("profile") or (m.group("profile") if m else "")),
-        sender_threads=st, receiver_threads=rt,
-        sender_nodes=nodes("sender"), receiver_nodes=nodes("receiver"),
+        sender_threads=st,
+        receiver_threads=rt,
+        sender_nodes=nodes("sender"),
+        receiver_nodes=nodes("receiver"),
         message_bytes=int(msg_bytes) if msg_bytes is not None else None,
         batch=int(batch) if batch is not None else None,
-        status=str(manifest.get("status", "")), end_reason=str(manifest.get("end_reason", "")),
-        started_at=str(manifest.get("started_at", "")), ended_at=str(manifest.get("ended_at", "")),
+        status=str(manifest.get("status", "")),
+        end_reason=str(manifest.get("end_reason", "")),
+        started_at=str(manifest.get("started_at", "")),
+        ended_at=str(manifest.get("ended_at", "")),
         measure_start_ms=int(measure.get("start_ms", 0)),
         warmup_end_ms=int(measure.get("warmup_end_ms", measure.get("start_ms", 0))),
         measure_end_ms=int(measure.get("end_ms", 0)),

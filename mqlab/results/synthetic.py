@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from hdrh.histogram import HdrHistogram
 from pyroaring import BitMap
@@ -157,21 +158,36 @@ class _Writer:
         with path.open("w", newline="") as f:
             w = csv.writer(f)
             w.writerow(
-                ["start_ms", "length_ms", "sent", "confirmed", "failed", "received", "acked",
-                 "redelivered"]
+                [
+                    "start_ms",
+                    "length_ms",
+                    "sent",
+                    "confirmed",
+                    "failed",
+                    "received",
+                    "acked",
+                    "redelivered",
+                ]
             )
             for (s, e), n in zip(self.spans, per_interval, strict=True):
                 start_ms, end_ms = round(s * 1000), round(e * 1000)
                 row = [n, n, 0, 0, 0, 0] if role == "sender" else [0, 0, 0, n, n, 0]
                 w.writerow([start_ms, end_ms - start_ms, *row])
 
-    def write_worker_json(self, wdir: Path, role: str, node: int, sender_ids: list[int],
-                          messages: dict[str, int]) -> None:
+    def write_worker_json(
+        self, wdir: Path, role: str, node: int, sender_ids: list[int], messages: dict[str, int]
+    ) -> None:
         threads = self.spec.sender_threads if role == "sender" else self.spec.receiver_threads
         doc = {
-            "format_version": FORMAT_VERSION, "role": role, "node": node, "threads": threads,
-            "sender_ids": sender_ids, "started_ms": round(self.spec.start_s * 1000),
-            "ended_ms": round(self.end_s * 1000), "status": "ok", "error": None,
+            "format_version": FORMAT_VERSION,
+            "role": role,
+            "node": node,
+            "threads": threads,
+            "sender_ids": sender_ids,
+            "started_ms": round(self.spec.start_s * 1000),
+            "ended_ms": round(self.end_s * 1000),
+            "status": "ok",
+            "error": None,
             "messages": messages,
         }
         (wdir / "worker.json").write_text(json.dumps(doc, indent=1))
@@ -204,8 +220,12 @@ def write_synthetic_run(results_dir: Path, spec: SyntheticSpec | None = None) ->
         for sid in ids:
             n = sum(per_thread)
             confirmed_total[sid] = n
-            senders[str(sid)] = {"sent": n, "confirmed": n, "failed": 0,
-                                 "confirmed_bitmap": _b64_bitmap(BitMap(range(n)))}
+            senders[str(sid)] = {
+                "sent": n,
+                "confirmed": n,
+                "failed": 0,
+                "confirmed_bitmap": _b64_bitmap(BitMap(range(n))),
+            }
         (wdir / "sent.json").write_text(
             json.dumps({"format_version": FORMAT_VERSION, "senders": senders})
         )
@@ -219,7 +239,7 @@ def write_synthetic_run(results_dir: Path, spec: SyntheticSpec | None = None) ->
         wid = f"receiver-{node:02d}"
         wdir = run_dir / "workers" / wid
         wdir.mkdir()
-        recs = {}
+        recs: dict[str, dict[str, Any]] = {}
         for sid in sender_ids_all:
             n = confirmed_total[sid]
             bm = BitMap(range(node, n, r_nodes))
@@ -228,8 +248,12 @@ def write_synthetic_run(results_dir: Path, spec: SyntheticSpec | None = None) ->
                     bm.discard(seq)
                 lost += min(spec.lost_per_sender, len(range(node, n, r_nodes)))
             dup = spec.duplicated_per_sender if node == 0 else 0
-            recs[str(sid)] = {"received": len(bm) + dup, "redelivered": dup, "reordered": 0,
-                              "bitmap": _b64_bitmap(bm)}
+            recs[str(sid)] = {
+                "received": len(bm) + dup,
+                "redelivered": dup,
+                "reordered": 0,
+                "bitmap": _b64_bitmap(bm),
+            }
             duplicated += dup
             received_all += len(bm) + dup
             unique_all += len(bm)
@@ -244,16 +268,31 @@ def write_synthetic_run(results_dir: Path, spec: SyntheticSpec | None = None) ->
         w.write_counts(wdir / "counts.csv", "receiver", w.per_interval(round(share)))
         for metric in RECEIVER_METRICS:
             w.write_hlog(wdir / f"{metric}.hlog", metric, wid)
-        w.write_worker_json(wdir, "receiver", node, [], {
-            "received": sum(int(r["received"]) for r in recs.values()),
-            "redelivered": sum(int(r["redelivered"]) for r in recs.values())})
+        w.write_worker_json(
+            wdir,
+            "receiver",
+            node,
+            [],
+            {
+                "received": sum(int(r["received"]) for r in recs.values()),
+                "redelivered": sum(int(r["redelivered"]) for r in recs.values()),
+            },
+        )
         workers_meta.append({"id": wid, "role": "receiver", "node": node, "status": "ok"})
 
     _write_scenario_and_manifest(spec, run_dir, name, w.end_s, warmup_end_ms, workers_meta)
     confirmed = sum(confirmed_total.values())
-    delivery = {"sent": confirmed, "confirmed": confirmed, "failed": 0,
-                "received": received_all, "unique_received": unique_all, "lost": lost,
-                "duplicated": duplicated, "reordered": reordered, "redelivered": duplicated}
+    delivery = {
+        "sent": confirmed,
+        "confirmed": confirmed,
+        "failed": 0,
+        "received": received_all,
+        "unique_received": unique_all,
+        "lost": lost,
+        "duplicated": duplicated,
+        "reordered": reordered,
+        "redelivered": duplicated,
+    }
     return SyntheticRun(run_dir, name, warmup_end_ms, w.samples, delivery)
 
 
@@ -261,8 +300,14 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _write_scenario_and_manifest(spec: SyntheticSpec, run_dir: Path, run_id: str, end_s: float,
-                                 warmup_end_ms: int, workers: list[dict[str, object]]) -> None:
+def _write_scenario_and_manifest(
+    spec: SyntheticSpec,
+    run_dir: Path,
+    run_id: str,
+    end_s: float,
+    warmup_end_ms: int,
+    workers: list[dict[str, object]],
+) -> None:
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in spec.extra.items())
     (run_dir / "scenario.toml").write_text(
         f'format_version = 1\nname = "{spec.scenario}"\n\n'
@@ -274,17 +319,29 @@ def _write_scenario_and_manifest(spec: SyntheticSpec, run_dir: Path, run_id: str
         f"sender_threads = {spec.sender_threads}\nreceiver_threads = {spec.receiver_threads}\n"
     )
     manifest = {
-        "format_version": FORMAT_VERSION, "run_id": run_id, "status": "complete",
-        "end_reason": "completed", "started_at": _iso(spec.start_s), "ended_at": _iso(end_s),
-        "measure": {"start_ms": round(spec.start_s * 1000), "warmup_end_ms": warmup_end_ms,
-                    "end_ms": warmup_end_ms + spec.duration_s * 1000},
-        "mqlab": {"version": "0.1.0", "git_commit": "synthetic", "git_dirty": False,
-                  "flake_rev": None, "nixpkgs_rev": None},
-        "python": "3.11", "libraries": {},
+        "format_version": FORMAT_VERSION,
+        "run_id": run_id,
+        "status": "complete",
+        "end_reason": "completed",
+        "started_at": _iso(spec.start_s),
+        "ended_at": _iso(end_s),
+        "measure": {
+            "start_ms": round(spec.start_s * 1000),
+            "warmup_end_ms": warmup_end_ms,
+            "end_ms": warmup_end_ms + spec.duration_s * 1000,
+        },
+        "mqlab": {
+            "version": "0.1.0",
+            "git_commit": "synthetic",
+            "git_dirty": False,
+            "flake_rev": None,
+            "nixpkgs_rev": None,
+        },
+        "python": "3.11",
+        "libraries": {},
         "broker": {"name": spec.broker, "profile": spec.profile, "server_versions": []},
         "cluster": {"target": "synthetic", "nodes": 3},
-        "host": {"cpu_model": "synthetic", "cpus": 2, "memory_bytes": 0, "kernel": "",
-                 "os": ""},
+        "host": {"cpu_model": "synthetic", "cpus": 2, "memory_bytes": 0, "kernel": "", "os": ""},
         "clock": {"source": "synthetic", "offset_ms": 0, "sync": None},
         "workers": workers,
     }

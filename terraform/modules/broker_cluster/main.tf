@@ -37,7 +37,7 @@ locals {
       })
     })
   ]
-  tags = merge(var.tags, {
+  tags = merge({ Project = "mqlab" }, var.tags, {
     "mqlab:lab"        = var.lab_id
     "mqlab:broker"     = var.broker
     "mqlab:role"       = "broker"

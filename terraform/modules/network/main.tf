@@ -6,7 +6,7 @@ data "aws_availability_zones" "available" {
 locals {
   zone_names = length(var.availability_zone_names) > 0 ? var.availability_zone_names : data.aws_availability_zones.available[0].names
   zones      = slice(local.zone_names, 0, var.availability_zones)
-  tags       = merge(var.tags, { "mqlab:lab" = var.lab_id, "mqlab:role" = "network" })
+  tags       = merge({ Project = "mqlab" }, var.tags, { "mqlab:lab" = var.lab_id, "mqlab:role" = "network" })
 }
 
 resource "aws_vpc" "lab" {

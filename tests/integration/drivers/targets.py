@@ -47,8 +47,13 @@ def _rabbitmq() -> Any:
 def _kafka() -> Any:
     from mqlab.drivers.kafka import Settings
 
-    return Settings(replicas=1, min_insync_replicas=1, partitions=4, commit_interval_s=0.0,
-                    session_timeout_ms=6000)
+    return Settings(
+        replicas=1,
+        min_insync_replicas=1,
+        partitions=4,
+        commit_interval_s=0.0,
+        session_timeout_ms=6000,
+    )
 
 
 def _sqs() -> Any:

@@ -17,8 +17,14 @@ DIRS = ["modules/network", "modules/broker_cluster", "modules/client_fleet", "st
 
 
 def _tf(exe: str, cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([exe, f"-chdir={cwd}", *args], env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+    return subprocess.run(
+        [exe, f"-chdir={cwd}", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -35,13 +41,23 @@ def test_fmt_is_clean(terraform_bin: str, tf_env: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("d", DIRS)
-def test_validate_and_test_offline(d: str, tree: Path, terraform_bin: str, plugin_dir: Path,
-                                   tf_env: dict[str, str], tmp_path: Path) -> None:
+def test_validate_and_test_offline(
+    d: str, tree: Path, terraform_bin: str, plugin_dir: Path, tf_env: dict[str, str], tmp_path: Path
+) -> None:
     cwd = tree / d
     env = {**tf_env, "TF_DATA_DIR": str(tmp_path / "tf-data")}
     # -lockfile=readonly: the committed lock file must already pin the provider.
-    res = _tf(terraform_bin, cwd, env, "init", "-backend=false", "-input=false", "-no-color",
-              "-lockfile=readonly", f"-plugin-dir={plugin_dir}")
+    res = _tf(
+        terraform_bin,
+        cwd,
+        env,
+        "init",
+        "-backend=false",
+        "-input=false",
+        "-no-color",
+        "-lockfile=readonly",
+        f"-plugin-dir={plugin_dir}",
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     res = _tf(terraform_bin, cwd, env, "validate", "-no-color")
     assert res.returncode == 0 and "valid" in res.stdout, res.stdout + res.stderr

@@ -41,9 +41,17 @@ def _direct(run_dir: Path, metric: str, from_ms: int) -> HdrHistogram:
 
 
 def test_spark_percentiles_equal_hdrh_and_bad_lines_are_counted(
-        spark: SparkSession, tmp_path: Path) -> None:
-    spec = SyntheticSpec(sender_nodes=2, receiver_nodes=2, duration_s=20, seed=3,
-                         lost_per_sender=1, duplicated_per_sender=2, reordered_per_receiver=1)
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    spec = SyntheticSpec(
+        sender_nodes=2,
+        receiver_nodes=2,
+        duration_s=20,
+        seed=3,
+        lost_per_sender=1,
+        duplicated_per_sender=2,
+        reordered_per_receiver=1,
+    )
     r = write_synthetic_run(tmp_path, spec)
     log = r.run_dir / "workers" / "receiver-01" / "processing_us.hlog"
     with log.open("a") as f:
@@ -56,8 +64,10 @@ def test_spark_percentiles_equal_hdrh_and_bad_lines_are_counted(
     assert len(out.runs) == 1
     problems = out.runs[0].problems
     assert [(Path(p[0]).name, p[1]) for p in problems] == [
-        ("processing_us.hlog", n_lines - 1), ("processing_us.hlog", n_lines),
-        ("sent.json", None)]
+        ("processing_us.hlog", n_lines - 1),
+        ("processing_us.hlog", n_lines),
+        ("sent.json", None),
+    ]
 
     run = pq.read_table(run_file(r.run_dir, "runs")).to_pylist()[0]
     assert (run["bad_lines"], run["missing_files"]) == (2, 1)
@@ -94,9 +104,17 @@ def test_spark_percentiles_match_raw_samples(spark: SparkSession, tmp_path: Path
 
 
 def test_spark_summary_equals_quick_summary(spark: SparkSession, tmp_path: Path) -> None:
-    r = write_synthetic_run(tmp_path, SyntheticSpec(
-        seed=5, sender_nodes=2, receiver_nodes=3, lost_per_sender=3, duplicated_per_sender=1,
-        reordered_per_receiver=2))
+    r = write_synthetic_run(
+        tmp_path,
+        SyntheticSpec(
+            seed=5,
+            sender_nodes=2,
+            receiver_nodes=3,
+            lost_per_sender=3,
+            duplicated_per_sender=1,
+            reordered_per_receiver=2,
+        ),
+    )
     quick = summarize_run(r.run_dir)
     spark_summary = summarize_runs(spark, [r.run_dir]).runs[0].summary
     assert spark_summary == as_summary(pq.read_table(run_file(r.run_dir, "runs")).to_pylist()[0])
@@ -106,15 +124,16 @@ def test_spark_summary_equals_quick_summary(spark: SparkSession, tmp_path: Path)
 
 def _foreign_log(path: Path) -> dict[str, list[int]]:
     values = {"read": [100, 200, 300, 4000], "write": [7, 8, 9]}
-    lines = ["#[Histogram log format version 1.2]",
-             "#[StartTime: 1600000000.000 (seconds since epoch), Sun Sep 13 12:26:40 UTC 2020]",
-             '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"']
+    lines = [
+        "#[Histogram log format version 1.2]",
+        "#[StartTime: 1600000000.000 (seconds since epoch), Sun Sep 13 12:26:40 UTC 2020]",
+        '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"',
+    ]
     for i, (tag, vals) in enumerate(sorted(values.items())):
         for j, v in enumerate(vals):
             h = HdrHistogram(1, 3_600_000_000, 3)
             h.record_value(v)
-            lines.append(f"Tag={tag},{i * 10 + j}.000,1.000,{v / 1000:.3f},"
-                         f"{h.encode().decode()}")
+            lines.append(f"Tag={tag},{i * 10 + j}.000,1.000,{v / 1000:.3f},{h.encode().decode()}")
     lines.append("Tag=read,99.000,1.000,0.1")  # bad line (3 fields after the tag)
     path.write_text("\n".join(lines) + "\n")
     return values
@@ -132,22 +151,36 @@ def test_summarize_logs_cli_json(spark: SparkSession, tmp_path: Path) -> None:
     assert by_tag["write"]["p50"] == 8 and by_tag["write"]["span_s"] == 3.0
     assert by_tag["read"]["start_ms"] == 1600000000000
     assert by_tag["write"]["start_ms"] == 1600000010000
-    assert doc["problems"] == [[str(path), 11, "expected 4 comma-separated fields, found 3 "
-                                "(truncated or corrupt)"]]
+    assert doc["problems"] == [
+        [str(path), 11, "expected 4 comma-separated fields, found 3 (truncated or corrupt)"]
+    ]
     rows, _ = summarize_logs(spark, [path])
     assert sum(r["count"] for r in rows) == sum(len(v) for v in values.values())
 
 
 def test_cli_summarize_all_then_query(spark: SparkSession, tmp_path: Path) -> None:
     for seed, threads in ((1, 1), (2, 5)):
-        write_synthetic_run(tmp_path, SyntheticSpec(seed=seed, sender_threads=threads,
-                                                    receiver_threads=threads, duration_s=5,
-                                                    start_s=1763806925.25 + seed * 100))
+        write_synthetic_run(
+            tmp_path,
+            SyntheticSpec(
+                seed=seed,
+                sender_threads=threads,
+                receiver_threads=threads,
+                duration_s=5,
+                start_s=1763806925.25 + seed * 100,
+            ),
+        )
     res = CliRunner().invoke(summarize, ["--all", "--results", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    res = CliRunner().invoke(query, ["--results", str(tmp_path), "--json",
-                                     "SELECT sender_threads, send_msgs_per_s FROM runs "
-                                     "ORDER BY sender_threads"])
+    res = CliRunner().invoke(
+        query,
+        [
+            "--results",
+            str(tmp_path),
+            "--json",
+            "SELECT sender_threads, send_msgs_per_s FROM runs ORDER BY sender_threads",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert [r["sender_threads"] for r in json.loads(res.stdout)] == [1, 5]
 
@@ -157,10 +190,23 @@ def test_spark_submit_runs_the_job_file_unchanged(tmp_path: Path) -> None:
     submit = Path(sys.executable).parent / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = subprocess.run(
-        [str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.driver.host=127.0.0.1", str(ROOT / "spark" / "summarize.py"),
-         str(r.run_dir)], capture_output=True, text=True, env=env, timeout=300,
-        cwd=tmp_path)
+        [
+            str(submit),
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            str(ROOT / "spark" / "summarize.py"),
+            str(r.run_dir),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["run_id"] == r.run_id and doc["problems"] == 0

@@ -39,8 +39,14 @@ def write_scenario(tmp_path: Path) -> Callable[..., Path]:
     (tmp_path / "profiles").mkdir(exist_ok=True)
     (tmp_path / "profiles" / "nats-r3.toml").write_text(PROFILE.read_text())
 
-    def write(aws: str = 'operator_cidr = "203.0.113.7/32"', nodes: int = 3, senders: int = 1,
-              receivers: int = 2, extra: str = "", name: str = "t.toml") -> Path:
+    def write(
+        aws: str = 'operator_cidr = "203.0.113.7/32"',
+        nodes: int = 3,
+        senders: int = 1,
+        receivers: int = 2,
+        extra: str = "",
+        name: str = "t.toml",
+    ) -> Path:
         path = tmp_path / name
         text = BASE.format(aws=aws, nodes=nodes, senders=senders, receivers=receivers)
         path.write_text(text + extra)
@@ -55,7 +61,9 @@ def fake_terraform(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     import sys
 
     exe = tmp_path / "terraform"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).with_name('fake_terraform.py')} \"$@\"\n")
+    exe.write_text(
+        f'#!/bin/sh\nexec {sys.executable} {Path(__file__).with_name("fake_terraform.py")} "$@"\n'
+    )
     exe.chmod(0o755)
     log = tmp_path / "tf-calls.jsonl"
     log.touch()

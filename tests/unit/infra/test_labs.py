@@ -32,8 +32,11 @@ def test_sweep_is_sized_to_its_largest_point() -> None:
 def test_tfvars_match_the_stack_variables(write_scenario: Callable[..., Path]) -> None:
     spec = spec_from_scenarios(load_scenario(write_scenario()))
     tfvars = spec.tfvars("2030-01-01T00:00:00Z", "ssh-ed25519 AAAA x", "")
-    declared = set(re.findall(r'^variable "([a-z_]+)"',
-                              (REPO / "terraform/stacks/lab/variables.tf").read_text(), re.M))
+    declared = set(
+        re.findall(
+            r'^variable "([a-z_]+)"', (REPO / "terraform/stacks/lab/variables.tf").read_text(), re.M
+        )
+    )
     assert set(tfvars) <= declared
     required = {"lab_id", "broker", "operator_cidr", "expires_at", "ssh_public_key"}
     assert required <= set(tfvars) and tfvars["format_version"] == 1
@@ -47,16 +50,20 @@ def test_non_aws_target_is_refused(write_scenario: Callable[..., Path]) -> None:
         spec_from_scenarios(load_scenario(path))
 
 
-def test_backend_local_by_default_and_s3_as_option(monkeypatch: pytest.MonkeyPatch,
-                                                   tmp_path: Path) -> None:
+def test_backend_local_by_default_and_s3_as_option(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("MQLAB_TF_BACKEND", raising=False)
     assert Backend.from_env("lab-1", "eu-west-1").init_config(tmp_path) == {
-        "path": str(tmp_path / "terraform.tfstate")}
+        "path": str(tmp_path / "terraform.tfstate")
+    }
     monkeypatch.setenv("MQLAB_TF_BACKEND", "s3://my-state-bucket/mqlab/labs")
     b = Backend.from_env("lab-1", "eu-west-1")
-    assert b.init_config(tmp_path) == {"bucket": "my-state-bucket",
-                                       "key": "mqlab/labs/lab-1/terraform.tfstate",
-                                       "region": "eu-west-1"}
+    assert b.init_config(tmp_path) == {
+        "bucket": "my-state-bucket",
+        "key": "mqlab/labs/lab-1/terraform.tfstate",
+        "region": "eu-west-1",
+    }
     monkeypatch.setenv("MQLAB_TF_BACKEND", "gs://nope")
     with pytest.raises(InfraError, match="MQLAB_TF_BACKEND"):
         Backend.from_env("lab-1", "eu-west-1")
@@ -72,7 +79,9 @@ def test_prepare_copies_the_stack_and_writes_s3_override(tmp_path: Path) -> None
     assert (lab.path.stat().st_mode & 0o777) == 0o700
 
 
-def test_terraform_env_stays_in_the_lab_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_terraform_env_stays_in_the_lab_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TF_LOG", "TRACE")
     env = LabDir(tmp_path).terraform_env()
     assert env["TF_DATA_DIR"].startswith(str(tmp_path))

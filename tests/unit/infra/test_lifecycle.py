@@ -11,18 +11,19 @@ from click.testing import CliRunner
 from mqlab.errors import InfraError
 from mqlab.infra import lifecycle
 from mqlab.infra.cli import infra
-from mqlab.infra.labs import LabDir, spec_from_scenarios
+from mqlab.infra.labs import LabDir, LabSpec, spec_from_scenarios
 from mqlab.scenario import load_scenario
 
 from .conftest import calls
 
 
-def _spec(write_scenario: Callable[..., Path]):  # type: ignore[no-untyped-def]
+def _spec(write_scenario: Callable[..., Path]) -> LabSpec:
     return spec_from_scenarios(load_scenario(write_scenario()))
 
 
-def test_up_records_inventory_and_state(fake_terraform: Path,
-                                        write_scenario: Callable[..., Path]) -> None:
+def test_up_records_inventory_and_state(
+    fake_terraform: Path, write_scenario: Callable[..., Path]
+) -> None:
     result = lifecycle.up(_spec(write_scenario))
     assert result.lab.load().state == "up"
     assert result.inventory.brokers[0].private_ip == "10.42.0.10"
@@ -34,10 +35,13 @@ def test_up_records_inventory_and_state(fake_terraform: Path,
     assert "PRIVATE KEY" not in result.lab.tfvars_file.read_text()
 
 
-@pytest.mark.parametrize("failing", ["apply", "plan", "output"])
-def test_failed_up_destroys_what_it_created(fake_terraform: Path, failing: str,
-                                            write_scenario: Callable[..., Path],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("failing", ["apply", "output"])
+def test_failed_up_destroys_what_it_created(
+    fake_terraform: Path,
+    failing: str,
+    write_scenario: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("FAKE_TF_FAIL", failing)
     spec = _spec(write_scenario)
     with pytest.raises(InfraError) as err:
@@ -47,13 +51,29 @@ def test_failed_up_destroys_what_it_created(fake_terraform: Path, failing: str,
     assert LabDir.for_id(spec.lab_id).load().state == "destroyed"
 
 
-def test_failed_cleanup_says_so(fake_terraform: Path, write_scenario: Callable[..., Path],
-                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_plan_has_nothing_to_undo(
+    fake_terraform: Path, write_scenario: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_TF_FAIL", "plan")
+    spec = _spec(write_scenario)
+    with pytest.raises(InfraError) as err:
+        lifecycle.up(spec)
+    assert "plan broke" in str(err.value) and "nothing had been created" in str(err.value)
+    assert "destroy" not in [c[1] for c in calls(fake_terraform)]
+    assert LabDir.for_id(spec.lab_id).load().state == "destroyed"
+
+
+def test_failed_cleanup_says_so(
+    fake_terraform: Path, write_scenario: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = _spec(write_scenario)
     lifecycle.up(spec)
     monkeypatch.setenv("FAKE_TF_FAIL", "destroy")
-    monkeypatch.setattr(lifecycle.Terraform, "apply",
-                        lambda self, plan, on_event=None: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(
+        lifecycle.Terraform,
+        "apply",
+        lambda self, plan, on_event=None: (_ for _ in ()).throw(KeyboardInterrupt),
+    )
     with pytest.raises(lifecycle.LabInterrupted) as err:
         lifecycle.up(spec)
     assert "interrupted" in str(err.value) and "could NOT destroy" in str(err.value)
@@ -61,8 +81,9 @@ def test_failed_cleanup_says_so(fake_terraform: Path, write_scenario: Callable[.
     assert err.value.exit_code == 130
 
 
-def test_gc_destroys_only_expired_live_labs(fake_terraform: Path,
-                                            write_scenario: Callable[..., Path]) -> None:
+def test_gc_destroys_only_expired_live_labs(
+    fake_terraform: Path, write_scenario: Callable[..., Path]
+) -> None:
     old = lifecycle.up(spec_from_scenarios(load_scenario(write_scenario(name="a.toml")))).lab
     young = lifecycle.up(spec_from_scenarios(load_scenario(write_scenario(name="b.toml")))).lab
     old.update(expires_at="2020-01-01T00:00:00Z")
@@ -86,8 +107,9 @@ def test_status_lists_live_labs(fake_terraform: Path, write_scenario: Callable[.
     assert len(lifecycle.status(include_destroyed=True)) == 1
 
 
-def test_cli_bad_scenario_fails_before_terraform(fake_terraform: Path,
-                                                 write_scenario: Callable[..., Path]) -> None:
+def test_cli_bad_scenario_fails_before_terraform(
+    fake_terraform: Path, write_scenario: Callable[..., Path]
+) -> None:
     path = write_scenario(aws='operator_cidr = "203.0.113.7/32"\nbroker_instance_type = "big"')
     for cmd in ("plan", "up"):
         res = CliRunner().invoke(infra, [cmd, str(path)])
@@ -114,3 +136,30 @@ def test_cli_up_status_down_gc(fake_terraform: Path, write_scenario: Callable[..
     assert "no live labs" in res.output
     res = runner.invoke(infra, ["down", "no-such-lab"])
     assert res.exit_code == 2 and "no lab 'no-such-lab'" in res.output
+
+
+def test_lab_inventory_for_the_fleet(
+    fake_terraform: Path, write_scenario: Callable[..., Path]
+) -> None:
+    spec = _spec(write_scenario)
+    with pytest.raises(InfraError, match="no lab"):
+        lifecycle.lab_inventory(spec)
+    lab = lifecycle.up(spec).lab
+    inv = lifecycle.lab_inventory(spec)
+    assert inv.ssh_key == lab.path / "id_ed25519" and inv.brokers[0].name == "broker-0"
+    lifecycle.down(lab)
+    with pytest.raises(InfraError, match="not up"):
+        lifecycle.lab_inventory(spec)
+
+
+def test_mqlab_entry_point_reports_bad_aws_field_in_one_line(
+    fake_terraform: Path, write_scenario: Callable[..., Path]
+) -> None:
+    from mqlab.cli import main
+
+    path = write_scenario(nodes=0)
+    res = CliRunner().invoke(main, ["infra", "up", str(path)])
+    assert res.exit_code == 2
+    (line,) = res.output.strip().splitlines()
+    assert line.startswith("mqlab: error:") and "cluster.nodes" in line
+    assert calls(fake_terraform) == []

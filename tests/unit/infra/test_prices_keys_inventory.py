@@ -21,8 +21,11 @@ def test_price_table_says_when_and_where_from() -> None:
 
 
 def test_mqperf_sized_lab_cost() -> None:
-    groups = [NodeGroup("broker", 3, "r5.2xlarge"), NodeGroup("sender", 18, "r5.2xlarge"),
-              NodeGroup("receiver", 18, "r5.2xlarge")]
+    groups = [
+        NodeGroup("broker", 3, "r5.2xlarge"),
+        NodeGroup("sender", 18, "r5.2xlarge"),
+        NodeGroup("receiver", 18, "r5.2xlarge"),
+    ]
     est = estimate("us-east-1", groups, "gp3", 100)
     hourly = price_table()["instance_hourly"]["us-east-1"]["r5.2xlarge"]
     assert est.instances_usd_per_hour == pytest.approx(39 * hourly)
@@ -45,10 +48,21 @@ def test_key_pair_is_ed25519_and_private_key_0600(tmp_path: Path) -> None:
 
 
 INV = {
-    "format_version": 1, "lab_id": "lab-1", "region": "eu-west-1", "ssh_user": "root",
-    "broker": "nats", "expires_at": "2030-01-01T00:00:00Z",
-    "brokers": [{"index": i, "private_ip": f"10.42.0.{10 + i}", "public_ip": f"54.0.0.{i}",
-                 "instance_id": f"i-{i}"} for i in range(3)],
+    "format_version": 1,
+    "lab_id": "lab-1",
+    "region": "eu-west-1",
+    "ssh_user": "root",
+    "broker": "nats",
+    "expires_at": "2030-01-01T00:00:00Z",
+    "brokers": [
+        {
+            "index": i,
+            "private_ip": f"10.42.0.{10 + i}",
+            "public_ip": f"54.0.0.{i}",
+            "instance_id": f"i-{i}",
+        }
+        for i in range(3)
+    ],
     "senders": [{"index": 0, "private_ip": "10.42.0.5", "public_ip": None, "instance_id": "i-s"}],
     "receivers": [],
 }

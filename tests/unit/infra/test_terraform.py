@@ -36,12 +36,16 @@ def test_outputs_returns_values_by_name(fake_terraform: Path, tmp_path: Path) ->
     assert out["inventory"]["brokers"][0]["private_ip"] == "10.42.0.10"
 
 
-def test_failure_is_one_infra_error_without_secrets(fake_terraform: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_is_one_infra_error_without_secrets(
+    fake_terraform: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
-    env = {"FAKE_TF_LOG": str(fake_terraform), "FAKE_TF_FAIL": "apply",
-           "AWS_SECRET_ACCESS_KEY": secret}
+    env = {
+        "FAKE_TF_LOG": str(fake_terraform),
+        "FAKE_TF_FAIL": "apply",
+        "AWS_SECRET_ACCESS_KEY": secret,
+    }
     with pytest.raises(InfraError) as err:
         Terraform(tmp_path, env).apply(tmp_path / "p")
     assert "apply broke" in str(err.value)
@@ -53,8 +57,9 @@ def test_scrub_only_replaces_credential_values() -> None:
     assert scrub("x abcdefgh12345678 y tok-tok-tok-tok", env).count("redacted") == 2
 
 
-def test_missing_terraform_is_an_infra_error(monkeypatch: pytest.MonkeyPatch,
-                                             tmp_path: Path) -> None:
+def test_missing_terraform_is_an_infra_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("MQLAB_TERRAFORM", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(InfraError, match="terraform not found"):

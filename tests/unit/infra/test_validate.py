@@ -22,7 +22,7 @@ CIDR = 'operator_cidr = "203.0.113.7/32"'
         (f'{CIDR}\nclient_instance_type = "R5 2XLARGE"', "cluster.aws.client_instance_type"),
         (f'{CIDR}\nregion = "Europe"', "cluster.aws.region"),
         (f'{CIDR}\nami_id = "my-image"', "cluster.aws.ami_id"),
-        (f'{CIDR}\nebs_size_gb = 20000', "cluster.aws.ebs_size_gb"),
+        (f"{CIDR}\nebs_size_gb = 20000", "cluster.aws.ebs_size_gb"),
     ],
 )
 def test_bad_aws_field_is_named(write_scenario: Callable[..., Path], aws: str, field: str) -> None:
@@ -39,8 +39,9 @@ def test_zero_brokers_is_refused(write_scenario: Callable[..., Path]) -> None:
     assert err.value.key == "cluster.nodes"
 
 
-def test_missing_aws_table_names_operator_cidr(tmp_path: Path,
-                                               write_scenario: Callable[..., Path]) -> None:
+def test_missing_aws_table_names_operator_cidr(
+    tmp_path: Path, write_scenario: Callable[..., Path]
+) -> None:
     path = write_scenario()
     path.write_text(path.read_text().replace("[cluster.aws]\n" + CIDR + "\n", ""))
     with pytest.raises(ScenarioError) as err:

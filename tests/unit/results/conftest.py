@@ -12,7 +12,9 @@ from mqlab.results import catalog, partials, runmeta, tables
 from mqlab.results.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
 
 
-def summarize_locally(run_dirs: Sequence[Path], window_s: float = 10.0) -> list[dict[str, pa.Table]]:
+def summarize_locally(
+    run_dirs: Sequence[Path], window_s: float = 10.0
+) -> list[dict[str, pa.Table]]:
     """The job's steps in one process: tasks -> partials -> tables -> Parquet + catalog."""
     window_ms = round(window_s * 1000)
     metas = [runmeta.read_run(d) for d in run_dirs]
@@ -29,5 +31,7 @@ def summarize_locally(run_dirs: Sequence[Path], window_s: float = 10.0) -> list[
 
 @pytest.fixture
 def synthetic_run(tmp_path: Path) -> SyntheticRun:
-    return write_synthetic_run(tmp_path, SyntheticSpec(
-        lost_per_sender=2, duplicated_per_sender=3, reordered_per_receiver=4))
+    return write_synthetic_run(
+        tmp_path,
+        SyntheticSpec(lost_per_sender=2, duplicated_per_sender=3, reordered_per_receiver=4),
+    )

@@ -54,8 +54,9 @@ def test_reads_tagged_version_1_2_log_with_absolute_timestamps(tmp_path: Path) -
 
 def test_relative_timestamps_without_base_time_use_start_time(tmp_path: Path) -> None:
     path = tmp_path / "rel.hlog"
-    path.write_text("#[StartTime: 1000.500 (seconds since epoch)]\n"
-                    f"2.000,1.000,0.010,{_payload([5])}\n")
+    path.write_text(
+        f"#[StartTime: 1000.500 (seconds since epoch)]\n2.000,1.000,0.010,{_payload([5])}\n"
+    )
     ivs = [i for i in _parse(path) if isinstance(i, hlog.Interval)]
     assert ivs[0].start_ms == 1002500 and ivs[0].end_ms == 1003500
 

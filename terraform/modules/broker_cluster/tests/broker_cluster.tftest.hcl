@@ -13,7 +13,6 @@ variables {
   security_group_ids = ["sg-1", "sg-2"]
   key_name           = "t-brk-key"
   expires_at         = "2030-01-01T00:00:00Z"
-  tags               = { Project = "mqlab" }
 }
 
 run "three_tagged_brokers_from_the_tagged_ami" {

@@ -10,7 +10,6 @@ variables {
   security_group_ids = ["sg-1"]
   key_name           = "t-cli-key"
   expires_at         = "2030-01-01T00:00:00Z"
-  tags               = { Project = "mqlab" }
 }
 
 run "senders_and_receivers_have_their_own_counts" {

@@ -9,7 +9,7 @@ mock_provider "aws" {
 variables {
   lab_id        = "t-net"
   operator_cidr = "203.0.113.7/32"
-  tags          = { Project = "mqlab", "mqlab:expires-at" = "2030-01-01T00:00:00Z" }
+  tags          = { "mqlab:expires-at" = "2030-01-01T00:00:00Z" }
 }
 
 run "one_zone_by_default" {
