@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from mqlab.errors import MqlabError
+from mqlab.errors import ArchiveError, MqlabError
 
 F = TypeVar("F", bound=Callable[..., Any])
 RESULTS_DEFAULT = os.environ.get("MQLAB_RESULTS", "results")
@@ -105,8 +105,13 @@ def summarize(
         _echo_logs(rows, problems, as_json)
         return
     dirs = list(paths) + ([str(p) for p in runmeta.find_runs(results_dir)] if all_runs else [])
+    if all_runs and not dirs:
+        raise ArchiveError(f"{results_dir}: no run archives in it")
     if not dirs:
         raise click.UsageError("give RUN_DIR..., --all, or --logs FILE...")
+    for d in paths:
+        if not runmeta.is_run_dir(Path(d)):
+            raise ArchiveError(f"{d}: not a run directory (no manifest.json)")
     spark = job.build_session(master)
     out = job.summarize_runs(spark, dirs, window_s, results_dir=results_dir if all_runs else None)
     if as_json:

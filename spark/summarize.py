@@ -17,9 +17,11 @@ which writes ``RUN_DIR/summary/*.parquet`` and ``RESULTS_DIR/.catalog/*.parquet`
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -50,6 +52,7 @@ def build_session(
     if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
     scratch = tempfile.mkdtemp(prefix="mqlab-spark-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.ui.enabled", "false")

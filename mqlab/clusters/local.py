@@ -13,8 +13,10 @@ from mqlab.drivers import registry
 from mqlab.errors import ClusterError
 
 
-def state_dir() -> Path:
-    """Where mqlab keeps local state: ``$MQLAB_STATE_DIR`` or ``./.mqlab``."""
+def state_dir(root: Path | None = None) -> Path:
+    """Where mqlab keeps local state: ``root``, else ``$MQLAB_STATE_DIR``, else ``./.mqlab``."""
+    if root is not None:
+        return Path(root).resolve()
     return Path(os.environ.get("MQLAB_STATE_DIR", ".mqlab")).resolve()
 
 
@@ -34,22 +36,23 @@ def cluster_class(broker: str) -> type[LocalCluster]:
     return cls
 
 
-def named_dir(broker: str) -> Path:
-    return state_dir() / "clusters" / broker
+def named_dir(broker: str, root: Path | None = None) -> Path:
+    return state_dir(root) / "clusters" / broker
 
 
-def find_running(broker: str) -> LocalCluster | None:
+def find_running(broker: str, root: Path | None = None) -> LocalCluster | None:
     """The cluster `mqlab cluster up BROKER` left running, if it is (still) up."""
-    d = named_dir(broker)
+    d = named_dir(broker, root)
     if not (d / "state.json").is_file():
         return None
     cluster = cluster_class(broker).load(d)
     return cluster if all(cluster.alive()) and cluster.procs else None
 
 
-def up(broker: str, nodes: int | None = None, progress: Progress = _quiet) -> LocalCluster:
+def up(broker: str, nodes: int | None = None, progress: Progress = _quiet,
+       root: Path | None = None) -> LocalCluster:
     cls = cluster_class(broker)
-    d = named_dir(broker)
+    d = named_dir(broker, root)
     if (d / "state.json").is_file():
         existing = cls.load(d)
         if any(existing.alive()):
@@ -79,9 +82,9 @@ def status(broker: str) -> dict[str, Any]:
     }
 
 
-def down(broker: str) -> bool:
+def down(broker: str, root: Path | None = None) -> bool:
     """Stop the named cluster; False if none was recorded."""
-    d = named_dir(broker)
+    d = named_dir(broker, root)
     if not (d / "state.json").is_file():
         return False
     cluster_class(broker).load(d).stop()

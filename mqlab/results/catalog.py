@@ -55,11 +55,11 @@ def read_run_table(run_dir: Path | str, table: str) -> pa.Table:
     path = run_file(run_dir, table)
     if not path.is_file():
         raise ArchiveError(f"{run_dir}: not summarized yet (run `mqlab summarize {run_dir}`)")
-    table = pq.read_table(path)
-    version = (table.schema.metadata or {}).get(b"format_version")
+    data = pq.read_table(path)
+    version = (data.schema.metadata or {}).get(b"format_version")
     if version not in ACCEPTED_VERSIONS:
         raise ArchiveError(f"{path}: format_version {version!r} (this mqlab reads 1)")
-    return table
+    return data
 
 
 def update_catalog(results_dir: Path | str, per_run: Sequence[dict[str, pa.Table]]) -> None:

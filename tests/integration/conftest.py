@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from mqlab.clusters import local
+from mqlab.clusters.base import LocalCluster
+
 
 def processes_mentioning(text: str) -> list[tuple[int, str]]:
     """(pid, cmdline) of live processes whose command line contains ``text`` (read-only scan)."""
@@ -36,4 +39,38 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     monkeypatch.setenv("MQLAB_STATE_DIR", str(d))
     yield d
     leftovers = processes_mentioning(str(d))
+    assert not leftovers, f"processes left running: {leftovers}"
+
+
+class SharedLab:
+    """Named local clusters shared by the whole test session (started on first use).
+
+    Its directory is a real mqlab state dir: a test that points MQLAB_STATE_DIR at
+    it runs `mqlab run` against these clusters (the "already up" path)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.started: list[str] = []
+
+    def cluster(self, broker: str, nodes: int | None = None) -> LocalCluster:
+        running = local.find_running(broker, self.root)
+        if running is not None:
+            return running
+        cluster = local.up(broker, nodes, root=self.root)
+        self.started.append(broker)
+        return cluster
+
+    def close(self) -> None:
+        for broker in self.started:
+            local.down(broker, self.root)
+
+
+@pytest.fixture(scope="session")
+def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedLab]:
+    lab = SharedLab(tmp_path_factory.mktemp("shared-state"))
+    try:
+        yield lab
+    finally:
+        lab.close()
+    leftovers = processes_mentioning(str(lab.root))
     assert not leftovers, f"processes left running: {leftovers}"

@@ -16,11 +16,21 @@ from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
 from mqlab.results.archive import list_runs, read_json
-from tests.integration.conftest import processes_mentioning
+from tests.integration.conftest import SharedLab, processes_mentioning
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-SHORT_SCENARIOS = ["quickstart.toml", "postgres-short.toml"]
+# (scenario, broker); the quickstart brings its own cluster up and down, the others run
+# against the session's shared clusters (the "cluster already up" path)
+SHORT_SCENARIOS = [
+    ("quickstart.toml", None),
+    ("postgres-short.toml", "postgres"),
+    ("redis-short.toml", "redis"),
+    ("rabbitmq-short.toml", "rabbitmq"),
+    ("kafka-short.toml", "kafka"),
+    ("redpanda-short.toml", "redpanda"),
+    ("sqs-short.toml", "sqs"),
+]
 
 
 def mqlab(*args: str, env_state: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -82,15 +92,20 @@ def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
     return summary
 
 
-@pytest.mark.parametrize("name", SHORT_SCENARIOS)
+@pytest.mark.parametrize(("name", "shared"), SHORT_SCENARIOS, ids=[n for n, _ in SHORT_SCENARIOS])
 def test_short_run_per_driver_leaves_a_complete_archive_with_nothing_lost(
-    name: str, tmp_path: Path, state_dir: Path
+    name: str, shared: str | None, tmp_path: Path, state_dir: Path, shared_lab: SharedLab
 ) -> None:
     results = tmp_path / "results"
-    proc = mqlab("run", f"scenarios/{name}", "--results", str(results), env_state=state_dir)
+    state = state_dir
+    if shared is not None:
+        shared_lab.cluster(shared)
+        state = shared_lab.root
+    proc = mqlab("run", f"scenarios/{name}", "--results", str(results), env_state=state)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run] = list_runs(results)
     summary = check_archive(run.path)
+    assert run.manifest["cluster"]["reused"] is (shared is not None)
     d = summary["delivery"]
     assert d["sent"] > 0 and d["confirmed"] == d["sent"] and d["failed"] == 0
     assert d["lost"] == 0 and d["unique_received"] == d["confirmed"]
@@ -137,7 +152,9 @@ def test_killing_a_nats_node_mid_run_loses_nothing(tmp_path: Path, state_dir: Pa
     assert [f["action"] for f in manifest["faults"]] == ["kill_node", "restart_node"]
     d = summary["delivery"]
     assert d["confirmed"] > 0 and d["lost"] == 0, d
-    assert d["unique_received"] == d["confirmed"]
+    # a send that timed out during the failover may still have been stored: such messages
+    # are received (not lost, not duplicated) but were never confirmed
+    assert d["confirmed"] <= d["unique_received"] <= d["sent"], d
 
 
 def test_interrupted_run_leaves_a_partial_archive_and_no_processes(

@@ -15,14 +15,18 @@ from pyspark.sql import SparkSession
 
 from mqlab.cli_data import compare, query, report
 from spark.summarize import summarize_runs
+from tests.integration.conftest import SharedLab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_quickstart_run_spark_equals_quick_summary(spark: SparkSession, tmp_path: Path) -> None:
+def test_quickstart_run_spark_equals_quick_summary(
+    spark: SparkSession, shared_lab: SharedLab, tmp_path: Path
+) -> None:
+    shared_lab.cluster("nats")  # the session's local NATS cluster (started on first use)
     results = tmp_path / "results"
-    env = {**os.environ, "MQLAB_STATE_DIR": str(tmp_path / "state")}
+    env = {**os.environ, "MQLAB_STATE_DIR": str(shared_lab.root)}
     proc = subprocess.run(
         [
             str(Path(sys.executable).parent / "mqlab"),
