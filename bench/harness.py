@@ -52,7 +52,7 @@ def mqlab_path(n: int, batch_max: int, size: int, workdir: Path) -> float:
         sstats.confirmed_batch(seq, k, (time.monotonic_ns() - t0) // 1000)
         seq += k
         got = queue.popleft()  # receive()
-        rstats.received(got, time.time_ns(), 0)
+        rstats.received(got, time.time_ns())
         rstats.acked(len(got))
         if seq >= next_tick:
             t_ms += 1000

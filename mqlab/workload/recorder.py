@@ -83,25 +83,32 @@ class ReceiverStats:
         self.headers = bytearray()
         self.recv_ns = array.array("q")
         self.batch_lens = array.array("q")
+        self.redelivered_headers = bytearray()
+        self.redelivered_out = bytearray()
         self.received_total = 0
         self.acked_total = 0
         self.redelivered_total = 0
         self.bad_messages = 0
         self._seen = (0, 0, 0)
 
-    def received(self, messages: list[bytes], recv_ns: int, redelivered: int) -> None:
+    def received(self, messages: list[bytes], recv_ns: int, redelivered: list[bytes] | None = None) -> None:
+        """A received batch; ``redelivered`` lists the messages the broker flagged as redelivered."""
         hdr = envelope.headers_of(messages)
         n = len(messages)
         if len(hdr) != n * envelope.HEADER_BYTES:
             good = [m for m in messages if len(m) >= envelope.HEADER_BYTES]
             self.bad_messages += n - len(good)
             hdr, n = envelope.headers_of(good), len(good)
+            redelivered = [m for m in redelivered or () if len(m) >= envelope.HEADER_BYTES]
         with self.lock:
             self.headers += hdr
             self.recv_ns.append(recv_ns)
             self.batch_lens.append(n)
+            if redelivered:
+                self.redelivered_headers += envelope.headers_of(redelivered)
         self.received_total += n
-        self.redelivered_total += redelivered
+        if redelivered:
+            self.redelivered_total += len(redelivered)
 
     def acked(self, n: int) -> None:
         self.acked_total += n
@@ -112,6 +119,7 @@ class ReceiverStats:
             self.headers = bytearray()
             self.recv_ns = array.array("q")
             self.batch_lens = array.array("q")
+            self.redelivered_out, self.redelivered_headers = self.redelivered_headers, bytearray()
         now = (self.received_total, self.acked_total, self.redelivered_total)
         prev, self._seen = self._seen, now
         counts = dict.fromkeys(COUNT_FIELDS, 0)
@@ -163,6 +171,14 @@ class DeliveryTracker:
             before[1:] = np.maximum(running[:-1], prev)
             rec.reordered += int(np.count_nonzero(q.astype(np.int64) < before))
             self._max_seen[key] = max(prev, int(running[-1]))
+
+    def add_redelivered(self, decoded: np.ndarray) -> None:
+        senders, counts = np.unique(decoded["sender"], return_counts=True)
+        for sid, n in zip(senders.tolist(), counts.tolist(), strict=True):
+            rec = self.senders.get(sid)
+            if rec is None:
+                rec = self.senders[sid] = SenderDelivery()
+            rec.redelivered += n
 
     def to_json(self) -> dict[str, object]:
         out = {}
@@ -262,7 +278,8 @@ class IntervalRecorder:
             )
             lat.append((recv - decoded["sent_ns"]) // 1000)
             self.delivery.add(thread, decoded)
-            # redeliveries are counted per receiver node; attribute them to no sender
+            if stats.redelivered_out:
+                self.delivery.add_redelivered(envelope.decode_many(bytes(stats.redelivered_out)))
         if lat:
             self._logs["processing_us"][0].record(np.concatenate(lat))
 

@@ -122,7 +122,8 @@ def run_receiver(
                 continue
             recv_ns = time.time_ns()
             idle.touch()
-            stats.received([d.payload for d in batch], recv_ns, sum(d.redelivered for d in batch))
+            again = [d.payload for d in batch if d.redelivered] or None
+            stats.received([d.payload for d in batch], recv_ns, again)
             try:
                 client.ack(batch)
             except Exception as exc:  # noqa: BLE001 - unacked: they come again (at least once)

@@ -49,7 +49,7 @@ def test_interval_recorder_writes_logs_counts_and_totals(tmp_path: Path) -> None
     rec.receivers.append(stats)
     pool = envelope.PayloadPool(100)
     msgs = [envelope.encode(3, i, 1_000_000 * 1_000_000, pool.pad(i)) for i in range(10)]
-    stats.received(msgs, 1_000_000 * 1_000_000 + 2_000_000, redelivered=1)  # 2 ms later
+    stats.received(msgs, 1_000_000 * 1_000_000 + 2_000_000, redelivered=msgs[:1])  # 2 ms later
     stats.acked(10)
     rec.tick(1_001_000)
     rec.tick(1_002_000)
@@ -58,6 +58,7 @@ def test_interval_recorder_writes_logs_counts_and_totals(tmp_path: Path) -> None
     assert [int(r["received"]) for r in rows] == [10, 0]
     assert [int(r["acked"]) for r in rows] == [10, 0] and rows[0]["redelivered"] == "1"
     assert rec.totals["received"] == 10
+    assert rec.delivery.senders[3].redelivered == 1 and rec.delivery.senders[3].received == 10
     lines = [
         x for x in (tmp_path / "processing_us.hlog").read_text().splitlines() if x[0].isdigit()
     ]
