@@ -19,19 +19,13 @@ from dataclasses import dataclass
 
 from hdrh.histogram import HdrHistogram
 
+from mqlab.workload.histograms import PERCENTILES as _PCT
+from mqlab.workload.histograms import new_histogram, percentiles
+
 LOG = logging.getLogger(__name__)
 
 SUPPORTED_VERSIONS = ("1.2", "1.3")
-PERCENTILES: tuple[tuple[str, float], ...] = (
-    ("p50", 50.0),
-    ("p75", 75.0),
-    ("p90", 90.0),
-    ("p95", 95.0),
-    ("p99", 99.0),
-    ("p99_9", 99.9),
-    ("p99_99", 99.99),
-    ("p99_9999", 99.9999),
-)
+PERCENTILES: tuple[tuple[str, float], ...] = tuple(_PCT.items())  # one definition: the summary's
 _ONE_YEAR_S = 365 * 24 * 3600.0
 _NUM = r"([0-9]+(?:\.[0-9]*)?)"
 _START_RE = re.compile(r"#\[StartTime:\s*" + _NUM)
@@ -172,18 +166,6 @@ def merge_into(acc: HdrHistogram | None, hist: HdrHistogram) -> HdrHistogram:
 
 
 def figures(hist: HdrHistogram | None) -> dict[str, float | int]:
-    """count, mean, the percentiles of PERCENTILES and max of a merged histogram (µs).
-
-    As summary.json: the mean is rounded to 3 decimals; an empty (or absent) histogram
-    gives 0 for every figure.
-    """
-    if hist is None or not hist.get_total_count():
-        return {"count": 0, "mean": 0.0, **{name: 0 for name, _ in PERCENTILES}, "max": 0}
-    out: dict[str, float | int] = {
-        "count": int(hist.get_total_count()),
-        "mean": round(float(hist.get_mean_value()), 3),
-    }
-    for name, p in PERCENTILES:
-        out[name] = int(hist.get_value_at_percentile(p))
-    out["max"] = int(hist.get_max_value())
-    return out
+    """count, mean, the percentiles of PERCENTILES and max of a merged histogram (µs),
+    exactly as summary.json has them (the same function)."""
+    return percentiles(hist if hist is not None else new_histogram())

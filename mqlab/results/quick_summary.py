@@ -15,6 +15,7 @@ from pyroaring import BitMap
 
 from mqlab.results.archive import read_json, worker_dirs
 from mqlab.results.hlogread import read_intervals
+from mqlab.results.tables import DELIVERY
 from mqlab.workload.histograms import new_histogram, percentiles
 from mqlab.workload.recorder import decode_bitmap
 
@@ -51,20 +52,7 @@ def _throughput(dirs: list[Path], column: str, from_ms: int) -> tuple[int, float
 
 def delivery(run_dir: Path) -> dict[str, int]:
     confirmed: dict[str, BitMap] = {}
-    out = dict.fromkeys(
-        (
-            "sent",
-            "confirmed",
-            "failed",
-            "received",
-            "unique_received",
-            "lost",
-            "duplicated",
-            "reordered",
-            "redelivered",
-        ),
-        0,
-    )
+    out = dict.fromkeys(DELIVERY, 0)
     for d in worker_dirs(run_dir, "sender"):
         if not (d / "sent.json").is_file():
             continue
