@@ -493,20 +493,33 @@ class PostgresCluster(LocalCluster):
         self.save_state()
 
 
-def drop_orphan_shm(data_dir: Path) -> None:
+def drop_orphan_shm(data_dir: Path, wait_s: float = 5.0) -> None:
     """Remove the small SysV segment a SIGKILLed postmaster leaves, once nobody is attached.
 
     ``postmaster.pid`` (gone after a clean shutdown) holds its id on line 7: ``KEY SHMID``.
+    Killed children detach only as they finish exiting, so wait up to ``wait_s`` for that.
     """
     try:
         shmid = int((data_dir / "postmaster.pid").read_text().splitlines()[6].split()[1])
-        table = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
     except (OSError, IndexError, ValueError):
         return
-    for line in table:
-        fields = line.split()  # key shmid perms size cpid lpid nattch ...
-        if int(fields[1]) == shmid and int(fields[6]) == 0:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            table = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+        except OSError:
+            return
+        rows = [line.split() for line in table]  # key shmid perms size cpid lpid nattch ...
+        mine = [f for f in rows if int(f[1]) == shmid]
+        if not mine:
+            return
+        if int(mine[0][6]) == 0:
             ctypes.CDLL(None, use_errno=True).shmctl(shmid, 0, None)  # 0 = IPC_RMID
+            return
+        if time.monotonic() > deadline:
+            LOG.warning("shared memory segment %d still attached; left in place", shmid)
+            return
+        time.sleep(0.05)
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,12 +83,12 @@ def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
             total += h.get_total_count()
         if f.name == "processing_us.hlog" and expect_complete:
             assert total > 0
-    # nothing machine-private
-    text = (
-        "".join(p.read_text() for p in run_dir.rglob("*.json"))
-        + (run_dir / "scenario.toml").read_text()
-    )
-    assert os.uname().nodename not in text and str(ROOT) not in text
+    # nothing machine-private: no host name, no absolute path of this checkout
+    host = os.uname().nodename
+    for p in [run_dir / "manifest.json", run_dir / "scenario.toml", *run_dir.glob("workers/*/worker.json")]:
+        text = p.read_text()
+        assert not re.search(rf"(?<![\w-]){re.escape(host)}(?![\w-])", text), (p, host)
+        assert str(ROOT) not in text and str(Path.home()) + "/" not in text, p
     summary = read_json(run_dir / "summary.json")
     return summary
 

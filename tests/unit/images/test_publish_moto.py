@@ -63,6 +63,10 @@ def test_publish_uploads_registers_and_tags(moto_session: Any, tmp_path: Path) -
     result.mkdir()
     (result / "nixos-amazon-image.vhd").write_bytes(b"conectix" + b"\0" * 4096)
     bucket = "mqlab-images-test"
+    # moto keeps one state per process: other tests may have registered images already
+    nats_before = find_amis(moto_session.client("ec2"), "nats")
+    kafka_before = {i["ImageId"] for i in find_amis(moto_session.client("ec2"), "kafka")}
+    snaps_before = len(_kafka_snapshots(moto_session.client("ec2")))
     s3 = moto_session.client("s3")
     s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
 
@@ -72,16 +76,21 @@ def test_publish_uploads_registers_and_tags(moto_session: Any, tmp_path: Path) -
     key = f"mqlab-images/kafka/{FLAKE_REV}/nixos-amazon-image.vhd"
     assert s3.head_object(Bucket=bucket, Key=key)["ContentLength"] == 4104
     ec2 = moto_session.client("ec2")
-    found = find_amis(ec2, "kafka")
+    found = [i for i in find_amis(ec2, "kafka") if i["ImageId"] not in kafka_before]
     assert [i["ImageId"] for i in found] == [ami]
     tags = {t["Key"]: t["Value"] for t in found[0]["Tags"]}
     assert tags[TAG_BROKER] == "kafka"
     assert tags[TAG_FLAKE_REV] == FLAKE_REV and tags[TAG_NIXPKGS_REV] == NIXPKGS_REV
-    snaps = ec2.describe_snapshots(
-        OwnerIds=["self"], Filters=[{"Name": f"tag:{TAG_BROKER}", "Values": ["kafka"]}]
-    )["Snapshots"]
-    assert len(snaps) == 1
-    assert find_amis(ec2, "nats") == []
+    assert len(_kafka_snapshots(ec2)) == snaps_before + 1  # the imported snapshot is tagged too
+    assert find_amis(ec2, "nats") == nats_before  # publishing kafka touched no other broker
+
+
+def _kafka_snapshots(ec2: Any) -> list[Any]:
+    return list(
+        ec2.describe_snapshots(
+            OwnerIds=["self"], Filters=[{"Name": f"tag:{TAG_BROKER}", "Values": ["kafka"]}]
+        )["Snapshots"]
+    )
 
 
 @pytest.mark.integration
