@@ -182,7 +182,7 @@ def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
         import tomllib
 
         sc = tomllib.loads((r.run_dir / "scenario.toml").read_text())
-        rows.append(mqperf_row(sc, r.summary, r.run_dir.name, r.status))
+        rows.append(mqperf_row(sc, r.summary, r.scenario.label, r.status))
     out.print(mqperf_table(rows))
     if any(r.status != "complete" for r in results):
         sys.exit(1)
