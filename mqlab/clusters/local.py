@@ -49,8 +49,9 @@ def find_running(broker: str, root: Path | None = None) -> LocalCluster | None:
     return cluster if all(cluster.alive()) and cluster.procs else None
 
 
-def up(broker: str, nodes: int | None = None, progress: Progress = _quiet,
-       root: Path | None = None) -> LocalCluster:
+def up(
+    broker: str, nodes: int | None = None, progress: Progress = _quiet, root: Path | None = None
+) -> LocalCluster:
     cls = cluster_class(broker)
     d = named_dir(broker, root)
     if (d / "state.json").is_file():

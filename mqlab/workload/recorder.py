@@ -91,8 +91,10 @@ class ReceiverStats:
         self.bad_messages = 0
         self._seen = (0, 0, 0)
 
-    def received(self, messages: list[bytes], recv_ns: int, redelivered: list[bytes] | None = None) -> None:
-        """A received batch; ``redelivered`` lists the messages the broker flagged as redelivered."""
+    def received(
+        self, messages: list[bytes], recv_ns: int, redelivered: list[bytes] | None = None
+    ) -> None:
+        """A received batch; ``redelivered``: the messages the broker flagged as redelivered."""
         hdr = envelope.headers_of(messages)
         n = len(messages)
         if len(hdr) != n * envelope.HEADER_BYTES:

@@ -17,7 +17,9 @@ JAR = Path("/usr/share/java/hdrhistogram.jar")
 
 
 def test_java_histogram_log_processor_reads_our_logs(tmp_path: Path) -> None:
-    assert JAR.is_file(), f"{JAR} missing: run scripts/bootstrap --test (Debian libhdrhistogram-java)"
+    assert JAR.is_file(), (
+        f"{JAR} missing: run scripts/bootstrap --test (Debian libhdrhistogram-java)"
+    )
     rng = np.random.default_rng(5)
     path = tmp_path / "processing_us.hlog"
     start_ms = 1_790_000_000_000
@@ -31,9 +33,20 @@ def test_java_histogram_log_processor_reads_our_logs(tmp_path: Path) -> None:
             merged.add(b.hist)
             b.reset()
     out = subprocess.run(
-        ["java", "-cp", str(JAR), "org.HdrHistogram.HistogramLogProcessor", "-i", str(path),
-         "-outputValueUnitRatio", "1"],
-        capture_output=True, text=True, timeout=120, check=True,
+        [
+            "java",
+            "-cp",
+            str(JAR),
+            "org.HdrHistogram.HistogramLogProcessor",
+            "-i",
+            str(path),
+            "-outputValueUnitRatio",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     total = int(re.search(r"Total count\s*=\s*(\d+)", out).group(1))  # type: ignore[union-attr]
     max_value = float(re.search(r"Max\s*=\s*([\d.]+)", out).group(1))  # type: ignore[union-attr]

@@ -85,7 +85,11 @@ def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
             assert total > 0
     # nothing machine-private: no host name, no absolute path of this checkout
     host = os.uname().nodename
-    for p in [run_dir / "manifest.json", run_dir / "scenario.toml", *run_dir.glob("workers/*/worker.json")]:
+    for p in [
+        run_dir / "manifest.json",
+        run_dir / "scenario.toml",
+        *run_dir.glob("workers/*/worker.json"),
+    ]:
         text = p.read_text()
         assert not re.search(rf"(?<![\w-]){re.escape(host)}(?![\w-])", text), (p, host)
         assert str(ROOT) not in text and str(Path.home()) + "/" not in text, p

@@ -1,4 +1,5 @@
-"""Fixtures for the driver contract suite: each broker's real local cluster, shared by the session."""
+"""Fixtures for the driver contract suite: each broker's real local cluster, shared by the
+session."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from tests.integration.drivers.targets import TARGETS, Target
 
 
 @pytest.fixture(params=sorted(TARGETS), ids=sorted(TARGETS))
-def contract(request: pytest.FixtureRequest, shared_lab: SharedLab) -> Iterator[tuple[Driver, Target]]:
+def contract(
+    request: pytest.FixtureRequest, shared_lab: SharedLab
+) -> Iterator[tuple[Driver, Target]]:
     target = TARGETS[request.param]
     cluster = shared_lab.cluster(target.broker, target.nodes)
     cls = registry.driver_class(target.broker)
