@@ -228,3 +228,20 @@ def test_cluster_up_status_down_and_a_run_reuses_it(tmp_path: Path, state_dir: P
     assert not processes_mentioning(str(state_dir))
     st = mqlab("cluster", "status", "nats", env_state=state_dir)
     assert st.returncode == 1
+
+
+def test_fixed_rate_run_sends_at_most_the_scheduled_messages(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    scenario = tmp_path / "rate.toml"
+    text = FAILOVER.split("[[faults]]")[0].replace("duration_s = 14", "duration_s = 4")
+    text = text.replace("[workload]", '[workload]\nmode = "fixed_rate"\nrate_per_s = 200.0')
+    scenario.write_text(text)
+    results = tmp_path / "results"
+    proc = mqlab("run", str(scenario), "--results", str(results), env_state=state_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run] = list_runs(results)
+    d = check_archive(run.path)["delivery"]
+    # 2 threads x 200 msg/s x 4 s, plus at most one batch (<= 10) per thread begun at the end
+    assert 0 < d["confirmed"] <= 2 * 200 * 4 + 2 * 10
+    assert d["lost"] == 0
