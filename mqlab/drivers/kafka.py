@@ -146,6 +146,7 @@ class KafkaReceiver(Receiver):
         self.buffer: deque[Any] = deque()
         self.prefetch = s.prefetch
         self.assigned = False
+        self.owned: set[int] = set()  # partitions assigned to this consumer right now
         self.lock = threading.Lock()
         self.closing = threading.Event()
         self.c = Consumer(
@@ -194,12 +195,17 @@ class KafkaReceiver(Receiver):
             finally:
                 self.lock.release()
 
-    def _on_assign(self, _consumer: Any, _partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.owned |= {tp.partition for tp in partitions}
         self.assigned = True
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        self._commit()
+        try:
+            self._commit()  # hand over what was acked; the rest comes again to the new owner
+        except DriverError as e:
+            LOG.warning("%s (at revoke: the new owner reads from the last committed offset)", e)
         revoked = {tp.partition for tp in partitions}
+        self.owned -= revoked
         self.tracker.forget(sorted(revoked))
         self.buffer = deque(m for m in self.buffer if m.partition() not in revoked)
 
@@ -211,7 +217,13 @@ class KafkaReceiver(Receiver):
     def _keep(self, m: Any) -> None:
         err = m.error()
         if err is None:
-            self.buffer.append(m)
+            # a message fetched just before its partition was revoked (the same consume()
+            # call can return it after the revoke callback ran) belongs to the new owner:
+            # delivering and acking it here would commit an offset for a partition this
+            # consumer no longer owns, and could move the group's offset past messages
+            # the new owner has not delivered yet
+            if m.partition() in self.owned:
+                self.buffer.append(m)
         elif err.code() != KafkaError._PARTITION_EOF:
             raise DriverError(f"kafka: consume failed: {err}")
 
