@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from mqlab.results import archive
 from mqlab.results.manifest import base_manifest
 from mqlab.results.quick_summary import write_summary
 from mqlab.scenario import Scenario
+from mqlab.signals import sigterm_as_interrupt
 from mqlab.workload.spec import WorkerSpec
 
 LOG = logging.getLogger(__name__)
@@ -423,23 +423,9 @@ def _stop_workers(workers: list[_Worker], control: Path, grace_s: float = STOP_G
             w.proc.wait()
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends a run like Ctrl-C does: workers stopped, archive written, cluster down."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def execute_files(
     paths: list[Path], results_dir: Path, observer: Observer | None = None
 ) -> list[RunResult]:
     scenarios = [s for p in paths for s in scenario_mod.load_scenario(p)]
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         return execute(scenarios, results_dir, observer)

@@ -6,13 +6,9 @@ is destroyed before returning, and the error says whether that worked.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +32,7 @@ from mqlab.infra.labs import (
 )
 from mqlab.infra.prices import CostEstimate
 from mqlab.infra.terraform import Event, Terraform
+from mqlab.signals import sigterm_as_interrupt
 
 LOG = logging.getLogger(__name__)
 
@@ -148,28 +145,11 @@ def plan(spec: LabSpec, progress: Progress | None = None) -> PlanSummary:
     )
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C while creating, so the cleanup runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def up(spec: LabSpec, progress: Progress | None = None) -> UpResult:
     """Create (or update) the lab; on any failure destroy what was created."""
     progress = progress or _Quiet()
     lab, record = _prepare(spec, for_up=True)
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             progress.phase("terraform init")
             tf = _terraform(lab, record)

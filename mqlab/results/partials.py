@@ -28,6 +28,7 @@ from hdrh.histogram import HdrHistogram
 from pyroaring import BitMap
 
 from mqlab.results import hlog
+from mqlab.workload.recorder import COUNT_COLUMNS
 
 WHOLE = -1  # the window number of the whole measured period
 Key = tuple[Any, ...]
@@ -119,16 +120,6 @@ def _process_hlog(task: Task) -> Iterator[tuple[Key, Any]]:
         yield ("lat", task.run_id, task.metric, WHOLE), _encode(whole)
 
 
-COUNT_COLUMNS = (
-    "start_ms",
-    "length_ms",
-    "sent",
-    "confirmed",
-    "failed",
-    "received",
-    "acked",
-    "redelivered",
-)
 
 
 def _process_counts(task: Task) -> Iterator[tuple[Key, Any]]:

@@ -13,8 +13,9 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 from pyroaring import BitMap
 
+from mqlab.errors import ArchiveError
 from mqlab.results.archive import read_json, worker_dirs
-from mqlab.results.hlogread import read_intervals
+from mqlab.results import hlog
 from mqlab.results.tables import DELIVERY
 from mqlab.workload.histograms import new_histogram, percentiles
 from mqlab.workload.recorder import decode_bitmap
@@ -24,11 +25,18 @@ METRICS = {"sender": ("send_call_us", "send_msg_us"), "receiver": ("processing_u
 
 
 def merged_histogram(files: list[Path], from_ms: int) -> HdrHistogram:
+    """All intervals starting at or after ``from_ms``, merged. mqlab's own logs must be
+    intact: any problem is an error here (the Spark job skips and counts problems)."""
     h = new_histogram()
     for f in files:
-        for iv in read_intervals(f):
-            if iv.start_ms >= from_ms:
-                h.decode_and_add(iv.payload)
+        lines, problem = hlog.read_lines(str(f))
+        if problem is not None or lines is None:
+            raise ArchiveError(str(problem))
+        for item in hlog.parse_log(str(f), lines):
+            if isinstance(item, hlog.Problem):
+                raise ArchiveError(str(item))
+            if isinstance(item, hlog.Interval) and item.start_ms >= from_ms:
+                h.decode_and_add(item.payload)
     return h
 
 

@@ -22,12 +22,12 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 from pyroaring import BitMap
 
+from mqlab.workload.histograms import new_histogram
+from mqlab.workload.recorder import COUNT_COLUMNS, encode_bitmap
+
 LOG = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-LOWEST_US = 1
-HIGHEST_US = 3_600_000_000
-SIGNIFICANT_FIGURES = 3
 SENDER_METRICS = ("send_call_us", "send_msg_us")
 RECEIVER_METRICS = ("processing_us",)
 
@@ -102,12 +102,6 @@ def hlog_header(metric: str, worker: str, run_id: str, start_s: float) -> str:
     )
 
 
-def new_histogram() -> HdrHistogram:
-    return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
-
-
-def _b64_bitmap(bm: BitMap) -> str:
-    return base64.b64encode(bm.serialize()).decode("ascii")
 
 
 class _Writer:
@@ -157,18 +151,7 @@ class _Writer:
     def write_counts(self, path: Path, role: str, per_interval: list[int]) -> None:
         with path.open("w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(
-                [
-                    "start_ms",
-                    "length_ms",
-                    "sent",
-                    "confirmed",
-                    "failed",
-                    "received",
-                    "acked",
-                    "redelivered",
-                ]
-            )
+            w.writerow(COUNT_COLUMNS)
             for (s, e), n in zip(self.spans, per_interval, strict=True):
                 start_ms, end_ms = round(s * 1000), round(e * 1000)
                 row = [n, n, 0, 0, 0, 0] if role == "sender" else [0, 0, 0, n, n, 0]
@@ -224,7 +207,7 @@ def write_synthetic_run(results_dir: Path, spec: SyntheticSpec | None = None) ->
                 "sent": n,
                 "confirmed": n,
                 "failed": 0,
-                "confirmed_bitmap": _b64_bitmap(BitMap(range(n))),
+                "confirmed_bitmap": encode_bitmap(BitMap(range(n))),
             }
         (wdir / "sent.json").write_text(
             json.dumps({"format_version": FORMAT_VERSION, "senders": senders})
@@ -252,7 +235,7 @@ def write_synthetic_run(results_dir: Path, spec: SyntheticSpec | None = None) ->
                 "received": len(bm) + dup,
                 "redelivered": dup,
                 "reordered": 0,
-                "bitmap": _b64_bitmap(bm),
+                "bitmap": encode_bitmap(bm),
             }
             duplicated += dup
             received_all += len(bm) + dup

@@ -26,6 +26,7 @@ from mqlab.workload.histograms import BulkHistogram, IntervalLogWriter
 
 FORMAT_VERSION = 1
 COUNT_FIELDS = ("sent", "confirmed", "failed", "received", "acked", "redelivered")
+COUNT_COLUMNS = ("start_ms", "length_ms", *COUNT_FIELDS)  # the header of counts.csv
 
 
 class SenderStats:
@@ -223,7 +224,7 @@ class IntervalRecorder:
         self._counts_file = open(out_dir / "counts.csv", "w", newline="", encoding="ascii")  # noqa: SIM115
         self._files.append(self._counts_file)
         self._counts = csv.writer(self._counts_file)
-        self._counts.writerow(("start_ms", "length_ms", *COUNT_FIELDS))
+        self._counts.writerow(COUNT_COLUMNS)
         self.senders: list[SenderStats] = []
         self.receivers: list[ReceiverStats] = []
         self.delivery = DeliveryTracker()
