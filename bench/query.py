@@ -1,12 +1,13 @@
 """Benchmark: DuckDB (``mqlab query``) over a catalog of 10,000 runs.
 
-Builds a catalog with the real schemas (10,000 runs, 10 one-minute windows each,
-10 sender ids each) and times every README example query end to end as
+Builds a catalog with the real schemas (10,000 runs of 10 minutes: 10 one-minute
+windows, 600 timeline seconds, 5 latency metrics and 10 sender ids each: 6,000,000
+timeline rows) and times every README example query end to end as
 ``mqlab query`` runs it (open DuckDB, create the views, run, fetch), median of
 5. Reference run in the same invocation: the same queries over a 100-run catalog.
 Goal: every query under 200 ms on 10,000 runs.
 
-    uv run --frozen python bench/query.py [--runs 10000]
+    .venv/bin/python bench/query.py [--runs 10000]
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
-import pyarrow.parquet as pq
 
-from mqlab.results.catalog import catalog_file, empty_table
-from mqlab.results.query import EXAMPLES, run_query
-from mqlab.results.tables import TABLES
+from mqlab.results.archive.formats import FORMAT_VERSION
+from mqlab.results.archive.layout import METRICS
+from mqlab.results.report.query import EXAMPLES, run_query
+from mqlab.results.summary.catalog import update_catalog
+from mqlab.results.summary.tables import SCHEMAS
 
 GOAL_MS = 200.0
+WINDOWS = 10  # one-minute windows per run
+SECONDS = 600  # timeline rows per run
 BROKERS = ("nats", "postgres", "redis", "rabbitmq", "kafka", "sqs")
 
 
@@ -49,7 +53,7 @@ def _table(schema: pa.Schema, n: int, rng: np.random.Generator, **given: Any) ->
 
 def build_catalog(root: Path, n_runs: int) -> None:
     rng = np.random.default_rng(n_runs)
-    schemas = {t: empty_table(t).schema for t in TABLES}
+    schemas = SCHEMAS
     ids = np.array([f"2026-01-01T00-00-00Z_bench-{i}" for i in range(n_runs)])
     tables = {
         "runs": _table(
@@ -57,7 +61,7 @@ def build_catalog(root: Path, n_runs: int) -> None:
             n_runs,
             rng,
             run_id=ids,
-            format_version=np.ones(n_runs, int),
+            format_version=np.full(n_runs, FORMAT_VERSION),
             broker=rng.choice(BROKERS, n_runs),
             scenario=np.full(n_runs, "bench"),
             started_at=np.array([f"2026-01-01T00:00:{i % 60:02d}Z" for i in range(n_runs)]),
@@ -67,18 +71,25 @@ def build_catalog(root: Path, n_runs: int) -> None:
         ),
         "windows": _table(
             schemas["windows"],
-            n_runs * 10,
+            n_runs * WINDOWS,
             rng,
-            run_id=np.repeat(ids, 10),
-            window_index=np.tile(np.arange(10), n_runs),
+            run_id=np.repeat(ids, WINDOWS),
+            window_index=np.tile(np.arange(WINDOWS), n_runs),
+        ),
+        "timeline": _table(
+            schemas["timeline"],
+            n_runs * SECONDS,
+            rng,
+            run_id=np.repeat(ids, SECONDS),
+            second_ms=np.tile(1_767_225_600_000 + 1000 * np.arange(SECONDS), n_runs),
         ),
         "latency": _table(
             schemas["latency"],
-            n_runs * 33,
+            n_runs * len(METRICS) * (WINDOWS + 1),
             rng,
-            run_id=np.repeat(ids, 33),
-            metric=np.tile(np.repeat(["send_call_us", "send_msg_us", "processing_us"], 11), n_runs),
-            window_index=pa.array(np.tile(np.arange(-1, 10), n_runs * 3)).cast(pa.int64()),
+            run_id=np.repeat(ids, len(METRICS) * (WINDOWS + 1)),
+            metric=np.tile(np.repeat(METRICS, WINDOWS + 1), n_runs),
+            window_index=np.tile(np.arange(-1, WINDOWS), n_runs * len(METRICS)),
         ),
         "delivery": _table(
             schemas["delivery"],
@@ -95,10 +106,7 @@ def build_catalog(root: Path, n_runs: int) -> None:
     idx = lat.schema.get_field_index("window_index")
     nulled = pa.compute.if_else(pa.compute.equal(w, -1), pa.scalar(None, pa.int64()), w)
     tables["latency"] = lat.set_column(idx, "window_index", nulled)
-    for t in TABLES:
-        path = catalog_file(root, t)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(tables[t], path)
+    update_catalog(root, [tables])  # written as `mqlab summarize` writes it
 
 
 def time_queries(root: Path) -> list[float]:

@@ -104,47 +104,38 @@ def _observer() -> Any:
     return CliObserver()
 
 
+MQPERF_COLUMNS = (
+    ("run", "Run"),
+    ("threads", "Threads"),
+    ("sender_nodes", "Sender nodes"),
+    ("receiver_nodes", "Receiver nodes"),
+    ("send", "Send msgs/s"),
+    ("receive", "Receive msgs/s"),
+    ("proc_p95", "Processing p95 (ms)"),
+    ("send_p95", "Send p95 (ms)"),
+    ("lost", "Lost"),
+    ("undrained", "Undrained"),
+    ("duplicated", "Duplicated"),
+    ("status", "Status"),
+)
+
+
 def mqperf_table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="mqlab results (mqperf-style)")
-    for col in (
-        "Run",
-        "Threads",
-        "Sender nodes",
-        "Receiver nodes",
-        "Send msgs/s",
-        "Receive msgs/s",
-        "Processing p95 (ms)",
-        "Send p95 (ms)",
-        "Lost",
-        "Duplicated",
-        "Status",
-    ):
-        t.add_column(col, justify="left" if col in ("Run", "Status") else "right")
+    for key, col in MQPERF_COLUMNS:
+        t.add_column(col, justify="left" if key in ("run", "status") else "right")
     for r in rows:
-        t.add_row(
-            *[
-                str(r[k])
-                for k in (
-                    "run",
-                    "threads",
-                    "sender_nodes",
-                    "receiver_nodes",
-                    "send",
-                    "receive",
-                    "proc_p95",
-                    "send_p95",
-                    "lost",
-                    "duplicated",
-                    "status",
-                )
-            ]
-        )
+        t.add_row(*[str(r[key]) for key, _ in MQPERF_COLUMNS])
     return t
 
 
 def mqperf_row(
     scenario: dict[str, Any], summary: dict[str, Any], run: str, status: str
 ) -> dict[str, Any]:
+    """One row of the `run` table from a run's summary.json (format_version 2); a figure
+    the summary could not compute shows as "unknown"."""
+    from mqlab.results.report.unknown import show
+
     c = scenario["clients"]
     th = (
         str(c["sender_threads"])
@@ -162,10 +153,23 @@ def mqperf_row(
         "receive": f"{summary['throughput']['receive_msgs_per_s']:,.0f}",
         "proc_p95": f"{lat['processing_us']['p95'] / 1000:,.1f}",
         "send_p95": f"{lat['send_call_us']['p95'] / 1000:,.1f}",
-        "lost": d["lost"],
-        "duplicated": d["duplicated"],
+        "lost": show(d["lost"]),
+        "undrained": show(d["undrained"]),
+        "duplicated": show(d["duplicated"]),
         "status": status,
     }
+
+
+def unknown_notes(summary: dict[str, Any], run: str) -> list[str]:
+    """One line per delivery figure of the run table that is unknown, with the reason."""
+    from mqlab.results.report.unknown import reasons
+
+    why = reasons(summary)
+    return [
+        f"{run}: {k} unknown: {why.get(k, 'not in the summary')}"
+        for k in ("lost", "undrained", "duplicated")
+        if summary["delivery"].get(k) is None
+    ]
 
 
 @main.command()
@@ -177,13 +181,16 @@ def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
     from mqlab.scenario import to_toml  # noqa: F401  (import check before any work)
 
     results = execute_files(list(scenarios), results_dir, _observer())
-    rows = []
+    rows, notes = [], []
     for r in results:
         import tomllib
 
         sc = tomllib.loads((r.run_dir / "scenario.toml").read_text())
         rows.append(mqperf_row(sc, r.summary, r.scenario.label, r.status))
+        notes += unknown_notes(r.summary, r.scenario.label)
     out.print(mqperf_table(rows))
+    for line in notes:
+        out.print(line, highlight=False)
     if any(r.status != "complete" for r in results):
         sys.exit(1)
 
@@ -260,43 +267,30 @@ def ls(
     until: str | None,
     as_json: bool,
 ) -> None:
-    """List archived runs."""
-    from mqlab.results.archive import list_runs
-    from mqlab.results.listing import filter_runs
+    """List archived runs (Lost: "unknown" where the summary could not tell, "–" where
+    the run has no summary)."""
+    from mqlab.results.report import listing
 
-    runs = filter_runs(
-        list_runs(results_dir), broker=broker, scenario=scenario_name, since=since, until=until
+    runs = listing.filter_runs(
+        listing.list_runs(results_dir),
+        broker=broker,
+        scenario=scenario_name,
+        since=since,
+        until=until,
     )
     if as_json:
         for r in runs:
-            out.print_json(
-                json.dumps(
-                    {
-                        "run_id": r.run_id,
-                        "broker": r.broker,
-                        "scenario": r.scenario_name,
-                        "status": r.manifest.get("status"),
-                        "path": str(r.path),
-                    }
-                )
-            )
+            out.print_json(json.dumps(listing.row(r)))
         return
     t = Table()
-    for col in ("Run", "Broker", "Scenario", "Status", "Send msgs/s", "Receive msgs/s", "Lost"):
+    for col in listing.COLUMNS:
         t.add_column(col)
     for r in runs:
-        s = r.summary or {}
-        tp = s.get("throughput", {})
-        t.add_row(
-            r.run_id,
-            r.broker,
-            r.scenario_name,
-            str(r.manifest.get("status")),
-            f"{tp.get('send_msgs_per_s', 0):,.0f}",
-            f"{tp.get('receive_msgs_per_s', 0):,.0f}",
-            str(s.get("delivery", {}).get("lost", "?")),
-        )
+        t.add_row(*listing.cells(listing.row(r)))
     out.print(t)
+    hint = listing.fix_hint(runs)
+    if hint:
+        console.print(f"note: {hint}", highlight=False, markup=False)
 
 
 def _register() -> None:

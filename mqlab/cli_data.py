@@ -94,7 +94,7 @@ def summarize(
     results_dir: str,
 ) -> None:
     """Summarize run archives with Spark into Parquet (RUN_DIR/summary, RESULTS/.catalog)."""
-    from mqlab.results import runmeta
+    from mqlab.results.archive import layout
     from spark import summarize as job
 
     if logs:
@@ -104,13 +104,13 @@ def summarize(
         rows, problems = job.summarize_logs(spark, paths)
         _echo_logs(rows, problems, as_json)
         return
-    dirs = list(paths) + ([str(p) for p in runmeta.find_runs(results_dir)] if all_runs else [])
+    dirs = list(paths) + ([str(p) for p in layout.find_runs(results_dir)] if all_runs else [])
     if all_runs and not dirs:
         raise ArchiveError(f"{results_dir}: no run archives in it")
     if not dirs:
         raise click.UsageError("give RUN_DIR..., --all, or --logs FILE...")
     for d in paths:
-        if not runmeta.is_run_dir(Path(d)):
+        if not layout.is_run_dir(Path(d)):
             raise ArchiveError(f"{d}: not a run directory (no manifest.json)")
     spark = job.build_session(master)
     out = job.summarize_runs(spark, dirs, window_s, results_dir=results_dir if all_runs else None)
@@ -118,12 +118,11 @@ def summarize(
         click.echo(
             json.dumps(
                 {
-                    "format_version": 1,
+                    "format_version": 2,
                     "runs": [
                         {
-                            "run_id": r.run_id,
-                            "run_dir": r.run_dir,
                             **r.summary,
+                            "run_dir": r.run_dir,
                             "problems": [list(p) for p in r.problems],
                         }
                         for r in out.runs
@@ -133,6 +132,8 @@ def summarize(
                 indent=1,
             )
         )
+        if out.skipped:
+            sys.exit(2)
         return
     echo_table(
         (
@@ -142,6 +143,7 @@ def summarize(
             "send p95 ms",
             "proc p95 ms",
             "lost",
+            "undrained",
             "dup",
             "reord",
             "problems",
@@ -153,17 +155,43 @@ def summarize(
                 r.summary["throughput"]["receive_msgs_per_s"],
                 _ms(r.summary["latency_us"]["send_call_us"]["p95"]),
                 _ms(r.summary["latency_us"]["processing_us"]["p95"]),
-                r.summary["delivery"]["lost"],
-                r.summary["delivery"]["duplicated"],
-                r.summary["delivery"]["reordered"],
+                _known(r.summary["delivery"]["lost"]),
+                _known(r.summary["delivery"]["undrained"]),
+                _known(r.summary["delivery"]["duplicated"]),
+                _known(r.summary["delivery"]["reordered"]),
                 len(r.problems),
             )
             for r in out.runs
         ],
     )
+    for r in out.runs:
+        _echo_unknown(r.run_id, r.summary)
     _echo_problems([p for r in out.runs for p in r.problems])
     for s in out.skipped:
         click.echo(f"skipped {s}", err=True)
+    if out.skipped:  # the others are summarized; the skipped ones are the user's to fix
+        sys.exit(2)
+
+
+def _known(v: Any) -> Any:
+    """A figure, or "unknown" where the summary could not compute it (see its reasons)."""
+    from mqlab.results.report.unknown import UNKNOWN
+
+    return UNKNOWN if v is None else v
+
+
+def _echo_unknown(run_id: str, summary: dict[str, Any]) -> None:
+    """The summary's reasons for its unknown delivery figures, one line per reason."""
+    from mqlab.results.report.unknown import reasons
+    from mqlab.results.summary.tables import DELIVERY
+
+    why = reasons(summary)
+    by_reason: dict[str, list[str]] = {}
+    for fig in DELIVERY:
+        if fig in why:
+            by_reason.setdefault(why[fig], []).append(fig)
+    for text, figs in by_reason.items():
+        click.echo(f"{run_id}: {', '.join(figs)} unknown: {text}")
 
 
 def _ms(us: float | int | None) -> float | None:
@@ -221,10 +249,22 @@ def _echo_logs(
 @results_option
 @_user_errors
 def query(sql: str, fmt: str | None, results_dir: str) -> None:
-    """Run DuckDB SQL over the catalog (views: runs, windows, latency, delivery, problems)."""
-    from mqlab.results import query as q
+    """Run DuckDB SQL over the catalog (views: runs, windows, timeline, latency, delivery,
+    problems)."""
+    from mqlab.results.report import query as q
+    from mqlab.results.summary.catalog import missing_from_catalog
 
     columns, rows = q.run_query(results_dir, sql)
+    missing = missing_from_catalog(results_dir)
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        click.echo(
+            f"note: the catalog of {results_dir} lacks {len(missing)} run(s): {shown} "
+            f"(mqlab summarize --all --results {results_dir} adds them)",
+            err=True,
+        )
     if fmt == "csv":
         click.echo(q.to_csv(columns, rows), nl=False)
     elif fmt == "json":
@@ -244,8 +284,8 @@ def query(sql: str, fmt: str | None, results_dir: str) -> None:
 @_user_errors
 def report(runs: tuple[str, ...], sweep_out: str | None, results_dir: str) -> None:
     """Write report.md and PNG plots into each run directory (and a sweep report)."""
-    from mqlab.results import compare as cmp
-    from mqlab.results import report as rep
+    from mqlab.results.report import compare as cmp
+    from mqlab.results.report import markdown as rep
 
     dirs = [cmp.resolve_run(r, results_dir)["run_dir"] for r in runs]
     for d in dirs:
@@ -262,8 +302,8 @@ def report(runs: tuple[str, ...], sweep_out: str | None, results_dir: str) -> No
 @_user_errors
 def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
     """Compare BASELINE CONTENDER from stored summaries, or RUN... with --reference."""
-    from mqlab.results import compare as cmp
-    from mqlab.results import reference
+    from mqlab.results.report import compare as cmp
+    from mqlab.results.report import reference, unknown
 
     resolved = [cmp.resolve_run(r, results_dir) for r in runs]
     if ref:
@@ -275,19 +315,25 @@ def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
     bt, ct = cmp.trials_of(base, results_dir), cmp.trials_of(cont, results_dir)
     click.echo(f"baseline:  {base['run_id']} ({len(bt)} trials)")
     click.echo(f"contender: {cont['run_id']} ({len(ct)} trials)")
+    lines = cmp.compare_runs(base, cont, bt, ct)
     echo_table(
         ("figure", "baseline", "contender", "ratio", "vs noise"),
         [
             (
                 ln.label,
-                ln.baseline,
-                ln.contender,
+                _known(ln.baseline),
+                _known(ln.contender),
                 None if ln.ratio is None else f"{ln.ratio:.3f}",
                 ln.verdict,
             )
-            for ln in cmp.compare_runs(base, cont, bt, ct)
+            for ln in lines
         ],
     )
+    for ln in lines:
+        for side, run in (("baseline", base), ("contender", cont)):
+            why = unknown.why(run, ln.field)
+            if why is not None:
+                click.echo(f"{side} {ln.label} unknown: {why}")
 
 
 def _echo_reference(matches: list[Any], name: str, source: str) -> None:

@@ -2,6 +2,16 @@
 
 ``execute(scenarios)`` runs every sweep point in order, reusing one local cluster
 per broker for the whole sweep (or the one `mqlab cluster up` left running).
+
+- Receivers start first; senders connect, and once every worker is ready all
+  senders start on one signal (the control file ``go``): the measured run starts
+  there, so imports and connects never eat the warm-up.
+- After the senders stop, receivers drain until the broker holds nothing for the
+  queue (asked every half second, twice in a row), or until the drain deadline
+  (``drain_timeout_s``; by default twice the profile's redelivery timeout + 10 s).
+- Then the broker is asked once more what it still holds (``undrained.json``), and
+  the run is summarized in process (``summary.json``, Parquet, the catalog).
+
 Ctrl-C or a failed worker still leaves a valid archive, marked partial.
 """
 
@@ -21,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyroaring import BitMap64
+
 from mqlab import scenario as scenario_mod
 from mqlab import typed
 from mqlab.clusters import local
@@ -28,16 +40,20 @@ from mqlab.clusters.base import LocalCluster
 from mqlab.drivers import registry
 from mqlab.drivers.base import Driver
 from mqlab.errors import ClusterError, MqlabError, ScenarioError
-from mqlab.results import archive
-from mqlab.results.manifest import base_manifest
-from mqlab.results.quick_summary import write_summary
+from mqlab.results.archive import layout
+from mqlab.results.archive.formats import read_json, write_json
+from mqlab.results.archive.manifest import base_manifest
+from mqlab.results.archive.records import UndrainedRecord, write_undrained
+from mqlab.results.summary.job import summarize_run
 from mqlab.scenario import Scenario
 from mqlab.signals import sigterm_as_interrupt
+from mqlab.workload import envelope
 from mqlab.workload.spec import WorkerSpec
 
 LOG = logging.getLogger(__name__)
 READY_TIMEOUT_S = 90.0
 STOP_GRACE_S = 30.0
+DRAIN_CHECK_S = 0.5  # how often the broker is asked whether anything is left
 
 
 class Observer:
@@ -132,7 +148,7 @@ def execute(
 
 def _new_run_dir(results_dir: Path, s: Scenario) -> Path:
     started = dt.datetime.now(dt.UTC)
-    base = archive.run_id(started, s.name, s.label)
+    base = layout.run_id(started, s.name, s.label)
     d = results_dir / base
     n = 2
     while d.exists():
@@ -143,9 +159,7 @@ def _new_run_dir(results_dir: Path, s: Scenario) -> Path:
 
 
 def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    tmp = run_dir / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    tmp.replace(run_dir / "manifest.json")
+    write_json(run_dir / layout.MANIFEST, manifest)
 
 
 def run_one(s: Scenario, results_dir: Path, pool: ClusterPool, observer: Observer) -> RunResult:
@@ -187,6 +201,7 @@ def run_one(s: Scenario, results_dir: Path, pool: ClusterPool, observer: Observe
             _stop_workers(workers, control, grace_s=2)
             end_reason = "interrupted"
         if driver is not None:
+            _check_undrained(driver, run_dir)
             with contextlib.suppress(Exception):
                 observer.phase("teardown: removing the queue")
                 driver.teardown()
@@ -212,7 +227,7 @@ def run_one(s: Scenario, results_dir: Path, pool: ClusterPool, observer: Observe
                 (w.dir / "ready").unlink()
             with contextlib.suppress(FileNotFoundError):
                 (w.dir / "progress.json").unlink()
-        summary = write_summary(run_dir)
+        summary = summarize_run(run_dir, results_dir=results_dir)
     result = RunResult(s, run_dir, manifest["status"], end_reason, summary)
     observer.finished(result)
     return result
@@ -226,7 +241,7 @@ def _worker_status(w: _Worker) -> dict[str, Any]:
         "exit_code": w.proc.returncode,
     }
     try:
-        info["status"] = archive.read_json(w.dir / "worker.json")["status"]
+        info["status"] = read_json(w.dir / layout.WORKER)["status"]
     except MqlabError:
         info["status"] = "lost"  # died before writing its record
     return info
@@ -310,6 +325,58 @@ def _totals(workers: list[_Worker]) -> dict[str, int]:
     return out
 
 
+def _control(control: Path, name: str, text: str = "1\n") -> None:
+    tmp = control / f".{name}.tmp"
+    tmp.write_text(text)
+    tmp.replace(control / name)
+
+
+def _drain_timeout_s(s: Scenario, driver: Driver) -> float:
+    if s.workload.drain_timeout_s > 0:
+        return s.workload.drain_timeout_s
+    return 2 * driver.redelivery_timeout_s + 10.0
+
+
+def _drained(driver: Driver, workers: list[_Worker]) -> bool:
+    """The broker holds nothing for the queue, nothing is in flight."""
+    try:
+        rem = driver.remaining()
+    except Exception as e:  # noqa: BLE001 - a failed check is not "drained"; try again
+        LOG.debug("remaining(): %s", e)
+        return False
+    if rem.count:
+        return False
+    if rem.in_flight is None:  # the broker does not count unacked deliveries: ask receivers
+        t = _totals([w for w in workers if w.spec.role == "receiver"])
+        return t.get("received", 0) == t.get("acked", 0)
+    return True
+
+
+def _check_undrained(driver: Driver, run_dir: Path) -> None:
+    """Ask the broker what it still holds for the queue; write ``undrained.json``."""
+    now = int(time.time() * 1000)
+    try:
+        rem = driver.remaining(identify=driver.identifies_remaining)
+    except Exception as e:  # noqa: BLE001 - unknown, and said so
+        LOG.warning("could not ask the broker what is left in the queue: %s", e)
+        write_undrained(
+            run_dir / layout.UNDRAINED,
+            UndrainedRecord(now, None, error=f"{type(e).__name__}: {e}"[:500]),
+        )
+        return
+    rec = UndrainedRecord(now, rem.count, rem.in_flight, identified=rem.payloads is not None)
+    if rem.payloads is not None:
+        good = [m[: envelope.HEADER_BYTES] for m in rem.payloads if len(m) >= envelope.HEADER_BYTES]
+        rec.foreign = len(rem.payloads) - len(good)
+        decoded, ok = envelope.split_foreign(b"".join(good))
+        rec.foreign += int(decoded.size - ok.sum())
+        decoded = decoded[ok]
+        for sid in set(decoded["sender"].tolist()):
+            seqs = decoded["seq"][decoded["sender"] == sid]
+            rec.senders[int(sid)] = BitMap64(seqs.astype("uint64").tolist())
+    write_undrained(run_dir / layout.UNDRAINED, rec)
+
+
 def _measure(
     s: Scenario,
     run_dir: Path,
@@ -333,10 +400,13 @@ def _measure(
         for sp in _specs(s, run_dir.name, run_dir, control, endpoints, driver.queue, "sender")
     ]
     workers.extend(senders)
+    observer.phase(f"senders: {len(senders)} node(s) x {s.clients.sender_threads} threads")
+    _wait_ready(senders)  # connected, about to send
     start_ms = int(time.time() * 1000)
+    _control(control, "go", f"{start_ms}\n")
     manifest["measure"]["start_ms"] = start_ms
     manifest["measure"]["warmup_end_ms"] = start_ms + int(s.workload.warmup_s * 1000)
-    observer.phase(f"senders: {len(senders)} node(s) x {s.clients.sender_threads} threads")
+    _write_manifest(run_dir, manifest)
     w = s.workload
     expected = (
         w.messages_per_thread * s.clients.sender_threads * s.clients.sender_nodes
@@ -347,9 +417,14 @@ def _measure(
     pending_restarts: list[tuple[float, int]] = []
     t0 = time.monotonic()
     hard_deadline = t0 + w.max_run_s + 60
-    senders_done = False
+    drain_deadline: float | None = None
+    drain_started = 0.0
+    next_check = 0.0
+    empty_checks = 0
+    stop_sent = False
     while True:
-        elapsed = time.monotonic() - t0
+        now = time.monotonic()
+        elapsed = now - t0
         while faults and elapsed >= faults[0].at_s:
             f = faults.pop(0)
             _apply_fault(f, cluster, manifest, observer, pending_restarts, t0)
@@ -364,16 +439,29 @@ def _measure(
         failed = [x for x in workers if x.done and x.proc.returncode not in (0,)]
         if failed:
             return f"worker_failed: {failed[0].spec.worker_id} (exit {failed[0].proc.returncode})"
-        if not senders_done and all(x.done for x in senders):
-            senders_done = True
-            (control / "senders-done").write_text("1\n")
-            observer.phase(f"drain: receivers stop after {w.receiver_idle_timeout_s:g} s idle")
-        if senders_done and all(x.done for x in receivers):
+        if drain_deadline is None and all(x.done for x in senders):
+            drain_started = now
+            drain_deadline = now + _drain_timeout_s(s, driver)
+            observer.phase(
+                "drain: receivers stop once the broker holds nothing "
+                f"(at most {drain_deadline - now:.0f} s)"
+            )
+        if drain_deadline is not None and not stop_sent and now >= next_check:
+            next_check = now + DRAIN_CHECK_S
+            empty_checks = empty_checks + 1 if _drained(driver, workers) else 0
+            ended_by = "broker empty" if empty_checks >= 2 else None
+            if ended_by is None and now >= drain_deadline:
+                ended_by = "drain deadline"
+            if ended_by is not None:
+                manifest["drain"] = {"ended_by": ended_by, "seconds": round(now - drain_started, 3)}
+                _control(control, "receivers-stop")
+                stop_sent = True
+        if drain_deadline is not None and all(x.done for x in receivers):
             break
         if time.monotonic() > hard_deadline:
             return "max_run_s exceeded"
         observer.progress(elapsed, _totals(workers), expected)
-        time.sleep(0.25)
+        time.sleep(0.1)
     for _at, node in pending_restarts:
         cluster.restart_node(node)
     observer.progress(time.monotonic() - t0, _totals(workers), expected)

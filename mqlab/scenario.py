@@ -60,7 +60,12 @@ class Workload:
     mode: str = spec("closed_loop", choices=("closed_loop", "fixed_rate"))
     rate_per_s: float = spec(0.0, min=0, help="fixed_rate: messages/s per sender thread")
     warmup_s: float = spec(0.0, min=0)
-    receiver_idle_timeout_s: float = spec(60.0, min=0.5)
+    drain_timeout_s: float = spec(
+        0.0,
+        min=0,
+        help="longest drain after the senders stop; 0: the profile's redelivery timeout "
+        "x 2 + 10 s. Receivers stop earlier once the broker holds nothing",
+    )
     max_run_s: float = spec(3600.0, min=1, help="hard cap on one run's wall time")
 
 
@@ -335,6 +340,13 @@ def _build_one(
             "remove broker or pick a matching profile",
         )
     cluster = typed.build(Cluster, raw.get("cluster", {}), path, "cluster")
+    if "receiver_idle_timeout_s" in raw.get("workload", {}):
+        raise ScenarioError(
+            path,
+            "workload.receiver_idle_timeout_s",
+            "removed: receivers now drain until the broker holds nothing (or drain_timeout_s)",
+            "delete the line, or write drain_timeout_s = SECONDS for a longest drain",
+        )
     workload = typed.build(Workload, raw.get("workload", {}), path, "workload")
     clients = typed.build(Clients, raw.get("clients", {}), path, "clients")
     if clients.threads is not None:

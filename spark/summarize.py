@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqlab.errors import ArchiveError
-from mqlab.results import catalog, partials, runmeta, tables
+from mqlab.results.summary import catalog, partials, plan, tables
+from mqlab.results.summary.job import DEFAULT_WINDOW_S, window_ms_of, write_run_outputs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_WINDOW_S = 60.0
 LOG_FIGURES = ("count", "p50", "p90", "p99", "p99_9", "max")
 
 
@@ -77,7 +77,7 @@ def build_session(
 class RunOutcome:
     run_id: str
     run_dir: str
-    summary: dict[str, Any]  # nested like summary.json
+    summary: dict[str, Any]  # summary.json
     problems: list[tuple[str, int | None, str]]
 
 
@@ -112,30 +112,27 @@ def summarize_runs(
 ) -> JobOutcome:
     """Summarize runs; write their Parquet and update the catalog of their results dir
     (``results_dir``, or each run's parent directory)."""
-    if window_s <= 0:
-        raise ArchiveError(f"--window-s {window_s}: must be positive")
-    window_ms = round(window_s * 1000)
+    window_ms = window_ms_of(window_s)
     outcome = JobOutcome()
     metas = []
     for d in run_dirs:
         try:
-            metas.append(runmeta.read_run(d))
+            metas.append(plan.read_run(d))
         except ArchiveError as err:
             LOG.warning("skipping %s: %s", d, err)
             outcome.skipped.append(f"{d}: {err}")
-    tasks = [t for m in metas for t in runmeta.tasks_for(m, window_ms)]
+    tasks = [t for m in metas for t in plan.tasks_for(m, window_ms)]
     results = _run_rdd(spark, tasks)
     by_results_dir: dict[Path, list[dict[str, Any]]] = {}
     for m in metas:
         tbls = tables.build_tables(m, results, window_ms)
-        catalog.write_run_tables(m.run_dir, tbls)
+        summary = write_run_outputs(m.run_dir, tbls)
         root = Path(results_dir) if results_dir is not None else Path(m.run_dir).parent
         by_results_dir.setdefault(root.resolve(), []).append(tbls)
         problems = results.get(("prb", m.run_id), [])
         for path, line, text in problems:
             LOG.warning("%s%s: %s (skipped)", path, f":{line}" if line else "", text)
-        row = tbls["runs"].to_pylist()[0]
-        outcome.runs.append(RunOutcome(m.run_id, m.run_dir, tables.as_summary(row), problems))
+        outcome.runs.append(RunOutcome(m.run_id, m.run_dir, summary, problems))
     for root, per_run in by_results_dir.items():
         catalog.update_catalog(root, per_run)
     return outcome
@@ -204,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         dirs = list(args.runs)
         if args.all:
-            dirs += [str(p) for p in runmeta.find_runs(args.all)]
+            dirs += [str(p) for p in plan.find_runs(args.all)]
         if not dirs:
             print(
                 "nothing to summarize: give run directories, --all DIR or --logs FILE...",
@@ -213,17 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         out = summarize_runs(spark, dirs, args.window_s, results_dir=args.all)
         for r in out.runs:
-            print(
-                json.dumps(
-                    {
-                        "format_version": 1,
-                        "run_id": r.run_id,
-                        "run_dir": r.run_dir,
-                        **r.summary,
-                        "problems": len(r.problems),
-                    }
-                )
-            )
+            print(json.dumps({**r.summary, "run_dir": r.run_dir}, sort_keys=True))
         for s in out.skipped:
             print(f"skipped {s}", file=sys.stderr)
         return 0

@@ -5,6 +5,12 @@
 - ``Receiver.receive(max_messages, timeout_s)`` returns deliveries that other
   receivers cannot get until they are acked or their visibility timeout passes.
 - ``Receiver.ack(deliveries)`` removes them. Delivery is at least once.
+- ``Receiver.receive`` never sits on messages: a message already in the queue is
+  returned at once, and one that arrives during the call is returned when it
+  arrives, not when the batch is full or the timeout ends.
+- ``Driver.remaining()`` says what the broker still holds for the queue after the
+  receivers stopped (ready plus delivered-but-unacked), and which messages, where
+  the broker can be read without consuming.
 
 A driver object is shared by the process; ``sender()`` and ``receiver()`` make
 one client (connection) per worker thread. Client libraries stay inside the
@@ -17,6 +23,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+IDENTIFY_CAP = 1_000_000  # remaining(identify=True) returns at most this many payloads
+IDENTIFY_PREFIX_BYTES = 24  # ...each cut to its first bytes: the mqlab message header
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,27 @@ class Delivery:
     redelivered: bool = False
 
 
+@dataclass(frozen=True)
+class Remaining:
+    """What the broker still holds for the queue: ready and in-flight (unacked) messages.
+
+    ``count`` is what the broker reports. ``payloads`` holds the messages themselves
+    (at least their 24-byte mqlab headers) when the driver could read them without
+    consuming them (``identify=True`` and ``Driver.identifies_remaining``); ``None``
+    when only the count is known. ``in_flight`` is the part of ``count`` delivered to
+    a consumer and not acked yet, when the broker says (``None``: not reported).
+
+    Drivers return at most ``Driver.identify_cap`` payloads (``IDENTIFY_CAP``), each
+    cut to its first ``IDENTIFY_PREFIX_BYTES`` bytes, so that a large backlog cannot
+    exhaust memory; ``count`` stays the broker's full count, so ``len(payloads) <
+    count`` says the list was capped.
+    """
+
+    count: int
+    payloads: list[bytes] | None = None
+    in_flight: int | None = None
+
+
 class Sender(ABC):
     @abstractmethod
     def send(self, batch: Sequence[bytes]) -> None:
@@ -94,6 +124,8 @@ class Driver(ABC):
     supports_batch_send: ClassVar[bool] = True  # send(batch) is one broker call
     supports_batch_receive: ClassVar[bool] = True  # receive(max) returns many at once
     client_libraries: ClassVar[tuple[str, ...]] = ()  # distributions named in the manifest
+    identifies_remaining: ClassVar[bool] = False  # remaining(identify=True) returns payloads
+    identify_cap: int = IDENTIFY_CAP  # most payloads remaining(identify=True) returns
 
     def __init__(self, settings: Any, endpoints: Endpoints, queue: str):
         self.settings = settings
@@ -113,6 +145,18 @@ class Driver(ABC):
 
     @abstractmethod
     def receiver(self) -> Receiver: ...
+
+    @abstractmethod
+    def remaining(self, identify: bool = False) -> Remaining:
+        """What the broker still holds for this queue (see :class:`Remaining`); with
+        ``identify`` also the messages, read without consuming them, if the broker allows."""
+
+    @property
+    @abstractmethod
+    def redelivery_timeout_s(self) -> float:
+        """How long an unacked delivery of a live receiver stays hidden before it is
+        delivered again (visibility timeout, ack wait, session timeout); 0 if only a
+        closed connection returns it."""
 
     @abstractmethod
     def server_versions(self) -> list[str]:

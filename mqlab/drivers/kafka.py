@@ -3,7 +3,9 @@
 - setup: a topic with ``partitions`` partitions, replication factor ``replicas``
   and ``min.insync.replicas``.
 - send: produce the batch (``acks=all``, idempotence on), then flush: a send
-  returns once every message's delivery report arrived without error.
+  returns once every message's delivery report arrived without error. Reports
+  carry their batch's number: a late report of an earlier batch (one whose send
+  timed out) is logged and never counts for or against the current batch.
 - receive: poll the group's consumer; each receiver joins the group when made
   and waits for its partition assignment, so partitions (and hence messages)
   belong to one receiver at a time.
@@ -11,12 +13,27 @@
   committed synchronously every ``commit_interval_s`` (mqperf: 10 s, receiving
   blocked meanwhile), at once with 0, and on close. Unacked messages of a
   receiver that dies come again to the group after the rebalance (at least
-  once). Whether a delivery is a redelivery cannot be known: always False.
+  once): ``redelivery_timeout_s`` is the session timeout plus ``commit_interval_s``.
+- redelivery: Kafka has no redelivery flag. Every commit carries, per partition,
+  the highest offset this consumer delivered (metadata ``delivered=<offset>``);
+  on assignment a consumer reads the committed metadata and flags deliveries at
+  or below that mark as redelivered. A consumer also keeps its own marks of the
+  partitions it owned before. Marks of a consumer that died before committing
+  are lost. tansu (the local stand-in, 0.6) accepts commit metadata but returns
+  none: there only a consumer's own marks work (a partition that comes back to
+  it), not those of an earlier owner.
+- remaining: per partition, the end of the log minus the group's committed
+  offset (ready plus delivered-but-uncommitted; no in-flight count). The end is
+  the high watermark, then the partition is read on from there until its end,
+  since tansu's watermark is too low (the base offset of the last record batch,
+  plus 1). ``identify`` reads every message from the committed offset on with a
+  consumer that only ``assign()``s and never commits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -28,11 +45,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from mqlab.drivers.base import Delivery, Driver, Receiver, Sender
+from mqlab.drivers.base import IDENTIFY_PREFIX_BYTES, Delivery, Driver, Receiver, Remaining, Sender
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
+MARK = "delivered="  # commit metadata: the highest offset delivered on the partition
 
 
 @dataclass(frozen=True)
@@ -53,18 +71,44 @@ class Settings:
     prefetch: int = spec(500, min=1, help="messages a receiver buffers ahead of the worker")
 
 
+def mark_metadata(offset: int) -> str:
+    return f"{MARK}{offset}"
+
+
+def parse_mark(metadata: str | None) -> int:
+    """The delivered mark in commit metadata; -1 if there is none."""
+    if metadata and metadata.startswith(MARK):
+        with contextlib.suppress(ValueError):
+            return int(metadata[len(MARK) :])
+    return -1
+
+
 class OffsetTracker:
-    """Per partition: offsets handed out in order, and which are acked; what to commit."""
+    """Per partition: offsets handed out in order, which are acked, what to commit, and the
+    highest offset known to be delivered (the mark that flags redeliveries)."""
 
     def __init__(self) -> None:
         self.outstanding: dict[int, deque[int]] = {}
         self.acked: dict[int, set[int]] = {}
         self.next_commit: dict[int, int] = {}  # partition -> offset to commit (exclusive)
         self.dirty: set[int] = set()
+        self.marks: dict[int, int] = {}  # partition -> highest delivered offset; kept by forget()
 
-    def delivered(self, partition: int, offset: int) -> None:
+    def inherit(self, partition: int, mark: int) -> None:
+        """The mark an earlier owner committed (read at assignment)."""
+        self.marks[partition] = max(self.marks.get(partition, -1), mark)
+
+    def delivered(self, partition: int, offset: int) -> bool:
+        """Hand ``offset`` out; True if it was delivered before (at or below the mark)."""
         self.outstanding.setdefault(partition, deque()).append(offset)
         self.acked.setdefault(partition, set())
+        # where this consumer started: committing it moves nothing, but carries the mark
+        self.next_commit.setdefault(partition, offset)
+        if offset <= self.marks.get(partition, -1):
+            return True
+        self.marks[partition] = offset
+        self.dirty.add(partition)
+        return False
 
     def ack(self, partition: int, offset: int) -> None:
         if partition not in self.outstanding:
@@ -79,9 +123,9 @@ class OffsetTracker:
         if moved:
             self.dirty.add(partition)
 
-    def to_commit(self) -> dict[int, int]:
-        """Offsets to commit since the last call (partition -> next offset to read)."""
-        out = {p: self.next_commit[p] for p in self.dirty}
+    def to_commit(self) -> dict[int, tuple[int, int]]:
+        """What to commit since the last call: partition -> (next offset to read, mark)."""
+        out = {p: (self.next_commit[p], self.marks.get(p, -1)) for p in self.dirty}
         self.dirty.clear()
         return out
 
@@ -101,7 +145,9 @@ class KafkaSender(Sender):
         s: Settings = driver.settings
         self.topic = driver.topic
         self.timeout = s.send_timeout_s
-        self.errors: list[Any] = []
+        self.batch = 0  # number of the batch being sent
+        self.waiting = 0  # its delivery reports still to come
+        self.errors: list[Any] = []  # its failed deliveries
         self.p = Producer(
             {
                 "bootstrap.servers": _bootstrap(driver.endpoints),
@@ -112,21 +158,36 @@ class KafkaSender(Sender):
             }
         )
 
-    def _report(self, err: Any, _msg: Any) -> None:
+    def _report(self, batch: int, err: Any, _msg: Any) -> None:
+        if batch != self.batch:  # that send already failed (timed out)
+            if err is not None:
+                LOG.warning("kafka: late delivery error of batch %d: %s", batch, err)
+            else:
+                LOG.debug("kafka: late delivery report of batch %d", batch)
+            return
+        self.waiting -= 1
         if err is not None:
             self.errors.append(err)
 
     def send(self, batch: Sequence[bytes]) -> None:
-        self.errors.clear()
+        self.batch += 1
+        self.waiting, self.errors = 0, []
+        report = functools.partial(self._report, self.batch)
         try:
             for m in batch:
-                self.p.produce(self.topic, m, on_delivery=self._report)
+                self.p.produce(self.topic, m, on_delivery=report)
+                self.waiting += 1
         except (BufferError, KafkaException) as e:
             raise DriverError(f"kafka: produce failed: {e}") from e
-        left = self.p.flush(self.timeout)
-        if left or self.errors:
+        deadline = time.monotonic() + self.timeout
+        while self.waiting and not self.errors:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.p.flush(min(left, 0.1))  # serves delivery reports; no linger while flushing
+        if self.waiting or self.errors:
             raise DriverError(
-                f"kafka: {left} messages unconfirmed after {self.timeout} s, "
+                f"kafka: {self.waiting} messages unconfirmed after {self.timeout} s, "
                 f"errors: {self.errors[:3]}"
             )
 
@@ -135,7 +196,16 @@ class KafkaSender(Sender):
 
 
 class KafkaReceiver(Receiver):
-    """A group member; a helper thread polls while the worker does not, so rebalances never wait."""
+    """A group member; a helper thread polls while the worker does not, so rebalances never wait.
+
+    One lock guards the consumer and the receiver's state: confluent-kafka's consumer must
+    not be called from two threads at once (a commit while another thread polls hangs). The
+    helper never waits inside the consumer while holding it: every ``HELPER_PERIOD_S`` it
+    takes what is fetched (and serves group events) without blocking, so a ``receive``
+    finds prefetched messages at once, and one with an empty buffer polls itself, which
+    returns as soon as a message is fetched."""
+
+    HELPER_PERIOD_S = 0.02
 
     def __init__(self, driver: KafkaDriver):
         s: Settings = driver.settings
@@ -183,19 +253,24 @@ class KafkaReceiver(Receiver):
             time.sleep(0.02)
 
     def _background(self) -> None:
-        """Serve group events (and prefetch a little) while the worker is busy elsewhere."""
-        while not self.closing.is_set():
-            if len(self.buffer) >= self.prefetch or not self.lock.acquire(timeout=0.05):
-                self.closing.wait(0.02)
-                continue
+        """Serve group events and prefetch while the worker is busy elsewhere."""
+        while not self.closing.wait(self.HELPER_PERIOD_S):
+            room = self.prefetch - len(self.buffer)
+            if room <= 0 or not self.lock.acquire(timeout=0.05):
+                continue  # a full buffer waits for the worker; a busy lock: it is polling
             try:
-                self._poll(0.05)
-            except DriverError as e:
-                LOG.warning("%s", e)
+                self._keep(self.c.consume(room, 0))
+            except (DriverError, KafkaException) as e:
+                LOG.warning("kafka: %s", e)
             finally:
                 self.lock.release()
 
-    def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        try:  # the delivered marks earlier owners committed
+            for tp in consumer.committed(partitions, timeout=10):
+                self.tracker.inherit(tp.partition, parse_mark(tp.metadata))
+        except KafkaException as e:
+            LOG.warning("kafka: no committed offsets at assignment (%s): not marking", e)
         self.owned |= {tp.partition for tp in partitions}
         self.assigned = True
 
@@ -209,23 +284,19 @@ class KafkaReceiver(Receiver):
         self.tracker.forget(sorted(revoked))
         self.buffer = deque(m for m in self.buffer if m.partition() not in revoked)
 
-    def _poll(self, timeout_s: float) -> None:
-        m = self.c.poll(timeout_s)
-        if m is not None:
-            self._keep(m)
-
-    def _keep(self, m: Any) -> None:
-        err = m.error()
-        if err is None:
-            # a message fetched just before its partition was revoked (the same consume()
-            # call can return it after the revoke callback ran) belongs to the new owner:
-            # delivering and acking it here would commit an offset for a partition this
-            # consumer no longer owns, and could move the group's offset past messages
-            # the new owner has not delivered yet
-            if m.partition() in self.owned:
-                self.buffer.append(m)
-        elif err.code() != KafkaError._PARTITION_EOF:
-            raise DriverError(f"kafka: consume failed: {err}")
+    def _keep(self, messages: Sequence[Any]) -> None:
+        for m in messages:
+            err = m.error()
+            if err is None:
+                # a message fetched just before its partition was revoked (the same consume()
+                # call can return it after the revoke callback ran) belongs to the new owner:
+                # delivering and acking it here would commit an offset for a partition this
+                # consumer no longer owns, and could move the group's offset past messages
+                # the new owner has not delivered yet
+                if m.partition() in self.owned:
+                    self.buffer.append(m)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                raise DriverError(f"kafka: consume failed: {err}")
 
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         deadline = time.monotonic() + timeout_s
@@ -235,15 +306,15 @@ class KafkaReceiver(Receiver):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._poll(min(left, 0.1))
+                m = self.c.poll(min(left, 0.1))  # returns as soon as a message is fetched
+                self._keep([] if m is None else [m])
             if self.buffer and len(self.buffer) < max_messages:
-                for m in self.c.consume(max_messages - len(self.buffer), 0):
-                    self._keep(m)
+                self._keep(self.c.consume(max_messages - len(self.buffer), 0))
             out: list[Delivery] = []
             while self.buffer and len(out) < max_messages:
                 m = self.buffer.popleft()
-                self.tracker.delivered(m.partition(), m.offset())
-                out.append(Delivery(m.value(), (m.partition(), m.offset()), False))
+                again = self.tracker.delivered(m.partition(), m.offset())
+                out.append(Delivery(m.value(), (m.partition(), m.offset()), again))
             return out
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
@@ -261,7 +332,10 @@ class KafkaReceiver(Receiver):
         offsets = self.tracker.to_commit()
         if not offsets:
             return
-        tps = [TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())]
+        tps = [
+            TopicPartition(self.topic, p, offset, metadata=mark_metadata(mark))
+            for p, (offset, mark) in sorted(offsets.items())
+        ]
         try:
             self.c.commit(offsets=tps, asynchronous=False)
         except KafkaException as e:
@@ -279,6 +353,7 @@ class KafkaDriver(Driver):
     name = "kafka"
     Settings = Settings
     client_libraries = ("confluent-kafka",)
+    identifies_remaining = True
 
     def __init__(self, settings: Any, endpoints: Any, queue: str):
         super().__init__(settings, endpoints, queue)
@@ -312,6 +387,43 @@ class KafkaDriver(Driver):
         except KafkaException as e:
             LOG.debug("kafka: delete topic %s: %s", self.topic, e)
 
+    @property
+    def redelivery_timeout_s(self) -> float:
+        s: Settings = self.settings
+        return s.session_timeout_ms / 1000 + s.commit_interval_s
+
+    def remaining(self, identify: bool = False) -> Remaining:
+        """Messages after the group's committed offsets (see the module docstring)."""
+        c = Consumer(
+            {
+                "bootstrap.servers": _bootstrap(self.endpoints),
+                "group.id": self.group,  # only to read its committed offsets: never joins
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        try:
+            topic = c.list_topics(self.topic, timeout=10).topics[self.topic]
+            if topic.error is not None:
+                raise DriverError(f"kafka: topic {self.topic}: {topic.error}")
+            parts = [TopicPartition(self.topic, p) for p in sorted(topic.partitions)]
+            count, starts = 0, {}
+            for tp in c.committed(parts, timeout=10):
+                low, high = c.get_watermark_offsets(tp, timeout=10, cached=False)
+                start = max(low, tp.offset)  # no commit yet (negative): from the beginning
+                if identify:  # read all of it
+                    starts[tp.partition] = start
+                else:  # count up to the watermark, read on from there (tansu's is too low)
+                    count += max(0, high - start)
+                    starts[tp.partition] = max(start, high)
+            n, payloads = _read_to_end(c, self.topic, starts, self.identify_cap if identify else 0)
+        except KafkaException as e:
+            raise DriverError(f"kafka: cannot read the offsets of {self.topic}: {e}") from e
+        finally:
+            c.close()
+        return Remaining(count + n, payloads if identify else None)
+
     def sender(self) -> Sender:
         return KafkaSender(self)
 
@@ -325,6 +437,34 @@ class KafkaDriver(Driver):
             return [str(server)]
         brokers = self._admin().list_topics(timeout=10).brokers
         return [f"Kafka API broker {b.id} ({b.host}:{b.port})" for b in brokers.values()]
+
+
+def _read_to_end(
+    c: Consumer, topic: str, starts: dict[int, int], keep: int, idle_s: float = 10.0
+) -> tuple[int, list[bytes]]:
+    """Read each partition from its start offset to its end (its EOF event) without
+    committing: how many messages, and the first bytes of the first ``keep``."""
+    c.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+    open_parts, n = set(starts), 0
+    kept: list[bytes] = []
+    last_event = time.monotonic()
+    while open_parts:
+        m = c.poll(0.1)
+        if m is None:
+            if time.monotonic() - last_event > idle_s:
+                raise DriverError(f"kafka: no end of partitions {sorted(open_parts)} of {topic}")
+            continue
+        last_event = time.monotonic()
+        err = m.error()
+        if err is not None and err.code() == KafkaError._PARTITION_EOF:
+            open_parts.discard(m.partition())
+        elif err is not None:
+            raise DriverError(f"kafka: reading {topic}: {err}")
+        elif m.partition() in open_parts:
+            n += 1
+            if len(kept) < keep:
+                kept.append(bytes(m.value() or b"")[:IDENTIFY_PREFIX_BYTES])
+    return n, kept
 
 
 DRIVER = KafkaDriver

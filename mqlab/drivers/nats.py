@@ -5,6 +5,13 @@
 - receive: ``fetch`` from the shared durable pull consumer (explicit acks);
   unacked messages are redelivered after ``ack_wait_s``.
 - ack: ``ack_sync`` (waits for the server) or fire-and-forget ``ack``, per profile.
+- redelivery: a delivery is flagged redelivered when the server says it was
+  delivered before (``num_delivered > 1``); ``redelivery_timeout_s`` is ``ack_wait_s``.
+- remaining: the stream's message count (a work-queue stream removes a message
+  when it is acked, so this is ready plus unacked); ``in_flight`` is the consumer's
+  ``num_ack_pending``. ``identify`` reads the stored messages by sequence number
+  (STREAM.MSG.GET with next_by_subj, which never consumes), in up to 64 concurrent
+  walks over the sequence range, so its cost follows the messages, not the range.
 
 nats-py is asyncio; each sender/receiver owns an event loop driven from its
 worker thread, so there are no cross-thread hops on the hot path.
@@ -24,11 +31,12 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
-from mqlab.drivers.base import Delivery, Driver, Receiver, Sender
+from mqlab.drivers.base import IDENTIFY_PREFIX_BYTES, Delivery, Driver, Receiver, Remaining, Sender
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
+IDENTIFY_WALKS = 64  # concurrent walks over the stream's sequence range in remaining()
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,7 @@ class NatsDriver(Driver):
     name = "nats"
     Settings = NatsSettings
     client_libraries = ("nats-py",)
+    identifies_remaining = True
 
     def __init__(self, settings: NatsSettings, endpoints: Any, queue: str):
         super().__init__(settings, endpoints, queue)
@@ -209,6 +218,57 @@ class NatsDriver(Driver):
 
         result: dict[str, Any] = self._admin(go)
         return result
+
+    @property
+    def redelivery_timeout_s(self) -> float:
+        return float(self.settings.ack_wait_s)
+
+    def remaining(self, identify: bool = False) -> Remaining:
+        """Messages in the stream (ready + unacked); ``in_flight``: the consumer's ack pending."""
+
+        async def go(c: _Client) -> Remaining:
+            state = (await c.js.stream_info(self.stream)).state
+            try:
+                in_flight: int | None = (
+                    await c.js.consumer_info(self.stream, self.consumer)
+                ).num_ack_pending
+            except nats.js.errors.NotFoundError:
+                in_flight = None
+            payloads = None
+            if identify:
+                payloads = await self._stored(c, state.first_seq, state.last_seq)
+            return Remaining(state.messages, payloads, in_flight)
+
+        try:
+            result: Remaining = self._admin(go)
+        except nats.errors.Error as e:
+            raise DriverError(f"nats: cannot read the state of stream {self.stream}: {e}") from e
+        return result
+
+    async def _stored(self, c: _Client, first: int, last: int) -> list[bytes]:
+        """Headers of the stored messages first..last (deleted ones skipped), in order."""
+        cap = self.identify_cap
+        span = max(0, last - first + 1)
+        walks = min(IDENTIFY_WALKS, span)
+        bounds = [first + span * i // walks for i in range(walks + 1)] if walks else []
+        found: list[list[bytes]] = [[] for _ in range(walks)]
+        total = [0]
+
+        async def walk(i: int) -> None:
+            seq, end = bounds[i], bounds[i + 1] - 1
+            while seq <= end and total[0] < cap:
+                try:
+                    m = await c.js.get_msg(self.stream, seq=seq, subject=self.subject, next=True)
+                except nats.js.errors.NotFoundError:
+                    return  # nothing stored from seq on
+                if m.seq is None or m.seq > end:
+                    return
+                found[i].append(bytes(m.data or b"")[:IDENTIFY_PREFIX_BYTES])
+                total[0] += 1
+                seq = m.seq + 1
+
+        await asyncio.gather(*(walk(i) for i in range(walks)))
+        return [p for part in found for p in part][:cap]
 
     def sender(self) -> Sender:
         return NatsSender(self)

@@ -9,6 +9,17 @@
   ``next_delivery`` to now() + visibility timeout; nothing there: poll with a
   short backoff until ``timeout_s``.
 - ack: DELETE by id.
+- redelivery: a row handed out before (``deliveries > 1``) is flagged
+  redelivered; ``redelivery_timeout_s`` is ``visibility_timeout_s``.
+- remaining: ``count(*)`` of the table (acked rows are deleted), ``in_flight``
+  the rows whose ``next_delivery`` is still ahead (claimed, not acked); with
+  ``identify`` the rows' first bytes, all read in one snapshot.
+
+A receive that finds nothing polls again after 5 ms, 10 ms, ... up to
+``poll_interval_s``: a message arriving during the call is returned within about
+``poll_interval_s``. (LISTEN/NOTIFY would wake receivers at once, but a commit
+that notifies holds one cluster-wide lock until it is done, the wait for the
+synchronous standbys included: it would serialize the senders being measured.)
 
 With every synchronous standby gone a commit waits forever, and
 ``statement_timeout`` does not end that wait; a watchdog thread cancels the
@@ -30,7 +41,15 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from mqlab.drivers.base import Delivery, Driver, Endpoints, Receiver, Sender
+from mqlab.drivers.base import (
+    IDENTIFY_PREFIX_BYTES,
+    Delivery,
+    Driver,
+    Endpoints,
+    Receiver,
+    Remaining,
+    Sender,
+)
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
@@ -96,6 +115,18 @@ def schema_sql(table: str) -> list[sql.Composed]:
     deliveries INTEGER NOT NULL DEFAULT 0)""").format(t),
         sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (next_delivery)").format(idx, t),
     ]
+
+
+def remaining_sql(table: str) -> tuple[sql.Composed, sql.Composed]:
+    """(count and in-flight count; the first bytes of up to %s rows, oldest first)."""
+    t = sql.Identifier(table)
+    count = sql.SQL(
+        "SELECT count(*), count(*) FILTER (WHERE next_delivery > now()) FROM {}"
+    ).format(t)
+    heads = sql.SQL("SELECT substring(payload FROM 1 FOR {}) FROM {} ORDER BY id LIMIT %s").format(
+        sql.Literal(IDENTIFY_PREFIX_BYTES), t
+    )
+    return count, heads
 
 
 def backoff(previous_s: float, cap_s: float) -> float:
@@ -273,6 +304,7 @@ class PostgresDriver(Driver):
     name = "postgres"
     Settings = Settings
     client_libraries = ("psycopg", "psycopg-binary")
+    identifies_remaining = True
 
     def __init__(self, settings: Any, endpoints: Endpoints, queue: str):
         super().__init__(settings, endpoints, queue)
@@ -302,6 +334,29 @@ class PostgresDriver(Driver):
 
     def teardown(self) -> None:
         self._admin([sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.table))])
+
+    @property
+    def redelivery_timeout_s(self) -> float:
+        return float(self.settings.visibility_timeout_s)
+
+    def remaining(self, identify: bool = False) -> Remaining:
+        """Rows left in the table (ready + claimed); ``in_flight``: the claimed ones."""
+        count_sql, heads_sql = remaining_sql(self.table)
+        conn = connect(self.endpoints, primary(self.endpoints), self.settings)
+        try:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ  # one snapshot
+            with conn.transaction():
+                row = conn.execute(count_sql).fetchone()
+                heads = None
+                if identify:
+                    rows = conn.execute(heads_sql, (self.identify_cap,)).fetchall()
+                    heads = [bytes(r[0]) for r in rows]
+        except psycopg.Error as e:
+            raise DriverError(f"postgres: cannot count the rows of {self.table}: {e}") from e
+        finally:
+            conn.close()
+        assert row is not None
+        return Remaining(int(row[0]), heads, int(row[1]))
 
     def sender(self) -> Sender:
         return PostgresSender(self)

@@ -3,11 +3,19 @@
 - setup: a durable queue of type ``quorum`` with ``replicas`` members.
 - send: publish every message of the batch (persistent), then wait until the
   broker confirmed all of them (publisher confirms: a quorum of the queue's
-  members has the message). A nack or a timeout fails the send.
+  members has the message). A nack or a timeout fails the send. Confirms are
+  matched to the batch by delivery tag: a late confirm or nack of an earlier
+  (timed-out) batch never counts for or against the current one.
 - receive: a consumer with ``basic_qos(prefetch)`` and manual acks; deliveries
   wait in a local buffer until ``receive`` hands them out.
 - ack: ``basic_ack`` per delivery. RabbitMQ has no visibility timeout: unacked
-  deliveries come again (flagged redelivered) once the receiver's channel closes.
+  deliveries come again (flagged redelivered by the broker) once the receiver's
+  channel closes, so ``redelivery_timeout_s`` is 0.
+- remaining: the queue's ``message_count`` from a passive queue.declare: ready
+  messages only. Deliveries held unacked by open channels (a live receiver's
+  prefetch) are not included, so call it after the receivers closed; the broker
+  reports no in-flight count here (``in_flight`` is None) and AMQP cannot read a
+  queue without consuming it (no identification).
 
 Clients connect round-robin over the nodes (the others are fallbacks).
 """
@@ -28,7 +36,7 @@ import pika
 import pika.exceptions
 from pika import spec as amqp
 
-from mqlab.drivers.base import Delivery, Driver, Receiver, Sender
+from mqlab.drivers.base import Delivery, Driver, Receiver, Remaining, Sender
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
@@ -53,30 +61,41 @@ class Settings:
 
 
 class _Confirms:
-    """Counts publisher confirms: delivery tags 1, 2, ... per channel; acks may be cumulative."""
+    """Publisher confirms of the batch being sent. Delivery tags run 1, 2, ... per channel;
+    an ack or nack covers one tag, or with ``multiple`` every tag up to it. Only tags of the
+    current batch count: confirms of an earlier batch (one that timed out) are ignored."""
 
     def __init__(self) -> None:
-        self.published = 0
-        self.acked: set[int] = set()
-        self.acked_upto = 0
+        self.next_tag = 1  # the tag the broker gives the next published message
+        self.low = 1  # tags of the current batch below this are confirmed
+        self.pending: set[int] = set()  # unconfirmed tags of the current batch
+        self.nacked = 0  # nacked messages of the current batch
+
+    def start_batch(self) -> None:
+        self.low = self.next_tag
+        self.pending.clear()
         self.nacked = 0
+
+    def published(self) -> None:
+        self.pending.add(self.next_tag)
+        self.next_tag += 1
 
     def on_frame(self, frame: Any) -> None:
         method = frame.method
         tag, multiple = method.delivery_tag, method.multiple
-        if isinstance(method, amqp.Basic.Nack):
-            self.nacked += 1
         if multiple:
-            self.acked_upto = max(self.acked_upto, tag)
+            covered = [t for t in range(self.low, tag + 1) if t in self.pending]
+            self.low = max(self.low, tag + 1)
         else:
-            self.acked.add(tag)
-        while self.acked_upto + 1 in self.acked:
-            self.acked_upto += 1
-            self.acked.discard(self.acked_upto)
+            covered = [tag] if tag in self.pending else []
+        self.pending.difference_update(covered)
+        if isinstance(method, amqp.Basic.Nack):
+            self.nacked += len(covered)
+            if not covered:
+                LOG.warning("rabbitmq: late nack of an earlier batch (tag %d)", tag)
 
     def all_confirmed(self) -> bool:
-        self.acked = {t for t in self.acked if t > self.acked_upto}
-        return self.acked_upto + len(self.acked) >= self.published
+        return not self.pending
 
 
 class _Client:
@@ -119,21 +138,25 @@ class RabbitmqSender(Sender):
 
     def send(self, batch: Sequence[bytes]) -> None:
         conf = self.confirms
-        nacked_before = conf.nacked
+        conf.start_batch()
         try:
             for m in batch:
+                conf.published()  # before publishing: its confirm may come during the next one
                 self.c.ch.basic_publish("", self.queue, m, self.props)
-                conf.published += 1
             deadline = time.monotonic() + self.timeout
             while not conf.all_confirmed():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise DriverError(f"rabbitmq: no publisher confirm within {self.timeout} s")
+                    raise DriverError(
+                        f"rabbitmq: no publisher confirm within {self.timeout} s for "
+                        f"{len(conf.pending)} of {len(batch)} messages (delivery tags "
+                        f"{min(conf.pending)}..{max(conf.pending)})"
+                    )
                 self.c.conn.process_data_events(time_limit=min(left, 1.0))
         except pika.exceptions.AMQPError as e:
             raise DriverError(f"rabbitmq: send failed: {e!r}") from e
-        if conf.nacked != nacked_before:
-            raise DriverError(f"rabbitmq: broker nacked {conf.nacked - nacked_before} messages")
+        if conf.nacked:
+            raise DriverError(f"rabbitmq: broker nacked {conf.nacked} messages of the batch")
 
     def close(self) -> None:
         self.c.close()
@@ -218,6 +241,22 @@ class RabbitmqDriver(Driver):
             raise DriverError(f"rabbitmq: cannot declare quorum queue {self.queue}: {e!r}") from e
         finally:
             c.close()
+
+    @property
+    def redelivery_timeout_s(self) -> float:
+        return 0.0  # no visibility timeout: only a closed channel returns its deliveries
+
+    def remaining(self, identify: bool = False) -> Remaining:
+        """Ready messages (passive queue.declare); unacked deliveries of open channels are
+        not included, ``in_flight`` is None, and nothing is identified."""
+        c = _Client(self)
+        try:
+            ok = c.ch.queue_declare(self.queue, passive=True)
+        except pika.exceptions.AMQPError as e:
+            raise DriverError(f"rabbitmq: cannot read queue {self.queue}: {e!r}") from e
+        finally:
+            c.close()
+        return Remaining(int(ok.method.message_count))
 
     def teardown(self) -> None:
         c = _Client(self)

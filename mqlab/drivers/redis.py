@@ -11,6 +11,14 @@
   ``reclaim_interval_s`` takes over entries idle longer than
   ``visibility_timeout_s`` (XAUTOCLAIM), otherwise reads new entries (``>``).
 - ack: XACK (and XDEL, so streams do not grow) in one pipeline.
+- redelivery: entries re-read from the own backlog or taken over by XAUTOCLAIM
+  are flagged redelivered; ``redelivery_timeout_s`` is ``visibility_timeout_s``
+  plus ``reclaim_interval_s`` (XAUTOCLAIM only runs that often).
+- remaining: with ``delete_on_ack`` the streams hold exactly what is left, so
+  XLEN summed over the keys (ready plus pending entries); otherwise the group's
+  pending entries plus the entries it has not read yet (XINFO GROUPS lag).
+  ``in_flight`` is the group's pending count (XPENDING). ``identify`` reads the
+  entries with XRANGE (and the pending ones by id), which consumes nothing.
 """
 
 from __future__ import annotations
@@ -28,12 +36,13 @@ from typing import Any
 
 import redis
 
-from mqlab.drivers.base import Delivery, Driver, Receiver, Sender
+from mqlab.drivers.base import IDENTIFY_PREFIX_BYTES, Delivery, Driver, Receiver, Remaining, Sender
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
 FIELD = b"m"
+PAGE = 10_000  # entries per XRANGE / XPENDING call in remaining()
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,24 @@ def read_plan(keys: Sequence[bytes], start: int, max_messages: int) -> tuple[lis
     k = min(len(keys), max_messages)
     chosen = [keys[(start + i) % len(keys)] for i in range(k)]
     return chosen, max_messages // k
+
+
+def scan(
+    r: redis.Redis, key: bytes, start: bytes, keep: int, count_all: bool
+) -> tuple[int, list[bytes]]:
+    """Entries of ``key`` from ``start`` on: how many (all of them if ``count_all``, else at
+    least until ``keep`` are kept) and the headers of the first ``keep``."""
+    n = 0
+    kept: list[bytes] = []
+    while True:
+        page: Any = r.xrange(key, min=start, max=b"+", count=PAGE)
+        for _entry_id, fields in page:
+            n += 1
+            if len(kept) < keep:
+                kept.append(bytes(fields.get(FIELD, b""))[:IDENTIFY_PREFIX_BYTES])
+        if len(page) < PAGE or (not count_all and len(kept) >= keep):
+            return n, kept
+        start = b"(" + page[-1][0]
 
 
 def key_names(queue: str, streams: int) -> list[bytes]:
@@ -210,6 +237,7 @@ class RedisDriver(Driver):
     name = "redis"
     Settings = Settings
     client_libraries = ("redis", "hiredis")
+    identifies_remaining = True
 
     def __init__(self, settings: Any, endpoints: Any, queue: str):
         super().__init__(settings, endpoints, queue)
@@ -257,6 +285,70 @@ class RedisDriver(Driver):
                 r.delete(*self.keys[i : i + 500])
         finally:
             r.close()
+
+    @property
+    def redelivery_timeout_s(self) -> float:
+        s: Settings = self.settings
+        return s.visibility_timeout_s + s.reclaim_interval_s
+
+    def remaining(self, identify: bool = False) -> Remaining:
+        """Entries left over the keys (see the module docstring); XPENDING as ``in_flight``."""
+        keep = self.identify_cap if identify else 0
+        count = in_flight = 0
+        found: list[bytes] = []
+        r = self._admin()
+        try:
+            for key in self.keys:
+                group = self._group(r, key)
+                if group is None:
+                    continue  # no stream (or no group): nothing held
+                pending = int(group["pending"])
+                in_flight += pending
+                if self.settings.delete_on_ack:  # acked entries are gone
+                    count += int(r.xlen(key))
+                    if keep > len(found):
+                        found += scan(r, key, b"-", keep - len(found), False)[1]
+                    continue
+                count += pending
+                found += self._pending(r, key, keep - len(found))
+                lag = group.get("lag")  # entries the group has not read yet (None: unknown)
+                if lag is None or keep > len(found):
+                    unread_from = b"(" + group["last-delivered-id"]
+                    n, got = scan(r, key, unread_from, keep - len(found), lag is None)
+                    found += got
+                    lag = n if lag is None else lag
+                count += int(lag)
+        except redis.RedisError as e:
+            raise DriverError(f"redis: cannot read what {self.keys[0]!r} holds: {e}") from e
+        finally:
+            r.close()
+        return Remaining(count, found if identify else None, in_flight)
+
+    def _group(self, r: redis.Redis, key: bytes) -> dict[str, Any] | None:
+        try:
+            groups: Any = r.xinfo_groups(key)
+        except redis.ResponseError:  # no such key
+            return None
+        names = (self.group, self.group.encode())
+        return next((g for g in groups if g["name"] in names), None)
+
+    def _pending(self, r: redis.Redis, key: bytes, keep: int) -> list[bytes]:
+        """Headers of the group's pending entries of ``key`` (the first ``keep``)."""
+        out: list[bytes] = []
+        start: bytes = b"-"
+        while len(out) < keep:
+            want = min(PAGE, keep - len(out))
+            page: Any = r.xpending_range(key, self.group, start, b"+", want)
+            pipe = r.pipeline(transaction=False)
+            for p in page:
+                pipe.xrange(key, min=p["message_id"], max=p["message_id"])
+            for entries in pipe.execute() if page else []:
+                if entries:  # empty: deleted while pending
+                    out.append(bytes(entries[0][1].get(FIELD, b""))[:IDENTIFY_PREFIX_BYTES])
+            if len(page) < want:
+                break
+            start = b"(" + page[-1]["message_id"]
+        return out
 
     def release_name(self, name: str) -> None:
         with self._lock:

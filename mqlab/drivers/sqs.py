@@ -3,9 +3,18 @@
 - send: SendMessageBatch (10 entries per call, so larger batches take several
   calls); SQS bodies are text, so each binary message is base64-encoded here,
   and only here. Any failed entry fails the send.
-- receive: ReceiveMessage (at most 10, long polling up to ``timeout_s`` whole
-  seconds); a delivery is redelivered when ApproximateReceiveCount > 1.
+- receive: ReceiveMessage (at most 10) with long polling: WaitTimeSeconds is
+  ``timeout_s`` rounded up to whole seconds, at least 1, at most
+  ``long_poll_max_s`` (as mqperf did; short polling, WaitTimeSeconds=0, samples
+  only some servers and can answer empty while messages wait). A long poll
+  returns as soon as a message is there, so it never sits on messages, but may
+  wait up to a second longer than a fractional ``timeout_s`` when none comes.
 - ack: DeleteMessageBatch with the receipt handles.
+- redelivery: a delivery is redelivered when ApproximateReceiveCount > 1;
+  ``redelivery_timeout_s`` is ``visibility_timeout_s``.
+- remaining: ApproximateNumberOfMessages + ...NotVisible + ...Delayed (SQS's own
+  approximate counts; moto's are exact), ``in_flight`` the NotVisible part. SQS
+  cannot be read without consuming: no identification.
 
 Region, endpoint and queue URL come from the profile (or, for the local moto
 server, from the cluster's endpoints). Credentials come from the standard AWS
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +34,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from mqlab.drivers.base import Delivery, Driver, Receiver, Sender
+from mqlab.drivers.base import Delivery, Driver, Receiver, Remaining, Sender
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
@@ -54,6 +64,14 @@ def decode(body: str) -> bytes:
 
 def chunks(items: Sequence[Any], size: int = MAX_BATCH) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def wait_time_s(timeout_s: float, long_poll_max_s: int) -> int:
+    """WaitTimeSeconds for a receive of ``timeout_s``: a long poll of at least 1 s (0 only
+    for a receive that must not wait, or when the profile caps long polls at 0)."""
+    if timeout_s <= 0:
+        return 0
+    return min(max(1, math.ceil(timeout_s)), long_poll_max_s)
 
 
 class SqsSender(Sender):
@@ -87,7 +105,7 @@ class SqsReceiver(Receiver):
             reply = self.client.receive_message(
                 QueueUrl=self.url,
                 MaxNumberOfMessages=max(1, min(max_messages, MAX_BATCH)),
-                WaitTimeSeconds=max(0, min(int(timeout_s), self.long_poll_max_s)),
+                WaitTimeSeconds=wait_time_s(timeout_s, self.long_poll_max_s),
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
             )
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
@@ -173,6 +191,23 @@ class SqsDriver(Driver):
             self.client().delete_queue(QueueUrl=self.queue_url())
         except (DriverError, botocore.exceptions.ClientError):
             LOG.debug("sqs: queue %s already gone", self.queue_name)
+
+    @property
+    def redelivery_timeout_s(self) -> float:
+        return float(self.settings.visibility_timeout_s)
+
+    def remaining(self, identify: bool = False) -> Remaining:
+        """SQS's approximate counts: visible + not visible (in flight) + delayed."""
+        names = ["", "NotVisible", "Delayed"]
+        try:
+            attrs = self.client().get_queue_attributes(
+                QueueUrl=self.queue_url(),
+                AttributeNames=[f"ApproximateNumberOfMessages{n}" for n in names],
+            )["Attributes"]
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+            raise DriverError(f"sqs: cannot read the counts of {self.queue_name}: {e}") from e
+        counts = [int(attrs.get(f"ApproximateNumberOfMessages{n}", 0)) for n in names]
+        return Remaining(sum(counts), None, counts[1])
 
     def sender(self) -> Sender:
         return SqsSender(self)

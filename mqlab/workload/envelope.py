@@ -1,8 +1,12 @@
 """The fixed binary header every message carries, and payload padding.
 
 Layout (little endian, 24 bytes): magic u16, header version u16, sender id u32,
-sequence number u64, send timestamp i64 (wall clock ns, ``time.time_ns()``).
-The rest of the message is padding from a pool of random payloads made at start.
+sequence number u64, intended send time i64 (wall clock ns). The stamp is the
+instant the schedule meant the message to go (fixed rate: its slot; closed loop:
+when the batch began), converted once per sender thread from the monotonic
+schedule to wall-clock ns, so a sender that falls behind cannot hide its delay
+from end-to-end latency. The rest of the message is padding from a pool of random
+payloads made at start.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 MAGIC = 0x4D51  # "MQ"
-VERSION = 1
+VERSION = 2  # 2: the stamp is the intended send time
 HEADER = struct.Struct("<HHIQq")
 HEADER_BYTES = HEADER.size  # 24
 HEADER_DTYPE = np.dtype(
@@ -53,7 +57,8 @@ def encode(sender: int, seq: int, sent_ns: int, pad: bytes) -> bytes:
 def encode_batch(
     sender: int, first_seq: int, n: int, sent_ns: int, pool: PayloadPool
 ) -> list[bytes]:
-    """``n`` messages with consecutive sequence numbers, all stamped ``sent_ns``."""
+    """``n`` messages with consecutive sequence numbers, all stamped ``sent_ns`` (the
+    batch's intended send time, wall clock ns)."""
     pack = HEADER.pack
     pad = pool._pads[first_seq % pool._n]  # one random padding per batch
     return [pack(MAGIC, VERSION, sender, s, sent_ns) + pad for s in range(first_seq, first_seq + n)]
@@ -70,11 +75,24 @@ def decode(message: bytes) -> tuple[int, int, int]:
 
 
 def decode_many(headers: bytes | bytearray) -> np.ndarray:
-    """Decode concatenated 24-byte headers into a structured array (vectorized)."""
+    """Decode concatenated 24-byte headers into a structured array (vectorized); raises
+    EnvelopeError if any is not an mqlab header (see :func:`split_foreign`)."""
     arr = np.frombuffer(headers, dtype=HEADER_DTYPE)
-    if arr.size and (np.any(arr["magic"] != MAGIC) or np.any(arr["version"] != VERSION)):
+    if arr.size and not bool(np.all(valid(arr))):
         raise EnvelopeError("bad header magic/version in a received batch")
     return arr
+
+
+def valid(arr: np.ndarray) -> np.ndarray:
+    """Which decoded headers are mqlab headers of this version (a boolean mask)."""
+    return (arr["magic"] == MAGIC) & (arr["version"] == VERSION)
+
+
+def split_foreign(headers: bytes | bytearray) -> tuple[np.ndarray, np.ndarray]:
+    """(all decoded headers, mask of the valid ones): a message that is not mqlab's, or
+    corrupt, is left out by the mask instead of failing the whole batch."""
+    arr = np.frombuffer(headers, dtype=HEADER_DTYPE)
+    return arr, valid(arr)
 
 
 def headers_of(messages: Sequence[bytes]) -> bytes:

@@ -4,14 +4,13 @@ Worker threads append to their own :class:`SenderStats` / :class:`ReceiverStats`
 (an uncontended lock per batch). Once per wall-clock second the worker's
 :class:`IntervalRecorder` swaps every thread's buffers and turns them, in bulk,
 into HdrHistogram interval-log lines, a ``counts.csv`` row and delivery records.
+The file formats are the archive's (:mod:`mqlab.results.archive`).
 """
 
 from __future__ import annotations
 
 import array
-import base64
-import csv
-import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,14 +18,21 @@ from pathlib import Path
 from typing import TextIO
 
 import numpy as np
-from pyroaring import BitMap
+from pyroaring import BitMap64
 
+from mqlab.results.archive import codecs, layout
+from mqlab.results.archive.codecs import COUNT_FIELDS
+from mqlab.results.archive.hlog import IntervalLogWriter
+from mqlab.results.archive.records import DeliveryRecord, ReceivedSender, SentSender
 from mqlab.workload import envelope
-from mqlab.workload.histograms import BulkHistogram, IntervalLogWriter
+from mqlab.workload.histograms import BulkHistogram
+from mqlab.workload.schedules import Schedule
 
-FORMAT_VERSION = 1
-COUNT_FIELDS = ("sent", "confirmed", "failed", "received", "acked", "redelivered")
-COUNT_COLUMNS = ("start_ms", "length_ms", *COUNT_FIELDS)  # the header of counts.csv
+LOG = logging.getLogger(__name__)
+
+
+def _ms(wall_ns: int) -> int:
+    return wall_ns // 1_000_000
 
 
 class SenderStats:
@@ -40,169 +46,225 @@ class SenderStats:
     def __init__(self, sender_id: int):
         self.sender_id = sender_id
         self.lock = threading.Lock()
-        self.call_us = array.array("q")
+        self.call_us = array.array("q")  # confirmed send() calls
         self.batch_sizes = array.array("q")
-        self.confirmed = BitMap()  # touched only by the owning thread until the end
+        self.failed_us = array.array("q")  # failed send() calls: time until the failure
+        self.unsent_us = array.array("q")  # never-sent messages: stop time - intended time
+        self.confirmed = BitMap64()  # touched only by the owning thread until the end
         self.sent_total = 0
         self.confirmed_total = 0
         self.failed_total = 0
-        self._seen = (0, 0, 0)
+        self.unsent_total = 0
+        self.last_confirm_ms = 0
+        self.schedule: Schedule | None = None  # read by the ticker for the lag
+        self.in_flight: tuple[int, int] | None = None  # (intended mono ns, n) of a send call
+        self._seen = (0, 0, 0, 0)
 
-    def sent(self, n: int) -> None:
+    def sending(self, n: int, intended_ns: int) -> None:
         self.sent_total += n
+        self.in_flight = (intended_ns, n)
 
-    def confirmed_batch(self, first_seq: int, n: int, call_us: int) -> None:
+    def confirmed_batch(self, first_seq: int, n: int, call_us: int, wall_ms: int) -> None:
+        self.in_flight = None
         self.confirmed.add_range(first_seq, first_seq + n)
         with self.lock:
             self.call_us.append(call_us)
             self.batch_sizes.append(n)
+        self.last_confirm_ms = wall_ms
         self.confirmed_total += n
 
-    def failed(self, n: int) -> None:
+    def failed(self, n: int, call_us: int) -> None:
+        self.in_flight = None
+        with self.lock:
+            self.failed_us.append(call_us)
         self.failed_total += n
 
-    def swap(self) -> tuple[array.array, array.array, dict[str, int]]:
+    def unsent(self, latencies_us: np.ndarray) -> None:
+        """Messages scheduled before the stop and never sent, with their latencies."""
+        if latencies_us.size == 0:
+            return
         with self.lock:
-            out = (self.call_us, self.batch_sizes)
+            self.unsent_us.frombytes(latencies_us.astype(np.int64).tobytes())
+        self.unsent_total += int(latencies_us.size)
+
+    def swap(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+        with self.lock:
+            out = (self.call_us, self.batch_sizes, self.failed_us, self.unsent_us)
             self.call_us = array.array("q")
             self.batch_sizes = array.array("q")
-        now = (self.sent_total, self.confirmed_total, self.failed_total)
+            self.failed_us = array.array("q")
+            self.unsent_us = array.array("q")
+        now = (self.sent_total, self.confirmed_total, self.failed_total, self.unsent_total)
         prev, self._seen = self._seen, now
         counts = dict.fromkeys(COUNT_FIELDS, 0)
-        counts["sent"], counts["confirmed"], counts["failed"] = (
-            a - b for a, b in zip(now, prev, strict=True)
+        for k, a, b in zip(("sent", "confirmed", "failed", "unsent"), now, prev, strict=True):
+            counts[k] = a - b
+        arrays = [np.frombuffer(a, dtype=np.int64) for a in out]
+        return arrays[0], arrays[1], arrays[2], arrays[3], counts
+
+    def sent_record(self) -> SentSender:
+        return SentSender(
+            self.sent_total,
+            self.confirmed_total,
+            self.failed_total,
+            self.unsent_total,
+            self.confirmed,
         )
-        return out[0], out[1], counts
 
 
 class ReceiverStats:
-    """What one receiver thread got: raw headers and batch times (swapped under a lock),
-    and counters that only grow (read by the ticker without a lock)."""
+    """What one receiver thread got: raw headers, which of them the broker flagged as
+    redelivered and batch times (swapped under a lock), and counters that only grow (read
+    without a lock)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.headers = bytearray()
+        self.flagged = array.array("q")  # indices (into headers) of flagged redeliveries
         self.recv_ns = array.array("q")
         self.batch_lens = array.array("q")
-        self.redelivered_headers = bytearray()
-        self.redelivered_out = bytearray()
+        self._buffered = 0  # messages in headers since the last swap
         self.received_total = 0
         self.acked_total = 0
         self.redelivered_total = 0
-        self.bad_messages = 0
-        self._seen = (0, 0, 0)
+        self.short_total = 0  # messages shorter than a header (foreign)
+        self.last_recv_ns = 0
+        self._seen = (0, 0, 0, 0)
 
     def received(
-        self, messages: list[bytes], recv_ns: int, redelivered: list[bytes] | None = None
+        self, messages: list[bytes], recv_ns: int, redelivered: list[int] | None = None
     ) -> None:
-        """A received batch; ``redelivered``: the messages the broker flagged as redelivered."""
+        """A received batch; ``redelivered``: indices of the messages the broker flagged as
+        redelivered (None: none)."""
         hdr = envelope.headers_of(messages)
-        n = len(messages)
+        total = n = len(messages)
         if len(hdr) != n * envelope.HEADER_BYTES:
-            good = [m for m in messages if len(m) >= envelope.HEADER_BYTES]
-            self.bad_messages += n - len(good)
-            hdr, n = envelope.headers_of(good), len(good)
-            redelivered = [m for m in redelivered or () if len(m) >= envelope.HEADER_BYTES]
+            keep = [i for i, m in enumerate(messages) if len(m) >= envelope.HEADER_BYTES]
+            self.short_total += n - len(keep)
+            hdr = envelope.headers_of([messages[i] for i in keep])
+            if redelivered:
+                where = {old: new for new, old in enumerate(keep)}
+                redelivered = [where[i] for i in redelivered if i in where]
+            n = len(keep)
         with self.lock:
+            base = self._buffered
             self.headers += hdr
+            if redelivered:
+                self.flagged.extend(base + i for i in redelivered)
             self.recv_ns.append(recv_ns)
             self.batch_lens.append(n)
-            if redelivered:
-                self.redelivered_headers += envelope.headers_of(redelivered)
-        self.received_total += n
+            self._buffered = base + n
+        self.last_recv_ns = recv_ns
+        self.received_total += total  # every message receive() returned, foreign ones too
         if redelivered:
             self.redelivered_total += len(redelivered)
 
     def acked(self, n: int) -> None:
         self.acked_total += n
 
-    def swap(self) -> tuple[bytearray, array.array, array.array, dict[str, int]]:
+    def swap(self) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+        """(headers, flagged mask, receive ns per batch, batch lengths, counter deltas)."""
         with self.lock:
-            out = (self.headers, self.recv_ns, self.batch_lens)
-            self.headers = bytearray()
-            self.recv_ns = array.array("q")
-            self.batch_lens = array.array("q")
-            self.redelivered_out, self.redelivered_headers = self.redelivered_headers, bytearray()
-        now = (self.received_total, self.acked_total, self.redelivered_total)
+            headers, flagged = bytes(self.headers), self.flagged
+            recv_ns, lens, n = self.recv_ns, self.batch_lens, self._buffered
+            self.headers, self.flagged = bytearray(), array.array("q")
+            self.recv_ns, self.batch_lens, self._buffered = array.array("q"), array.array("q"), 0
+        now = (self.received_total, self.acked_total, self.redelivered_total, self.short_total)
         prev, self._seen = self._seen, now
         counts = dict.fromkeys(COUNT_FIELDS, 0)
-        counts["received"], counts["acked"], counts["redelivered"] = (
-            a - b for a, b in zip(now, prev, strict=True)
+        for k, a, b in zip(("received", "acked", "redelivered", "foreign"), now, prev, strict=True):
+            counts[k] = a - b
+        mask = np.zeros(n, dtype=bool)
+        if flagged:
+            mask[np.frombuffer(flagged, dtype=np.int64)] = True
+        return (
+            headers,
+            mask,
+            np.frombuffer(recv_ns, dtype=np.int64),
+            np.frombuffer(lens, dtype=np.int64),
+            counts,
         )
-        return out[0], out[1], out[2], counts
 
 
 @dataclass
-class SenderDelivery:
-    received: int = 0
-    redelivered: int = 0
-    reordered: int = 0
-    bitmap: BitMap = field(default_factory=BitMap)
+class _Order:
+    """Patience-sorting tails of one (receiver thread, sender) stream of first deliveries:
+    ``len(tails)`` is the length of the longest increasing run of seqs seen so far."""
+
+    tails: BitMap64 = field(default_factory=BitMap64)
+    first: int = 0
+
+    def add(self, seqs: np.ndarray) -> int:
+        """Add first deliveries in delivery order; return how many more are out of place."""
+        if seqs.size == 0:
+            return 0
+        tails = self.tails
+        before = len(tails)
+        self.first += int(seqs.size)
+        increasing = seqs.size == 1 or bool(np.all(seqs[1:] > seqs[:-1]))
+        if increasing and (not tails or int(seqs[0]) > tails.max()):
+            tails.update(array.array("Q", seqs.astype(np.uint64).tobytes()))
+        else:
+            for x in seqs.tolist():
+                if tails and x <= tails.max():
+                    tails.discard(tails.next_set_bit(x))  # the smallest tail >= x
+                tails.add(x)
+        return int(seqs.size) - (len(tails) - before)
 
 
 class DeliveryTracker:
-    """Per-sender record of what one receiver node saw (distinct seqs, counts, reorders)."""
+    """Per-sender record of what one receiver node saw: distinct seqs, first deliveries,
+    redeliveries, and reorders per (receiver thread, sender)."""
 
     def __init__(self) -> None:
-        self.senders: dict[int, SenderDelivery] = {}
-        # highest seq seen per (receiver thread, sender): order is judged per consumer
-        self._max_seen: dict[tuple[int, int], int] = {}
-        self.bad_headers = 0
+        self.senders: dict[int, ReceivedSender] = {}
+        self._order: dict[tuple[int, int], _Order] = {}
+        self.foreign = 0
 
-    def add(self, thread: int, decoded: np.ndarray) -> None:
+    def add(self, thread: int, decoded: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+        """Record valid decoded headers (delivery order) and their redelivery flags; return
+        the mask of first deliveries (a seq this node had not seen, not flagged again)."""
+        first = np.zeros(decoded.size, dtype=bool)
         if decoded.size == 0:
-            return
+            return first
         senders = decoded["sender"]
         seqs = decoded["seq"]
-        order = np.argsort(senders, kind="stable")
+        order = np.argsort(senders, kind="stable")  # keeps delivery order within a sender
         s_sorted = senders[order]
-        q_sorted = seqs[order]
         uniq, starts = np.unique(s_sorted, return_index=True)
-        bounds = list(starts[1:]) + [s_sorted.size]
+        bounds = [*starts[1:].tolist(), s_sorted.size]
         for sid, lo, hi in zip(uniq.tolist(), starts.tolist(), bounds, strict=True):
-            q = q_sorted[lo:hi]
+            idx = order[lo:hi]
+            q = seqs[idx]
+            f = flagged[idx]
             rec = self.senders.get(sid)
             if rec is None:
-                rec = self.senders[sid] = SenderDelivery()
+                rec = self.senders[sid] = ReceivedSender()
+            batch = BitMap64(array.array("Q", q.astype(np.uint64).tobytes()))
             rec.received += int(q.size)
-            rec.bitmap.update(array.array("I", q.astype(np.uint32).tobytes()))
+            rec.redelivered += int(np.count_nonzero(f))
+            if len(batch) == q.size and not f.any() and rec.seqs.isdisjoint(batch):
+                mask = np.ones(q.size, dtype=bool)
+            else:
+                mask = ~f
+                once = np.zeros(q.size, dtype=bool)
+                once[np.unique(q, return_index=True)[1]] = True  # first occurrence in q
+                mask &= once
+                seen_before = batch & rec.seqs
+                if seen_before:
+                    mask &= ~np.isin(q, np.array(seen_before.to_array(), dtype=np.uint64))
+            rec.seqs |= batch
+            rec.first_received += int(np.count_nonzero(mask))
             key = (thread, sid)
-            prev = self._max_seen.get(key, -1)
-            running = np.maximum.accumulate(q.astype(np.int64))
-            before = np.empty_like(running)
-            before[0] = prev
-            before[1:] = np.maximum(running[:-1], prev)
-            rec.reordered += int(np.count_nonzero(q.astype(np.int64) < before))
-            self._max_seen[key] = max(prev, int(running[-1]))
+            track = self._order.get(key)
+            if track is None:
+                track = self._order[key] = _Order()
+            rec.reordered += track.add(q[mask])
+            first[idx[mask]] = True
+        return first
 
-    def add_redelivered(self, decoded: np.ndarray) -> None:
-        senders, counts = np.unique(decoded["sender"], return_counts=True)
-        for sid, n in zip(senders.tolist(), counts.tolist(), strict=True):
-            rec = self.senders.get(sid)
-            if rec is None:
-                rec = self.senders[sid] = SenderDelivery()
-            rec.redelivered += n
-
-    def to_json(self) -> dict[str, object]:
-        out = {}
-        for sid, rec in sorted(self.senders.items()):
-            rec.bitmap.run_optimize()
-            out[str(sid)] = {
-                "received": rec.received,
-                "redelivered": rec.redelivered,
-                "reordered": rec.reordered,
-                "bitmap": base64.b64encode(rec.bitmap.serialize()).decode("ascii"),
-            }
-        return {"format_version": FORMAT_VERSION, "senders": out}
-
-
-def encode_bitmap(bm: BitMap) -> str:
-    bm.run_optimize()
-    return base64.b64encode(bm.serialize()).decode("ascii")
-
-
-def decode_bitmap(text: str) -> BitMap:
-    return BitMap.deserialize(base64.b64decode(text))
+    def record(self) -> DeliveryRecord:
+        return DeliveryRecord(dict(sorted(self.senders.items())), self.foreign)
 
 
 class IntervalRecorder:
@@ -214,77 +276,111 @@ class IntervalRecorder:
         self.start_ms = start_ms
         self.interval_start_ms = start_ms
         self._files: list[TextIO] = []
-        self._logs: dict[str, tuple[BulkHistogram, IntervalLogWriter]] = {}
-        metrics = ("send_call_us", "send_msg_us") if role == "sender" else ("processing_us",)
-        for metric in metrics:
-            f = open(out_dir / f"{metric}.hlog", "w", encoding="ascii")  # noqa: SIM115
+        self.hists: dict[str, BulkHistogram] = {}
+        self._writers: dict[str, IntervalLogWriter] = {}
+        for metric in layout.LOGS[role]:
+            f = open(layout.log_file(out_dir, metric), "w", encoding="ascii")  # noqa: SIM115
             self._files.append(f)
             comment = f"mqlab metric={metric} unit=us worker={worker_id} run={run_id}"
-            self._logs[metric] = (BulkHistogram(), IntervalLogWriter(f, start_ms, comment))
-        self._counts_file = open(out_dir / "counts.csv", "w", newline="", encoding="ascii")  # noqa: SIM115
+            self.hists[metric] = BulkHistogram()
+            self._writers[metric] = IntervalLogWriter(f, start_ms, comment)
+        self._counts_file = open(out_dir / layout.COUNTS, "w", encoding="ascii")  # noqa: SIM115
         self._files.append(self._counts_file)
-        self._counts = csv.writer(self._counts_file)
-        self._counts.writerow(COUNT_COLUMNS)
+        self._counts_file.write(codecs.counts_header())
         self.senders: list[SenderStats] = []
         self.receivers: list[ReceiverStats] = []
         self.delivery = DeliveryTracker()
         self.totals = dict.fromkeys(COUNT_FIELDS, 0)
-        self.clamped = 0
+        self.out_of_range = {m: {"below_zero": 0, "above_max": 0} for m in self.hists}
         self.lock = threading.Lock()
+        self._foreign_logged = False
 
     def tick(self, end_ms: int) -> None:
-        """Close the interval [interval_start_ms, end_ms) and write it out."""
+        """Close the interval [interval_start_ms, end_ms) and write it out (an ``end_ms``
+        before the interval's start, from a racing tick, changes nothing)."""
         with self.lock:
             start_ms = self.interval_start_ms
+            if end_ms < start_ms:
+                return
             counts = dict.fromkeys(COUNT_FIELDS, 0)
             if self.role == "sender":
-                self._tick_senders(counts)
+                last_ms, lag_ms = self._tick_senders(counts)
             else:
-                self._tick_receivers(counts)
-            for hist, writer in self._logs.values():
-                writer.write(hist.hist, start_ms, end_ms)
-                self.clamped += hist.clamped
-                hist.clamped = 0
+                last_ms, lag_ms = self._tick_receivers(counts), 0
+            for metric, hist in self.hists.items():
+                self._writers[metric].write(hist.hist, start_ms, end_ms)
+                self.out_of_range[metric]["below_zero"] += hist.below_zero
+                self.out_of_range[metric]["above_max"] += hist.above_max
+                hist.below_zero = hist.above_max = 0
                 hist.reset()
-            self._counts.writerow((start_ms, end_ms - start_ms, *(counts[k] for k in COUNT_FIELDS)))
+            self._counts_file.write(
+                codecs.counts_line(start_ms, end_ms - start_ms, last_ms, counts, lag_ms)
+            )
             self._counts_file.flush()
             for k, v in counts.items():
                 self.totals[k] += v
             self.interval_start_ms = end_ms
 
-    def _tick_senders(self, counts: dict[str, int]) -> None:
-        calls: list[np.ndarray] = []
-        sizes: list[np.ndarray] = []
+    def _tick_senders(self, counts: dict[str, int]) -> tuple[int, int]:
+        calls, sizes, failed, unsent = [], [], [], []
+        last_ms = lag_ns = 0
+        now_ns = time.monotonic_ns()
         for stats in self.senders:
-            call_us, batch_sizes, c = stats.swap()
-            calls.append(np.frombuffer(call_us, dtype=np.int64))
-            sizes.append(np.frombuffer(batch_sizes, dtype=np.int64))
+            call_us, batch_sizes, failed_us, unsent_us, c = stats.swap()
+            calls.append(call_us)
+            sizes.append(batch_sizes)
+            failed.append(failed_us)
+            unsent.append(unsent_us)
             for k, v in c.items():
                 counts[k] += v
+            if c["confirmed"]:
+                last_ms = max(last_ms, stats.last_confirm_ms)
+            if stats.schedule is not None:
+                lag_ns = max(lag_ns, stats.schedule.behind_ns(now_ns))
         if calls:
             call = np.concatenate(calls)
-            size = np.concatenate(sizes)
-            self._logs["send_call_us"][0].record(call)
-            self._logs["send_msg_us"][0].record(call, size)
+            self.hists["send_call_us"].record(call)
+            self.hists["send_msg_us"].record(call, np.concatenate(sizes))
+            self.hists["send_msg_us"].record(np.concatenate(unsent))
+            self.hists["send_failed_us"].record(np.concatenate(failed))
+        return last_ms, lag_ns // 1_000_000
 
-    def _tick_receivers(self, counts: dict[str, int]) -> None:
+    def _tick_receivers(self, counts: dict[str, int]) -> int:
         lat: list[np.ndarray] = []
+        first_lat: list[np.ndarray] = []
+        last_ms = 0
         for thread, stats in enumerate(self.receivers):
-            headers, recv_ns, lens, c = stats.swap()
+            headers, flagged, recv_ns, lens, c = stats.swap()
+            foreign = c.pop("foreign")  # too short for a header; bad headers are added below
             for k, v in c.items():
                 counts[k] += v
-            if not lens:
-                continue
-            decoded = envelope.decode_many(bytes(headers))
-            recv = np.repeat(
-                np.frombuffer(recv_ns, dtype=np.int64), np.frombuffer(lens, dtype=np.int64)
-            )
-            lat.append((recv - decoded["sent_ns"]) // 1000)
-            self.delivery.add(thread, decoded)
-            if stats.redelivered_out:
-                self.delivery.add_redelivered(envelope.decode_many(bytes(stats.redelivered_out)))
+            if c["received"]:
+                last_ms = max(last_ms, _ms(stats.last_recv_ns))
+            if lens.size:
+                decoded, ok = envelope.split_foreign(headers)
+                recv = np.repeat(recv_ns, lens)
+                foreign += int(decoded.size - np.count_nonzero(ok))
+                if not ok.all():
+                    decoded, recv, flagged = decoded[ok], recv[ok], flagged[ok]
+                first = self.delivery.add(thread, decoded, flagged)
+                latency = (recv - decoded["sent_ns"]) // 1000
+                lat.append(latency)
+                first_lat.append(latency[first])
+                counts["first_received"] += int(np.count_nonzero(first))
+            if foreign:
+                counts["foreign"] += foreign
+                self.delivery.foreign += foreign
+                if not self._foreign_logged:
+                    self._foreign_logged = True
+                    LOG.warning(
+                        "%d received message(s) do not carry an mqlab header: counted as "
+                        "foreign, left out of latency and delivery figures (logged once)",
+                        foreign,
+                    )
         if lat:
-            self._logs["processing_us"][0].record(np.concatenate(lat))
+            self.hists["processing_us"].record(np.concatenate(lat))
+            self.hists["processing_first_us"].record(np.concatenate(first_lat))
+        return last_ms
 
     def close(self) -> None:
         for f in self._files:
@@ -293,9 +389,3 @@ class IntervalRecorder:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def write_json(path: Path, data: dict[str, object]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)

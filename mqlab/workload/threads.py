@@ -52,51 +52,58 @@ def run_sender(
     seed: int,
     stop: threading.Event,
     ready: threading.Barrier,
+    go: threading.Event,
 ) -> None:
+    """Connect, wait for the common start (``go``), then send on the schedule until the
+    duration, the message limit or ``stop``; finally record the messages whose slot
+    passed but that were never sent (``unsent``)."""
     client = driver.sender()
     try:
         ready.wait()
-        rng = random.Random(seed)
-        schedule = make_schedule(w.mode, w.rate_per_s)
-        sid = stats.sender_id
+        while not go.wait(0.05):
+            if stop.is_set():
+                return
+        start_ns = time.monotonic_ns()
+        wall_offset_ns = time.time_ns() - time.monotonic_ns()  # monotonic -> wall, once
+        schedule = make_schedule(w.mode, w.rate_per_s, start_ns)
+        stats.schedule = schedule
+        end_ns = start_ns + int(w.duration_s * 1e9) if w.duration_s else None
         limit = w.messages_per_thread or None
-        end = time.monotonic() + w.duration_s if w.duration_s else None
+        rng = random.Random(seed)
+        sid = stats.sender_id
         seq = 0
         lo, span = w.send_batch_min, w.send_batch_max - w.send_batch_min + 1
         retry = Retry()
-        while not stop.is_set():
-            if limit is not None and seq >= limit:
-                break
-            if end is not None and time.monotonic() >= end:
-                break
-            n = lo + int(rng.random() * span)
-            if limit is not None:
-                n = min(n, limit - seq)
-            intended = schedule.next_batch(n, stop)
-            batch = envelope.encode_batch(sid, seq, n, time.time_ns(), pool)
-            stats.sent(n)
-            try:
-                client.send(batch)
-            except Exception as exc:  # noqa: BLE001 - any broker failure counts, then retry
-                stats.failed(n)
+        try:
+            while limit is None or seq < limit:
+                n = lo + int(rng.random() * span)
+                if limit is not None:
+                    n = min(n, limit - seq)
+                intended = schedule.next_batch(n, stop, end_ns)
+                if intended is None:
+                    break
+                batch = envelope.encode_batch(sid, seq, n, intended + wall_offset_ns, pool)
+                stats.sending(n, intended)
+                try:
+                    client.send(batch)
+                except Exception as exc:  # noqa: BLE001 - any broker failure counts, then retry
+                    stats.failed(n, (time.monotonic_ns() - intended) // 1000)
+                    seq += n
+                    retry.failed(exc, stop, "send")
+                    continue
+                done = time.monotonic_ns()
+                stats.confirmed_batch(
+                    seq, n, (done - intended) // 1000, (done + wall_offset_ns) // 1_000_000
+                )
+                retry.ok()
                 seq += n
-                retry.failed(exc, stop, "send")
-                continue
-            stats.confirmed_batch(seq, n, (time.monotonic_ns() - intended) // 1000)
-            retry.ok()
-            seq += n
+        finally:
+            stopped = time.monotonic_ns()
+            slots = schedule.unsent(stopped, end_ns, limit)
+            stats.unsent((stopped - slots) // 1000)
+            schedule.finish()
     finally:
         client.close()
-
-
-class IdleClock:
-    """Shared by a receiver node's threads: when did any of them last get a message."""
-
-    def __init__(self) -> None:
-        self.last = time.monotonic()
-
-    def touch(self) -> None:
-        self.last = time.monotonic()
 
 
 def run_receiver(
@@ -105,8 +112,8 @@ def run_receiver(
     stats: ReceiverStats,
     stop: threading.Event,
     ready: threading.Barrier,
-    idle: IdleClock,
 ) -> None:
+    """Receive, record and ack until ``stop`` (the coordinator ends the drain)."""
     client = driver.receiver()
     try:
         ready.wait()
@@ -121,8 +128,7 @@ def run_receiver(
                 retry.ok()
                 continue
             recv_ns = time.time_ns()
-            idle.touch()
-            again = [d.payload for d in batch if d.redelivered] or None
+            again = [i for i, d in enumerate(batch) if d.redelivered] or None
             stats.received([d.payload for d in batch], recv_ns, again)
             try:
                 client.ack(batch)

@@ -3,10 +3,12 @@
 ``python -m mqlab.workload.worker SPEC.json`` — the same entry point runs locally
 (started by mqlab run) and on remote client nodes (started over Fabric).
 
-Control files in ``spec.control_dir`` (polled): ``senders-done`` lets receivers
-stop once idle for ``receiver_idle_timeout_s``; ``stop`` ends the worker now,
-gracefully. SIGINT/SIGTERM also stop it gracefully. Whatever happens, the worker
-writes what it recorded, ``worker.json`` last.
+Control files in ``spec.control_dir`` (polled), written by the coordinator:
+``go`` is the common start of every sender (written once all workers are ready);
+``receivers-stop`` ends the receivers' drain (the broker holds nothing more, or the
+drain deadline passed); ``stop`` ends the worker now, gracefully. SIGINT/SIGTERM
+also stop it gracefully. Whatever happens, the worker writes what it recorded,
+``worker.json`` last.
 """
 
 from __future__ import annotations
@@ -22,19 +24,19 @@ from typing import Any
 from mqlab import typed
 from mqlab.drivers import registry
 from mqlab.drivers.base import Endpoints
+from mqlab.results.archive import layout
+from mqlab.results.archive.formats import write_json
+from mqlab.results.archive.records import (
+    WorkerRecord,
+    write_delivery,
+    write_sent,
+    write_worker,
+)
 from mqlab.scenario import Workload
 from mqlab.workload import envelope
-from mqlab.workload.recorder import (
-    FORMAT_VERSION,
-    IntervalRecorder,
-    ReceiverStats,
-    SenderStats,
-    encode_bitmap,
-    now_ms,
-    write_json,
-)
+from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats, now_ms
 from mqlab.workload.spec import WorkerSpec
-from mqlab.workload.threads import IdleClock, run_receiver, run_sender
+from mqlab.workload.threads import run_receiver, run_sender
 
 LOG = logging.getLogger("mqlab.worker")
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 4
@@ -56,6 +58,8 @@ class Worker:
         self.recorder = IntervalRecorder(
             self.out, spec.role, spec.worker_id, spec.run_id, self.started_ms
         )
+        self.go = threading.Event()
+        self.go_ms: int | None = None
 
     # -- threads ----------------------------------------------------------------
     def _guard(self, fn: Any, *args: Any) -> None:
@@ -83,14 +87,14 @@ class Worker:
                     spec.seed * 1000 + t,
                     self.stop,
                     ready,
+                    self.go,
                 )
                 threads.append(threading.Thread(target=self._guard, args=args, name=f"send-{t}"))
         else:
-            self.idle = IdleClock()
             for t in range(spec.threads):
                 rstats = ReceiverStats()
                 self.recorder.receivers.append(rstats)
-                rargs = (run_receiver, self.driver, w, rstats, self.stop, ready, self.idle)
+                rargs = (run_receiver, self.driver, w, rstats, self.stop, ready)
                 threads.append(threading.Thread(target=self._guard, args=rargs, name=f"recv-{t}"))
         for th in threads:
             th.daemon = True
@@ -103,16 +107,14 @@ class Worker:
             if self.stop.wait(max(0.0, boundary_ms / 1000 - time.time())):
                 break
             self.recorder.tick(boundary_ms)
-            write_json(
-                self.out / "progress.json",
-                {"format_version": FORMAT_VERSION, "totals": self.recorder.totals},
-            )
+            write_json(self.out / "progress.json", {"totals": self.recorder.totals})
 
-    def _receivers_done(self) -> bool:
-        if not (self.control / "senders-done").exists():
-            return False
-        since = max(self.idle.last, self._senders_done_at)
-        return time.monotonic() - since >= self.workload.receiver_idle_timeout_s
+    def _start_sending(self) -> None:
+        """The common start: close the interval before it, so that one begins there."""
+        self.go_ms = now_ms()
+        if self.go_ms > self.recorder.interval_start_ms:
+            self.recorder.tick(self.go_ms)
+        self.go.set()
 
     # -- main -----------------------------------------------------------------
     def run(self) -> int:
@@ -127,21 +129,19 @@ class Worker:
         (self.out / "ready").write_text("ok\n")
         ticker = threading.Thread(target=self._ticker, name="ticker", daemon=True)
         ticker.start()
-        self._senders_done_at = 0.0
         deadline = time.monotonic() + self.workload.max_run_s
         while not self.stop.is_set():
             if (self.control / "stop").exists() or time.monotonic() > deadline:
                 self.interrupted = True
                 break
             if spec.role == "sender":
-                if not any(t.is_alive() for t in threads):
+                if not self.go.is_set() and (self.control / "go").exists():
+                    self._start_sending()
+                if self.go.is_set() and not any(t.is_alive() for t in threads):
                     break
-            else:
-                if not self._senders_done_at and (self.control / "senders-done").exists():
-                    self._senders_done_at = time.monotonic()
-                if self._senders_done_at and self._receivers_done():
-                    break
-            self.stop.wait(0.1)
+            elif (self.control / "receivers-stop").exists():
+                break
+            self.stop.wait(0.005 if not self.go.is_set() and spec.role == "sender" else 0.05)
         self.stop.set()
         for t in threads:
             t.join(timeout=30)
@@ -150,45 +150,31 @@ class Worker:
 
     def finish(self) -> int:
         ended = now_ms()
-        self.recorder.tick(max(ended, self.recorder.interval_start_ms))
-        self.recorder.close()
+        rec = self.recorder
+        rec.tick(max(ended, rec.interval_start_ms))
+        rec.close()
         if self.spec.role == "sender":
-            write_json(
-                self.out / "sent.json",
-                {
-                    "format_version": FORMAT_VERSION,
-                    "senders": {
-                        str(s.sender_id): {
-                            "sent": s.sent_total,
-                            "confirmed": s.confirmed_total,
-                            "failed": s.failed_total,
-                            "confirmed_bitmap": encode_bitmap(s.confirmed),
-                        }
-                        for s in self.recorder.senders
-                    },
-                },
-            )
+            write_sent(self.out / layout.SENT, {s.sender_id: s.sent_record() for s in rec.senders})
         else:
-            write_json(self.out / "delivery.json", self.recorder.delivery.to_json())
+            write_delivery(self.out / layout.DELIVERY, rec.delivery.record())
         status = "failed" if self.errors else "interrupted" if self.interrupted else "ok"
-        bad = sum(r.bad_messages for r in self.recorder.receivers)
-        write_json(
-            self.out / "worker.json",
-            {
-                "format_version": FORMAT_VERSION,
-                "worker_id": self.spec.worker_id,
-                "role": self.spec.role,
-                "node": self.spec.node,
-                "threads": self.spec.threads,
-                "sender_ids": [s.sender_id for s in self.recorder.senders],
-                "started_ms": self.started_ms,
-                "ended_ms": ended,
-                "status": status,
-                "error": "; ".join(self.errors) or None,
-                "messages": self.recorder.totals,
-                "clamped_latencies": self.recorder.clamped,
-                "bad_messages": bad,
-            },
+        write_worker(
+            self.out / layout.WORKER,
+            WorkerRecord(
+                worker_id=self.spec.worker_id,
+                role=self.spec.role,
+                node=self.spec.node,
+                threads=self.spec.threads,
+                sender_ids=[s.sender_id for s in rec.senders],
+                started_ms=self.started_ms,
+                go_ms=self.go_ms,
+                ended_ms=ended,
+                status=status,
+                error="; ".join(self.errors) or None,
+                messages=dict(rec.totals),
+                out_of_range=rec.out_of_range,
+                foreign=rec.delivery.foreign,
+            ),
         )
         self.driver.close()
         return {"ok": EXIT_OK, "failed": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED}[status]

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mqlab.workload.histograms import BulkHistogram, IntervalLogWriter, new_histogram
+from mqlab.results.archive.codecs import new_histogram
+from mqlab.results.archive.hlog import IntervalLogWriter
+from mqlab.workload.histograms import BulkHistogram
 
 pytestmark = pytest.mark.integration
 JAR = Path("/usr/share/java/hdrhistogram.jar")

@@ -16,7 +16,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
-from mqlab.results.archive import list_runs, read_json
+from mqlab.results.archive.layout import list_runs, read_json
 from tests.integration.conftest import SharedLab, processes_mentioning
 
 pytestmark = pytest.mark.integration
@@ -112,8 +112,10 @@ def test_short_run_per_driver_leaves_a_complete_archive_with_nothing_lost(
     summary = check_archive(run.path)
     assert run.manifest["cluster"]["reused"] is (shared is not None)
     d = summary["delivery"]
+    assert summary["unknown"] == {} and summary["status"] == "complete"
     assert d["sent"] > 0 and d["confirmed"] == d["sent"] and d["failed"] == 0
-    assert d["lost"] == 0 and d["unique_received"] == d["confirmed"]
+    assert d["lost"] == 0 and d["undrained"] == 0 and d["unique_received"] == d["confirmed"]
+    assert d["foreign"] == 0 and d["unsent"] == 0
     assert (
         summary["throughput"]["send_msgs_per_s"] > 0
         and summary["throughput"]["receive_msgs_per_s"] > 0
@@ -132,7 +134,6 @@ nodes = 3
 message_bytes = 512
 duration_s = 14
 warmup_s = 0
-receiver_idle_timeout_s = 4
 [clients]
 sender_nodes = 1
 receiver_nodes = 1
@@ -230,18 +231,55 @@ def test_cluster_up_status_down_and_a_run_reuses_it(tmp_path: Path, state_dir: P
     assert st.returncode == 1
 
 
-def test_fixed_rate_run_sends_at_most_the_scheduled_messages(
-    tmp_path: Path, state_dir: Path
+FIXED_RATE = """
+name = "fixed-rate"
+profile = "{profile}"
+[cluster]
+nodes = 3
+[workload]
+message_bytes = 256
+send_batch_min = 1
+send_batch_max = 1
+mode = "fixed_rate"
+rate_per_s = 100.0
+duration_s = 11
+warmup_s = 2
+[clients]
+sender_nodes = 1
+receiver_nodes = 1
+threads = 2
+"""
+
+
+@pytest.mark.parametrize("broker,profile", [("nats", "nats-r3"), ("redis", "redis-wait1")])
+def test_fixed_rate_run_summarizes_to_the_scheduled_rate_and_is_queryable_at_once(
+    broker: str, profile: str, tmp_path: Path, shared_lab: SharedLab
 ) -> None:
+    shared_lab.cluster(broker)
     scenario = tmp_path / "rate.toml"
-    text = FAILOVER.split("[[faults]]")[0].replace("duration_s = 14", "duration_s = 4")
-    text = text.replace("[workload]", '[workload]\nmode = "fixed_rate"\nrate_per_s = 200.0')
-    scenario.write_text(text)
+    scenario.write_text(FIXED_RATE.format(profile=profile))
     results = tmp_path / "results"
-    proc = mqlab("run", str(scenario), "--results", str(results), env_state=state_dir)
+    proc = mqlab("run", str(scenario), "--results", str(results), env_state=shared_lab.root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run] = list_runs(results)
-    d = check_archive(run.path)["delivery"]
-    # 2 threads x 200 msg/s x 4 s, plus at most one batch (<= 10) per thread begun at the end
-    assert 0 < d["confirmed"] <= 2 * 200 * 4 + 2 * 10
-    assert d["lost"] == 0
+    summary = check_archive(run.path)
+    tp, d = summary["throughput"], summary["delivery"]
+    # 2 threads x 100 msg/s, measured over exactly the counted period
+    assert abs(tp["send_msgs_per_s"] / 200 - 1) < 0.01, tp
+    assert abs(tp["receive_msgs_per_s"] / 200 - 1) < 0.01, tp
+    assert 2 * 100 * 11 - 4 <= d["confirmed"] <= 2 * 100 * 11 and d["lost"] == 0, d
+    assert d["unsent"] == 0 and summary["sender_lag_ms_max"] < 500, summary
+    assert summary["latency_us"]["processing_us"]["p50"] < 20_000, summary["latency_us"]
+    # the run is in the catalog right after `mqlab run`, with the same figures
+    q = mqlab(
+        "query",
+        "SELECT run_id, send_msgs_per_s, delivery_lost FROM runs",
+        "--json",
+        "--results",
+        str(results),
+        env_state=shared_lab.root,
+    )
+    assert q.returncode == 0 and "lacks" not in q.stderr, q.stderr
+    [row] = json.loads(q.stdout)
+    assert row["run_id"] == run.run_id and row["send_msgs_per_s"] == tp["send_msgs_per_s"]
+    assert row["delivery_lost"] == 0

@@ -18,6 +18,9 @@ class Target:
     visibility_s: float  # after this, unacked deliveries must be visible again
     nodes: int | None = None  # None: the launcher's default (3)
     reports_redelivery: bool = True  # Delivery.redelivered is set by this broker
+    remaining_exact: bool = True  # remaining().count is exact at once (not approximate)
+    remaining_counts_unacked: bool = True  # remaining() counts deliveries of open receivers
+    acks_remove_at_once: bool = True  # False: only once all earlier ones are acked (offsets)
 
 
 def _nats() -> Any:
@@ -36,6 +39,14 @@ def _redis() -> Any:
     from mqlab.drivers.redis import Settings
 
     return Settings(visibility_timeout_s=2.0, reclaim_interval_s=0.5, wait_replicas=1)
+
+
+def _redis_keep() -> Any:
+    from mqlab.drivers.redis import Settings
+
+    return Settings(
+        streams=3, delete_on_ack=False, visibility_timeout_s=2.0, reclaim_interval_s=0.5
+    )
 
 
 def _rabbitmq() -> Any:
@@ -65,10 +76,23 @@ def _sqs() -> Any:
 TARGETS: dict[str, Target] = {
     "nats": Target("nats", _nats, visibility_s=2.0),
     "redis": Target("redis", _redis, visibility_s=2.0),
-    # no visibility timeout: RabbitMQ redelivers when the receiver's channel closes
-    "rabbitmq": Target("rabbitmq", _rabbitmq, visibility_s=2.0),
-    # tansu: one node (replicas lowered); uncommitted offsets return after a rebalance
-    "kafka": Target("kafka", _kafka, visibility_s=2.0, nodes=1, reports_redelivery=False),
-    "sqs": Target("sqs", _sqs, visibility_s=2.0, nodes=1),
+    # acked entries stay in the streams: remaining() must not count them
+    "redis-keep": Target("redis", _redis_keep, visibility_s=2.0),
+    # no visibility timeout: RabbitMQ redelivers when the receiver's channel closes;
+    # remaining() reports only ready messages (not those held by open channels)
+    "rabbitmq": Target("rabbitmq", _rabbitmq, visibility_s=2.0, remaining_counts_unacked=False),
+    # tansu: one node (replicas lowered); uncommitted offsets return after a rebalance.
+    # Redeliveries are flagged from the delivered marks in the commit metadata, which
+    # tansu drops: a new receiver cannot know (test_kafka.py checks what does work)
+    "kafka": Target(
+        "kafka",
+        _kafka,
+        visibility_s=2.0,
+        nodes=1,
+        reports_redelivery=False,
+        acks_remove_at_once=False,
+    ),
+    # SQS's message counts are approximate (moto's happen to be exact)
+    "sqs": Target("sqs", _sqs, visibility_s=2.0, nodes=1, remaining_exact=False),
     "postgres": Target("postgres", _postgres, visibility_s=2.0),
 }

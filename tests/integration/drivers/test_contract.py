@@ -1,22 +1,29 @@
 """The driver contract: every driver, on its real local server, behaves as a queue.
 
 send returns once confirmed; receive hides deliveries from other receivers until
-acked or timed out; ack removes; a receiver that dies unacked gets its messages
-delivered again (at least once); batch sizes are respected; setup is idempotent.
+acked or timed out, and never sits on messages (a waiting one comes at once, an
+arriving one when it arrives); ack removes; a receiver that dies unacked gets its
+messages delivered again (at least once); batch sizes are respected; setup is
+idempotent; remaining() counts (and, where the broker allows, identifies) what
+the broker still holds.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import Any
 
 import pytest
 
-from mqlab.drivers.base import Delivery, Driver
+from mqlab.drivers import base
+from mqlab.drivers.base import Delivery, Driver, Remaining
 from mqlab.workload import envelope
 from tests.integration.drivers.targets import Target
 
 pytestmark = pytest.mark.integration
+LOG = logging.getLogger(__name__)
 
 
 def _messages(n: int, sender: int = 7, size: int = 100) -> list[bytes]:
@@ -134,3 +141,183 @@ def test_server_versions_reported(contract: tuple[Driver, Target]) -> None:
     driver, _ = contract
     versions = driver.server_versions()
     assert versions and all(isinstance(v, str) and v for v in versions)
+
+
+# receive never sits on messages: bounds far below the 5 s a receive may wait
+WAITING_BOUND_S = 0.5  # a message already in the queue
+ARRIVAL_BOUND_S = 0.5  # a message published during the call, counted from publishing
+
+
+def test_receive_returns_a_waiting_message_at_once(contract: tuple[Driver, Target]) -> None:
+    driver, target = contract
+    s, r = driver.sender(), driver.receiver()
+    try:
+        s.send(_messages(1))
+        start = time.monotonic()
+        got = r.receive(10, 5)
+        took = time.monotonic() - start
+        LOG.info("%s: receive_waiting_s=%.4f", target.broker, took)
+        assert _seqs(got) == [0]
+        assert took < WAITING_BOUND_S, f"receive took {took:.3f} s for a waiting message"
+        r.ack(got)
+    finally:
+        s.close()
+        r.close()
+
+
+# 0.5 s: also a receive shorter than a second waits for a message (SQS: a long poll of
+# 1 s, not WaitTimeSeconds=int(0.5)=0, a short poll that answers at once, empty)
+@pytest.mark.parametrize("timeout_s", [5.0, 0.5])
+def test_receive_returns_a_message_when_it_arrives(
+    contract: tuple[Driver, Target], timeout_s: float
+) -> None:
+    """Measured from the moment send is called: includes the broker's confirm, which is
+    fast on every local server here. moto's long poll, too, wakes when a message comes
+    (it waits on a condition that SendMessage notifies), so SQS gets the same bound."""
+    driver, target = contract
+    ready, go = threading.Event(), threading.Event()
+    published: list[float] = []
+    failures: list[BaseException] = []
+
+    def publish() -> None:  # its own sender, in its own thread
+        s = driver.sender()
+        try:
+            s.send(_messages(1, sender=8))  # warms the sender up (Kafka: producer id, metadata)
+            ready.set()
+            go.wait(30)
+            time.sleep(0.1)  # 100 ms into the receive call
+            published.append(time.monotonic())
+            s.send(_messages(1))
+            published.append(time.monotonic())
+        except BaseException as e:  # noqa: BLE001 - reported by the test thread
+            failures.append(e)
+        finally:
+            s.close()
+
+    r = driver.receiver()
+    t = threading.Thread(target=publish, daemon=True)
+    t.start()
+    try:
+        assert ready.wait(30), failures
+        assert [envelope.decode(d.payload)[0] for d in _drain(r, 1)] == [8]
+        go.set()
+        start = time.monotonic()
+        got = r.receive(10, timeout_s)
+        end = time.monotonic()
+        t.join(30)
+        assert not failures, failures
+        assert [envelope.decode(d.payload)[:2] for d in got] == [(7, 0)], (
+            f"receive returned {len(got)} messages after {end - start:.3f} s"
+        )
+        after = end - published[0]
+        LOG.info(
+            "%s: receive_arrival_s=%.4f (send took %.4f s, timeout_s=%s)",
+            target.broker,
+            after,
+            published[1] - published[0],
+            timeout_s,
+        )
+        assert after < ARRIVAL_BOUND_S, (
+            f"receive returned {after:.3f} s after the message was published "
+            f"({end - start:.3f} s into the call)"
+        )
+        r.ack(got)
+    finally:
+        r.close()
+
+
+def _ids(payloads: list[bytes] | None) -> list[tuple[int, int]]:
+    assert payloads is not None
+    return sorted(envelope.decode(p)[:2] for p in payloads)
+
+
+def _remaining(driver: Driver, target: Target, count: int, eventually: bool = False) -> Remaining:
+    """remaining(); approximate counts (and eventual changes) get a few seconds to agree."""
+    deadline = time.monotonic() + (10 if eventually or not target.remaining_exact else 0)
+    while True:
+        rem = driver.remaining()
+        if rem.count == count or time.monotonic() > deadline:
+            return rem
+        time.sleep(0.2)
+
+
+def _check_held(
+    driver: Driver, target: Target, held: Remaining, left: set[Any], sent: set[Any]
+) -> None:
+    """``held`` says the broker holds ``left`` (of ``sent``), as far as this broker knows."""
+    if target.acks_remove_at_once:
+        assert held.count == len(left)
+        if driver.identifies_remaining:
+            assert sorted(_ids(held.payloads)) == sorted(left)  # each once
+    else:  # an acked message stays until every earlier one of its partition is committed
+        assert len(left) <= held.count <= len(sent)
+        if driver.identifies_remaining:
+            assert left <= set(_ids(held.payloads)) <= sent
+            assert len(held.payloads or []) == held.count
+
+
+def test_remaining_counts_and_identifies_what_the_broker_holds(
+    contract: tuple[Driver, Target],
+) -> None:
+    driver, target = contract
+    n, k = 20, 5
+    sent = {(7, seq) for seq in range(n)}
+    s = driver.sender()
+    # one batch: on tansu several messages share a record batch (its watermark is wrong then)
+    s.send(_messages(n))
+    s.close()
+    assert _remaining(driver, target, n).count == n
+    found = driver.remaining(identify=True)
+    if driver.identifies_remaining:
+        assert found.count == n and sorted(_ids(found.payloads)) == sorted(sent)
+    else:
+        assert found.payloads is None
+
+    holder = driver.receiver()  # takes some, acks every other one: gaps in the queue
+    taken = _drain(holder, 2 * k, max_n=k, ack=False)
+    assert len(taken) >= 2 * k
+    acked = taken[1::2]
+    holder.ack(acked)
+    left = sent - {envelope.decode(d.payload)[:2] for d in acked}
+    held = _remaining(driver, target, len(left))
+    if target.remaining_counts_unacked:
+        _check_held(driver, target, driver.remaining(identify=True), left, sent)
+        assert held.in_flight in (None, len(taken) - len(acked))
+    else:  # ready messages only: the holder's channel has the rest (its prefetch)
+        assert held.count <= n - len(taken) and held.in_flight is None
+    holder.close()  # dies without acking the others: they are still there
+    _remaining(driver, target, len(left), eventually=True)
+    _check_held(driver, target, driver.remaining(identify=True), left, sent)
+
+    r = driver.receiver()
+    try:
+        got: set[tuple[int, int]] = set()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # all of left, then until nothing more comes
+            batch = r.receive(10, 0.5)
+            r.ack(batch)
+            got |= {envelope.decode(d.payload)[:2] for d in batch}
+            if left <= got and not batch:
+                break
+        assert left <= got <= sent
+        empty = _remaining(driver, target, 0)
+        assert empty.count == 0 and empty.in_flight in (None, 0)
+        if driver.identifies_remaining:
+            assert driver.remaining(identify=True).payloads == []
+    finally:
+        r.close()
+
+
+def test_remaining_identify_is_capped(contract: tuple[Driver, Target]) -> None:
+    driver, target = contract
+    if not driver.identifies_remaining:
+        assert driver.remaining(identify=True).payloads is None
+        return
+    s = driver.sender()
+    s.send(_messages(12))
+    s.close()
+    driver.identify_cap = 5
+    found = driver.remaining(identify=True)
+    assert found.count == 12 and found.payloads is not None and len(found.payloads) == 5
+    assert all(len(p) == base.IDENTIFY_PREFIX_BYTES for p in found.payloads)
+    assert {envelope.decode(p)[:2] for p in found.payloads} <= {(7, i) for i in range(12)}

@@ -1,4 +1,5 @@
-"""The PySpark job on synthetic archives that follow docs/archive-format.md."""
+"""The PySpark job on synthetic version 2 archives: its figures equal an independent
+computation from the raw files and, exactly, the in-process summary's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -15,29 +17,25 @@ from hdrh.histogram import HdrHistogram
 from pyspark.sql import SparkSession
 
 from mqlab.cli_data import query, summarize
-from mqlab.results import hlog, partials, runmeta
-from mqlab.results.catalog import catalog_file, run_file
-from mqlab.results.quick_summary import summarize_run
-from mqlab.results.synthetic import SyntheticSpec, write_synthetic_run
-from mqlab.results.tables import as_summary
+from mqlab.results.archive import layout
+from mqlab.results.summary import partials, plan
+from mqlab.results.summary.catalog import catalog_file, run_file
+from mqlab.results.summary.job import summarize_run
+from mqlab.results.summary.tables import TABLES, as_summary
 from spark.summarize import summarize_logs, summarize_runs
+from tests.fixtures import reference
+from tests.fixtures.synthetic import SyntheticSpec, write_synthetic_run
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _direct(run_dir: Path, metric: str, from_ms: int) -> HdrHistogram:
-    h = HdrHistogram(1, 3_600_000_000, 3)
-    for f in sorted((run_dir / "workers").glob(f"*/{metric}.hlog")):
-        lines, _ = hlog.read_lines(str(f))
-        assert lines is not None
-        for it in hlog.parse_log(str(f), lines):
-            if isinstance(it, hlog.Interval) and it.start_ms >= from_ms:
-                try:
-                    h.decode_and_add(it.payload.encode())
-                except Exception:  # the corrupt lines the job must skip
-                    continue
-    return h
+def _tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every Parquet table of a run, without the time it was written."""
+    out = {t: pq.read_table(run_file(run_dir, t)).to_pylist() for t in TABLES}
+    for row in out["runs"]:
+        row.pop("summarized_at")
+    return out
 
 
 def test_spark_percentiles_equal_hdrh_and_bad_lines_are_counted(
@@ -49,10 +47,14 @@ def test_spark_percentiles_equal_hdrh_and_bad_lines_are_counted(
         duration_s=20,
         seed=3,
         lost_per_sender=1,
-        duplicated_per_sender=2,
+        redelivered_per_sender=2,
         reordered_per_receiver=1,
     )
     r = write_synthetic_run(tmp_path, spec)
+    want = {
+        m: reference.figures(reference.merged(r.run_dir, m, r.warmup_end_ms))
+        for m in layout.METRICS
+    }
     log = r.run_dir / "workers" / "receiver-01" / "processing_us.hlog"
     with log.open("a") as f:
         f.write("99.000,1.000,1.0,HISTFAAAAB\n")  # corrupt payload
@@ -68,25 +70,22 @@ def test_spark_percentiles_equal_hdrh_and_bad_lines_are_counted(
         ("processing_us.hlog", n_lines),
         ("sent.json", None),
     ]
-
-    run = pq.read_table(run_file(r.run_dir, "runs")).to_pylist()[0]
-    assert (run["bad_lines"], run["missing_files"]) == (2, 1)
-    for metric in ("send_call_us", "send_msg_us", "processing_us"):
-        h = _direct(r.run_dir, metric, r.warmup_end_ms)
-        assert run[f"{metric}_count"] == h.get_total_count() > 0
-        for name, p in hlog.PERCENTILES:
-            assert run[f"{metric}_{name}"] == h.get_value_at_percentile(p), (metric, name)
-        assert run[f"{metric}_max"] == h.get_max_value()
+    summary = out.runs[0].summary
+    assert summary["problems"] == {"bad_lines": 2, "missing_files": 1}
+    assert summary["delivery"]["lost"] is None and summary["status"] == "partial"
+    assert "sent.json of sender-01" in summary["unknown"]["lost"]
+    assert summary["latency_us"] == want
 
     # the same figures as the job's functions run in one process
-    meta = runmeta.read_run(r.run_dir)
-    local = partials.run_locally(runmeta.tasks_for(meta, 5000))
+    meta = plan.read_run(r.run_dir)
+    local = partials.run_locally(plan.tasks_for(meta, 5000))
     lat = pq.read_table(run_file(r.run_dir, "latency")).to_pylist()
     for row in lat:
         w = partials.WHOLE if row["window_index"] is None else row["window_index"]
         assert row["p99_9"] == local[("lat", meta.run_id, row["metric"], w)]["p99_9"]
     windows = pq.read_table(run_file(r.run_dir, "windows")).to_pylist()
-    assert [w["window_index"] for w in windows] == [0, 1, 2, 3, 4]
+    expected = reference.window_rates(r.run_dir, "sender", r.warmup_end_ms, 5000)
+    assert [w["window_index"] for w in windows] == sorted(expected)
     catalog_runs = pq.read_table(catalog_file(tmp_path, "runs")).to_pylist()
     assert [c["run_id"] for c in catalog_runs] == [r.run_id]
 
@@ -98,28 +97,69 @@ def test_spark_percentiles_match_raw_samples(spark: SparkSession, tmp_path: Path
     for metric, samples in r.samples.items():
         raw = sorted(v for start, v in samples if start >= r.warmup_end_ms)
         assert lat[metric]["count"] == len(raw)
-        for name, p in hlog.PERCENTILES:
-            exact = raw[max(1, int(p * len(raw) / 100 + 0.5)) - 1]
+        for name, p in reference.PERCENTILES.items():
+            exact = raw[max(1, int(p * len(raw) / 100 + 0.5)) - 1] if raw else 0
             assert exact <= lat[metric][name] <= exact + exact / 1024, (metric, name)
 
 
-def test_spark_summary_equals_quick_summary(spark: SparkSession, tmp_path: Path) -> None:
-    r = write_synthetic_run(
+def test_spark_figures_equal_the_in_process_summary_exactly(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    edge = write_synthetic_run(
         tmp_path,
         SyntheticSpec(
             seed=5,
             sender_nodes=2,
             receiver_nodes=3,
+            stalls=((8.0, 3.0),),
+            failed_per_sender=1,
+            unsent_per_sender=2,
             lost_per_sender=3,
-            duplicated_per_sender=1,
+            undrained_per_sender=2,
+            undrained_foreign=2,
+            redelivered_per_sender=1,
+            cross_delivered_per_sender=2,
             reordered_per_receiver=2,
+            foreign_per_receiver=3,
+            out_of_range=(("processing_first_us", 1, 1),),
         ),
     )
-    quick = summarize_run(r.run_dir)
-    spark_summary = summarize_runs(spark, [r.run_dir]).runs[0].summary
-    assert spark_summary == as_summary(pq.read_table(run_file(r.run_dir, "runs")).to_pylist()[0])
-    for part in ("throughput", "latency_us", "delivery"):
-        assert spark_summary[part] == quick[part], part
+    partial = write_synthetic_run(
+        tmp_path,
+        SyntheticSpec(
+            seed=6,
+            start_s=1763807925.25,
+            undrained="unidentified",
+            undrained_per_sender=2,
+            omit=("workers/receiver-01/delivery.json", "workers/sender-00/worker.json"),
+        ),
+    )
+    out = summarize_runs(spark, [edge.run_dir, partial.run_dir], window_s=7)
+    by_id = {x.run_id: x for x in out.runs}
+    for r in (edge, partial):
+        spark_summary = by_id[r.run_id].summary
+        spark_tables = _tables(r.run_dir)
+        assert spark_summary == as_summary(
+            pq.read_table(run_file(r.run_dir, "runs")).to_pylist()[0]
+        )
+        local = summarize_run(r.run_dir, window_s=7)
+        assert spark_summary == local
+        assert spark_tables == _tables(r.run_dir)
+    assert by_id[edge.run_id].summary["unknown"] == {}
+    assert by_id[edge.run_id].summary["delivery"] == edge.delivery
+    assert set(by_id[partial.run_id].summary["unknown"]) >= {"lost", "received", "foreign"}
+
+
+def test_spark_skips_a_format_version_1_archive_with_a_one_line_reason(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    r = write_synthetic_run(tmp_path, SyntheticSpec(duration_s=3))
+    manifest = r.run_dir / layout.MANIFEST
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format_version": 1}))
+    out = summarize_runs(spark, [r.run_dir])
+    assert out.runs == []
+    (skipped,) = out.skipped
+    assert "\n" not in skipped and "format_version 1" in skipped and "mqlab run" in skipped
 
 
 def _foreign_log(path: Path) -> dict[str, list[int]]:
@@ -182,7 +222,9 @@ def test_cli_summarize_all_then_query(spark: SparkSession, tmp_path: Path) -> No
         ],
     )
     assert res.exit_code == 0, res.output
-    assert [r["sender_threads"] for r in json.loads(res.stdout)] == [1, 5]
+    rows = json.loads(res.stdout)
+    assert [r["sender_threads"] for r in rows] == [1, 5]
+    assert rows[1]["send_msgs_per_s"] == pytest.approx(5 * rows[0]["send_msgs_per_s"], rel=0.01)
 
 
 def test_spark_submit_runs_the_job_file_unchanged(tmp_path: Path) -> None:
@@ -209,6 +251,7 @@ def test_spark_submit_runs_the_job_file_unchanged(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert doc["run_id"] == r.run_id and doc["problems"] == 0
+    assert doc["run_id"] == r.run_id
+    assert doc["problems"] == {"bad_lines": 0, "missing_files": 0}
     assert doc["throughput"] == summarize_run(r.run_dir)["throughput"]
     assert run_file(r.run_dir, "latency").is_file()

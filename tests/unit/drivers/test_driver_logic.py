@@ -1,12 +1,20 @@
-"""Pure logic of the Redis, RabbitMQ, Kafka and SQS drivers (no server)."""
+"""Pure logic of the drivers (no server): offsets, confirms, delivery reports, settings."""
 
 from __future__ import annotations
 
+import importlib
+import time
+from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
+import pytest
 from pika import spec as amqp
 
-from mqlab.drivers import kafka, rabbitmq, redis, sqs
+from mqlab.drivers import base, kafka, rabbitmq, redis, sqs
+from mqlab.drivers.base import Endpoints, NodeEndpoint
+from mqlab.errors import DriverError
+from mqlab.workload import envelope
 
 
 def test_kafka_commits_only_the_contiguous_acked_prefix() -> None:
@@ -14,24 +22,113 @@ def test_kafka_commits_only_the_contiguous_acked_prefix() -> None:
     for off in (5, 6, 7, 9):  # 8 was never handed to us (a gap in offsets)
         t.delivered(0, off)
     t.delivered(1, 100)
+    # the delivered marks go out at once, at the offsets the consumer started from
+    assert t.to_commit() == {0: (5, 9), 1: (100, 100)}
     t.ack(0, 6)
     assert t.to_commit() == {}  # 5 still out
     t.ack(0, 5)
-    assert t.to_commit() == {0: 7}
+    assert t.to_commit() == {0: (7, 9)}
     t.ack(0, 9)
     assert t.to_commit() == {}  # 7 still out
     t.ack(0, 7)
     t.ack(1, 100)
-    assert t.to_commit() == {0: 10, 1: 101}
+    assert t.to_commit() == {0: (10, 9), 1: (101, 100)}
     assert t.to_commit() == {}  # nothing new
 
 
 def test_kafka_acks_of_revoked_partitions_are_ignored() -> None:
     t = kafka.OffsetTracker()
     t.delivered(3, 1)
+    t.to_commit()
     t.forget([3])
     t.ack(3, 1)
     assert t.to_commit() == {}
+
+
+def test_kafka_flags_offsets_at_or_below_the_delivered_mark_as_redelivered() -> None:
+    t = kafka.OffsetTracker()
+    t.inherit(0, kafka.parse_mark("delivered=11"))  # committed by the partition's last owner
+    t.inherit(1, kafka.parse_mark(None))  # tansu: no metadata comes back
+    assert [t.delivered(0, off) for off in (10, 11, 12)] == [True, True, False]
+    assert [t.delivered(1, off) for off in (0, 1)] == [False, False]
+    assert t.to_commit() == {0: (10, 12), 1: (0, 1)}
+    # the partition goes to another consumer and comes back: its own marks still count
+    t.forget([0, 1])
+    t.inherit(1, kafka.parse_mark(None))
+    assert [t.delivered(1, off) for off in (0, 1, 2)] == [True, True, False]
+    # a mark committed meanwhile by the other owner counts too (the higher of the two)
+    t.inherit(0, kafka.parse_mark(kafka.mark_metadata(20)))
+    assert [t.delivered(0, off) for off in (13, 20, 21)] == [True, True, False]
+
+
+def test_kafka_commit_metadata_round_trip() -> None:
+    assert kafka.parse_mark(kafka.mark_metadata(42)) == 42
+    for foreign in (None, "", "delivered=", "delivered=x", "something else"):
+        assert kafka.parse_mark(foreign) == -1
+
+
+class _FakeProducer:
+    """Keeps produced messages' delivery callbacks; ``flush`` serves them as the test says."""
+
+    def __init__(self, _config: dict[str, Any]) -> None:
+        self.queued: list[tuple[bytes, Callable[[Any, Any], None]]] = []
+        self.stalled = True  # flush serves nothing: the broker does not answer
+        self.failing: set[bytes] = set()  # these messages' reports carry an error
+
+    def produce(self, _topic: str, value: bytes, on_delivery: Callable[[Any, Any], None]) -> None:
+        self.queued.append((value, on_delivery))
+
+    def poll(self, _timeout: float = 0) -> int:
+        return self.flush(0)
+
+    def flush(self, _timeout: float = 0) -> int:
+        if self.stalled:
+            return len(self.queued)
+        served, self.queued = self.queued, []
+        for value, report in served:
+            report("broker down" if value in self.failing else None, None)
+        return 0
+
+    def __len__(self) -> int:
+        return len(self.queued)
+
+
+def _kafka_sender(monkeypatch: pytest.MonkeyPatch) -> tuple[kafka.KafkaSender, _FakeProducer]:
+    monkeypatch.setattr(kafka, "Producer", _FakeProducer)
+    endpoints = Endpoints("kafka", (NodeEndpoint(0, "127.0.0.1", 9),))
+    driver = kafka.KafkaDriver(kafka.Settings(send_timeout_s=0.2), endpoints, "q")
+    sender = kafka.KafkaSender(driver)
+    assert isinstance(sender.p, _FakeProducer)
+    return sender, sender.p
+
+
+def test_kafka_late_delivery_errors_fail_only_their_own_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sender, producer = _kafka_sender(monkeypatch)
+    with pytest.raises(DriverError, match="unconfirmed"):
+        sender.send([b"a1", b"a2"])  # no reports within the timeout
+    # the broker answers again: batch 1's reports come late, with errors, during batch 2
+    producer.stalled, producer.failing = False, {b"a1", b"a2"}
+    sender.send([b"b1", b"b2"])  # its own reports are fine: it succeeds
+    producer.failing = {b"c2"}
+    with pytest.raises(DriverError, match="broker down"):
+        sender.send([b"c1", b"c2"])  # an error of its own fails it
+
+
+def test_kafka_late_success_reports_do_not_confirm_the_next_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sender, producer = _kafka_sender(monkeypatch)
+    with pytest.raises(DriverError):
+        sender.send([b"a1", b"a2"])
+    late = producer.queued
+    producer.queued = []
+    with pytest.raises(DriverError, match="2 messages unconfirmed"):
+        sender.send([b"b1", b"b2"])  # still stalled
+    for _value, report in late:  # batch 1 confirmed now: batch 2 still is not
+        report(None, None)
+    assert sender.waiting == 2
 
 
 def _frame(cls: type, tag: int, multiple: bool) -> SimpleNamespace:
@@ -40,7 +137,9 @@ def _frame(cls: type, tag: int, multiple: bool) -> SimpleNamespace:
 
 def test_rabbitmq_confirms_count_single_and_cumulative_acks() -> None:
     c = rabbitmq._Confirms()
-    c.published = 5
+    c.start_batch()
+    for _ in range(5):
+        c.published()
     c.on_frame(_frame(amqp.Basic.Ack, 2, False))
     assert not c.all_confirmed()
     c.on_frame(_frame(amqp.Basic.Ack, 3, True))  # 1..3
@@ -48,6 +147,52 @@ def test_rabbitmq_confirms_count_single_and_cumulative_acks() -> None:
     assert not c.all_confirmed()
     c.on_frame(_frame(amqp.Basic.Nack, 4, False))
     assert c.all_confirmed() and c.nacked == 1
+
+
+class _FakeConnection:
+    """Plays the broker's confirm frames into the sender when it waits for them."""
+
+    def __init__(self) -> None:
+        self.script: list[SimpleNamespace] = []  # frames the next wait delivers
+        self.sender: Any = None
+
+    def process_data_events(self, time_limit: float = 0) -> None:
+        frames, self.script = self.script, []
+        for f in frames:
+            self.sender._on_confirm(f)
+        if not frames:
+            time.sleep(min(time_limit, 0.01))
+
+    def add_callback_threadsafe(self, _callback: Callable[[], None]) -> None:
+        pass
+
+
+def _rabbitmq_sender() -> tuple[rabbitmq.RabbitmqSender, _FakeConnection]:
+    conn = _FakeConnection()
+    sender = rabbitmq.RabbitmqSender.__new__(rabbitmq.RabbitmqSender)  # no broker
+    client: Any = SimpleNamespace(conn=conn, ch=SimpleNamespace(basic_publish=lambda *a: None))
+    sender.c = client
+    sender.queue, sender.timeout, sender.props = "q", 0.2, None
+    sender.confirms = rabbitmq._Confirms()
+    conn.sender = sender
+    return sender, conn
+
+
+def test_rabbitmq_a_late_nack_fails_only_its_own_batch() -> None:
+    sender, conn = _rabbitmq_sender()
+    with pytest.raises(DriverError, match="no publisher confirm"):
+        sender.send([b"a1", b"a2", b"a3"])  # tags 1-3: no confirm in time
+    # batch 2 (tags 4, 5): a late nack of tag 2 arrives, then batch 2 is acked
+    conn.script = [_frame(amqp.Basic.Nack, 2, False), _frame(amqp.Basic.Ack, 5, True)]
+    sender.send([b"b1", b"b2"])
+    # batch 3 (tags 6, 7): a cumulative nack up to 6 covers one of its messages
+    conn.script = [_frame(amqp.Basic.Nack, 6, True), _frame(amqp.Basic.Ack, 7, False)]
+    with pytest.raises(DriverError, match="nacked 1 messages"):
+        sender.send([b"c1", b"c2"])
+    # batch 4 (tags 8, 9): the late single ack of batch 1's tag 3 does not confirm it
+    conn.script = [_frame(amqp.Basic.Ack, 3, False), _frame(amqp.Basic.Ack, 8, False)]
+    with pytest.raises(DriverError, match="no publisher confirm"):
+        sender.send([b"d1", b"d2"])
 
 
 def test_redis_read_plan_never_exceeds_max_messages() -> None:
@@ -68,3 +213,36 @@ def test_sqs_bodies_are_text_and_batches_at_most_ten() -> None:
     body = sqs.encode(payload)
     assert body.isascii() and sqs.decode(body) == payload
     assert [len(c) for c in sqs.chunks(list(range(23)))] == [10, 10, 3]
+
+
+def test_sqs_receives_long_poll_at_least_a_second() -> None:
+    assert sqs.wait_time_s(0.5, 20) == 1  # not int(0.5) == 0: a short poll
+    assert sqs.wait_time_s(0.01, 20) == 1
+    assert sqs.wait_time_s(2.2, 20) == 3
+    assert sqs.wait_time_s(60, 20) == 20  # SQS's maximum
+    assert sqs.wait_time_s(5, 0) == 0  # the profile turned long polling off
+    assert sqs.wait_time_s(0, 20) == 0  # a receive that must not wait
+
+
+def test_identified_payloads_keep_the_whole_mqlab_header() -> None:
+    assert base.IDENTIFY_PREFIX_BYTES >= envelope.HEADER_BYTES
+
+
+@pytest.mark.parametrize(
+    ("module", "settings", "expected_s"),
+    [
+        ("nats", {"ack_wait_s": 7.0}, 7.0),
+        ("redis", {"visibility_timeout_s": 4.0, "reclaim_interval_s": 0.5}, 4.5),
+        ("postgres", {"visibility_timeout_s": 3.0}, 3.0),
+        ("sqs", {"visibility_timeout_s": 9}, 9.0),
+        ("kafka", {"session_timeout_ms": 6000, "commit_interval_s": 2.0}, 8.0),
+        ("rabbitmq", {}, 0.0),
+    ],
+)
+def test_redelivery_timeout_follows_the_settings(
+    module: str, settings: dict[str, Any], expected_s: float
+) -> None:
+    mod = importlib.import_module(f"mqlab.drivers.{module}")
+    endpoints = Endpoints(module, (NodeEndpoint(0, "127.0.0.1", 9),))
+    driver = mod.DRIVER(mod.DRIVER.Settings(**settings), endpoints, "q")
+    assert driver.redelivery_timeout_s == pytest.approx(expected_s)

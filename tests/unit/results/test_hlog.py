@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hdrh.histogram import HdrHistogram
+import pytest
 
-from mqlab.results import hlog, partials
-from mqlab.results.synthetic import SyntheticRun
+from mqlab.results.archive import hlog
+from mqlab.results.archive.codecs import new_histogram
+from mqlab.results.summary import partials
+from tests.fixtures.synthetic import SyntheticRun
 
 
 def _payload(values: list[int]) -> str:
-    h = HdrHistogram(1, 3_600_000_000, 3)
+    h = new_histogram()
     for v in values:
         h.record_value(v)
     return h.encode().decode("ascii")
@@ -92,6 +94,25 @@ def test_missing_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     assert out == {("prb", ""): [(missing, None, "missing file")]}
 
 
-def test_figures_of_empty_histogram_are_zero() -> None:
-    figs = hlog.figures(HdrHistogram(1, 3_600_000_000, 3))
-    assert figs["count"] == 0 and figs["p99_9999"] == 0 and figs["max"] == 0
+def test_writer_output_reads_back_interval_by_interval(tmp_path: Path) -> None:
+    path = tmp_path / "w.hlog"
+    start_ms = 1_790_000_000_250
+    values = [[5, 6], [], [7_000_000]]
+    with path.open("w") as f:
+        w = hlog.IntervalLogWriter(f, start_ms, "mqlab metric=x unit=us")
+        for i, vals in enumerate(values):
+            h = new_histogram()
+            for v in vals:
+                h.record_value(v)
+            w.write(h, start_ms + i * 1000, start_ms + (i + 1) * 1000 - (i == 2) * 400)
+    items = _parse(path)
+    ivs = [i for i in items if isinstance(i, hlog.Interval)]
+    assert [(i.start_ms, i.end_ms) for i in ivs] == [
+        (start_ms, start_ms + 1000),
+        (start_ms + 1000, start_ms + 2000),
+        (start_ms + 2000, start_ms + 2600),
+    ]
+    counts = [hlog.decode(i.payload).get_total_count() for i in ivs]
+    assert counts == [2, 0, 1]
+    max_ms = float(path.read_text().splitlines()[-1].split(",")[2])  # Interval_Max in ms
+    assert max_ms == pytest.approx(7000, rel=1e-3)

@@ -9,7 +9,10 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
-from mqlab.workload.histograms import BulkHistogram, IntervalLogWriter, new_histogram, percentiles
+from mqlab.results.archive.codecs import new_histogram
+from mqlab.results.archive.hlog import IntervalLogWriter
+from mqlab.results.summary.figures import figures as percentiles
+from mqlab.workload.histograms import BulkHistogram
 
 
 def test_bulk_record_equals_record_value_exactly() -> None:
@@ -34,10 +37,13 @@ def test_bulk_record_equals_record_value_exactly() -> None:
     assert bulk.hist.get_max_value() == ref.get_max_value()
 
 
-def test_out_of_range_values_are_clamped_and_counted() -> None:
+def test_out_of_range_values_are_clamped_and_counted_apart() -> None:
     b = BulkHistogram()
     b.record(np.array([-5, 10, 4_000_000_000]))
-    assert b.total == 3 and b.clamped == 2
+    assert b.total == 3 and b.below_zero == 1 and b.above_max == 1
+    assert b.hist.get_min_value() == 0 and b.hist.get_max_value() >= 3_599_000_000
+    b.record(np.array([-1, 5_000_000_000]), np.array([4, 7]))  # weighted: counted by weight
+    assert b.below_zero == 5 and b.above_max == 8
 
 
 def test_reset_empties_the_histogram() -> None:

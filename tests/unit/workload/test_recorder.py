@@ -1,25 +1,21 @@
-"""Per-interval recording and delivery accounting (lost, duplicated, reordered)."""
+"""Per-interval recording and the receiver node's delivery accounting: first deliveries,
+reorders (n - longest increasing run), 64-bit seqs, foreign messages, out-of-range values,
+and what senders record (failed calls, unsent messages, lag, last event)."""
 
 from __future__ import annotations
 
-import csv
-import json
+import itertools
+import logging
+import random
 from pathlib import Path
 
 import numpy as np
-from pyroaring import BitMap
+import pytest
 
-from mqlab.results.quick_summary import delivery
+from mqlab.results.archive import codecs, hlog
 from mqlab.workload import envelope
-from mqlab.workload.recorder import (
-    DeliveryTracker,
-    IntervalRecorder,
-    ReceiverStats,
-    SenderStats,
-    decode_bitmap,
-    encode_bitmap,
-    write_json,
-)
+from mqlab.workload.recorder import DeliveryTracker, IntervalRecorder, ReceiverStats, SenderStats
+from mqlab.workload.schedules import FixedRate
 
 
 def _decoded(pairs: list[tuple[int, int]]) -> np.ndarray:
@@ -28,82 +24,160 @@ def _decoded(pairs: list[tuple[int, int]]) -> np.ndarray:
     return envelope.decode_many(envelope.headers_of(msgs))
 
 
-def test_tracker_counts_received_distinct_and_reordered() -> None:
+def _add(
+    t: DeliveryTracker, thread: int, pairs: list[tuple[int, int]], flags: list[bool] | None = None
+) -> np.ndarray:
+    arr = _decoded(pairs)
+    return t.add(thread, arr, np.array(flags or [False] * len(pairs), dtype=bool))
+
+
+def _out_of_place(seqs: list[int]) -> int:
+    """Independent: n - longest strictly increasing subsequence, by O(n^2) dynamic programming."""
+    best = [1] * len(seqs)
+    for i, x in enumerate(seqs):
+        for j in range(i):
+            if seqs[j] < x:
+                best[i] = max(best[i], best[j] + 1)
+    return len(seqs) - max(best, default=0)
+
+
+def test_one_message_delivered_early_counts_one_reorder_not_ninety_nine() -> None:
     t = DeliveryTracker()
-    t.add(0, _decoded([(1, 0), (1, 1), (2, 0), (1, 3), (1, 2)]))  # (1, 2) after 3: reordered
-    t.add(0, _decoded([(1, 1), (2, 1)]))  # (1, 1) again: duplicate, and reordered
-    t.add(1, _decoded([(1, 0)]))  # another thread: order judged per thread
-    r1 = t.senders[1]
-    assert r1.received == 6 and sorted(r1.bitmap) == [0, 1, 2, 3] and r1.reordered == 2
-    assert t.senders[2].received == 2 and t.senders[2].reordered == 0
+    _add(t, 0, [(1, 99)] + [(1, q) for q in range(99)])
+    assert t.senders[1].reordered == 1  # the old rule (below the highest seen) said 99
+    rev = DeliveryTracker()
+    _add(rev, 0, [(2, q) for q in (4, 3, 2, 1, 0)])
+    assert rev.senders[2].reordered == 4
 
 
-def test_bitmap_encoding_round_trips() -> None:
-    bm = BitMap(range(0, 100_000, 3))
-    assert decode_bitmap(encode_bitmap(bm)) == bm
+def test_reorders_are_per_receiver_thread_and_stream_across_ticks() -> None:
+    rng = random.Random(5)
+    seqs = list(range(300))
+    for _ in range(40):  # local disorder: swap neighbours here and there
+        i = rng.randrange(299)
+        seqs[i], seqs[i + 1] = seqs[i + 1], seqs[i]
+    t = DeliveryTracker()
+    for lo in range(0, 300, 37):  # delivered over several ticks
+        _add(t, 0, [(3, q) for q in seqs[lo : lo + 37]])
+    assert t.senders[3].reordered == _out_of_place(seqs)
+    u = DeliveryTracker()  # two threads, each in order: no reorder across competing consumers
+    _add(u, 0, [(3, q) for q in range(0, 100, 2)])
+    _add(u, 1, [(3, q) for q in range(1, 100, 2)])
+    _add(u, 0, [(3, q) for q in range(100, 110)])
+    assert u.senders[3].reordered == 0
 
 
-def test_interval_recorder_writes_logs_counts_and_totals(tmp_path: Path) -> None:
+def test_random_orders_match_an_independent_lis() -> None:
+    rng = random.Random(11)
+    for n in (1, 2, 7, 50, 120):
+        seqs = rng.sample(range(n * 3), n)
+        t = DeliveryTracker()
+        for lo in range(0, n, 9):
+            _add(t, 0, [(0, q) for q in seqs[lo : lo + 9]])
+        assert t.senders[0].reordered == _out_of_place(seqs), seqs
+
+
+def test_redeliveries_and_duplicates_are_not_first_deliveries_nor_reorders() -> None:
+    t = DeliveryTracker()
+    first = _add(t, 0, [(1, 0), (1, 1), (1, 2)])
+    assert first.tolist() == [True, True, True]
+    # 1 again (a duplicate), 3 flagged as redelivered by the broker (first went elsewhere), 4 new
+    first = _add(t, 0, [(1, 1), (1, 3), (1, 4)], [False, True, False])
+    assert first.tolist() == [False, False, True]
+    r = t.senders[1]
+    assert r.received == 6 and r.first_received == 4 and r.redelivered == 1
+    assert r.reordered == 0 and sorted(r.seqs) == [0, 1, 2, 3, 4]
+    dup = _add(t, 1, [(1, 7), (1, 7)])  # the same seq twice in one batch
+    assert dup.tolist() == [True, False]
+
+
+def test_sequence_numbers_are_64_bit() -> None:
+    t = DeliveryTracker()
+    _add(t, 0, [(1, 5), (1, 2**32 + 5), (1, 2**63 + 1)])
+    r = t.senders[1]
+    assert r.received == 3 and r.first_received == 3 and len(r.seqs) == 3
+    assert 2**32 + 5 in r.seqs and 2**63 + 1 in r.seqs
+    assert codecs.decode_bitmap(codecs.encode_bitmap(r.seqs)) == r.seqs
+
+
+def _hlog_counts(path: Path) -> list[int]:
+    lines, _ = hlog.read_lines(str(path))
+    assert lines is not None
+    return [
+        hlog.decode(i.payload).get_total_count()
+        for i in hlog.parse_log(str(path), lines)
+        if isinstance(i, hlog.Interval)
+    ]
+
+
+def _counts(path: Path) -> list[codecs.CountsRow]:
+    rows, problems = codecs.parse_counts(path.read_text())
+    assert not problems
+    return rows
+
+
+def test_receiver_interval_counts_foreign_first_and_out_of_range(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     rec = IntervalRecorder(tmp_path, "receiver", "receiver-00", "run", 1_000_000)
     stats = ReceiverStats()
     rec.receivers.append(stats)
     pool = envelope.PayloadPool(100)
-    msgs = [envelope.encode(3, i, 1_000_000 * 1_000_000, pool.pad(i)) for i in range(10)]
-    stats.received(msgs, 1_000_000 * 1_000_000 + 2_000_000, redelivered=msgs[:1])  # 2 ms later
-    stats.acked(10)
-    rec.tick(1_001_000)
-    rec.tick(1_002_000)
+    t_ns = 1_000_000 * 1_000_000
+    msgs = [envelope.encode(3, i, t_ns, pool.pad(i)) for i in range(10)]
+    bad = b"\x00" * 40  # right length, not an mqlab header
+    late = envelope.encode(3, 10, t_ns + 10**10, pool.pad(0))  # stamped after receipt: < 0
+    with caplog.at_level(logging.WARNING):
+        stats.received([*msgs, b"tiny", bad, late], t_ns + 2_000_000, [0])
+        stats.received([bad], t_ns + 3_000_000)
+        stats.acked(14)
+        rec.tick(1_001_000)
+        rec.tick(1_002_000)
     rec.close()
-    rows = list(csv.DictReader((tmp_path / "counts.csv").open()))
-    assert [int(r["received"]) for r in rows] == [10, 0]
-    assert [int(r["acked"]) for r in rows] == [10, 0] and rows[0]["redelivered"] == "1"
-    assert rec.totals["received"] == 10
-    assert rec.delivery.senders[3].redelivered == 1 and rec.delivery.senders[3].received == 10
-    lines = [
-        x for x in (tmp_path / "processing_us.hlog").read_text().splitlines() if x[0].isdigit()
-    ]
-    assert len(lines) == 2 and lines[0].startswith("0.000,1.000,2.000,")
+    assert sum("foreign" in r.message for r in caplog.records) == 1  # logged once
+    rows = _counts(tmp_path / "counts.csv")
+    assert [r.counts["received"] for r in rows] == [14, 0]
+    assert rows[0].counts["foreign"] == 3 and rows[0].counts["redelivered"] == 1
+    assert rows[0].counts["first_received"] == 10  # seq 0 was flagged redelivered
+    assert rows[0].last_ms == 1_000_003 and rows[1].last_ms == 0
+    assert rec.delivery.foreign == 3 and rec.delivery.senders[3].received == 11
+    assert _hlog_counts(tmp_path / "processing_us.hlog") == [11, 0]
+    assert _hlog_counts(tmp_path / "processing_first_us.hlog") == [10, 0]
+    assert rec.out_of_range["processing_us"] == {"below_zero": 1, "above_max": 0}
 
 
-def test_sender_stats_swap_and_confirmed_ranges() -> None:
+def test_sender_interval_records_failed_unsent_lag_and_last_event(tmp_path: Path) -> None:
+    rec = IntervalRecorder(tmp_path, "sender", "sender-00", "run", 5_000_000)
     s = SenderStats(4)
-    s.sent(5)
-    s.confirmed_batch(0, 5, 1200)
-    s.sent(3)
-    s.failed(3)
-    call, sizes, counts = s.swap()
-    assert list(call) == [1200] and list(sizes) == [5]
-    assert counts["sent"] == 8 and counts["confirmed"] == 5 and counts["failed"] == 3
-    assert sorted(s.confirmed) == [0, 1, 2, 3, 4]
-    assert s.swap()[2]["sent"] == 0
+    s.schedule = FixedRate(1000.0, start_ns=0)  # never scheduled anything: far behind
+    rec.senders.append(s)
+    s.sending(5, 0)
+    s.confirmed_batch(0, 5, 1200, wall_ms=5_000_400)
+    s.sending(3, 0)
+    s.failed(3, 30_000_000)
+    s.unsent(np.array([7_000, 8_000, 9_000]))
+    rec.tick(5_001_000)
+    s.schedule.finish()
+    rec.tick(5_002_000)
+    rec.close()
+    rows = _counts(tmp_path / "counts.csv")
+    c = rows[0].counts
+    assert (c["sent"], c["confirmed"], c["failed"], c["unsent"]) == (8, 5, 3, 3)
+    assert rows[0].last_ms == 5_000_400 and rows[0].lag_ms > 1000 and rows[1].lag_ms == 0
+    assert _hlog_counts(tmp_path / "send_call_us.hlog") == [1, 0]
+    assert _hlog_counts(tmp_path / "send_msg_us.hlog") == [5 + 3, 0]  # confirmed + unsent
+    assert _hlog_counts(tmp_path / "send_failed_us.hlog") == [1, 0]
+    rec_sent = s.sent_record()
+    assert (rec_sent.sent, rec_sent.confirmed, rec_sent.failed, rec_sent.unsent) == (8, 5, 3, 3)
+    assert sorted(rec_sent.confirmed_seqs) == [0, 1, 2, 3, 4]
 
 
-def test_run_level_accounting_lost_duplicated_reordered(tmp_path: Path) -> None:
-    w = tmp_path / "workers"
-    for d in ("sender-00", "receiver-00", "receiver-01"):
-        (w / d).mkdir(parents=True)
-    write_json(
-        w / "sender-00" / "sent.json",
-        {
-            "format_version": 1,
-            "senders": {
-                "0": {
-                    "sent": 12,
-                    "confirmed": 10,
-                    "failed": 2,
-                    "confirmed_bitmap": encode_bitmap(BitMap(range(10))),
-                }
-            },
-        },
-    )
-    a = DeliveryTracker()
-    a.add(0, _decoded([(0, q) for q in (0, 1, 2, 4, 3)]))  # one reorder
-    b = DeliveryTracker()
-    b.add(0, _decoded([(0, q) for q in (4, 5, 6, 7)]))  # 4 again: duplicate; 8, 9 lost
-    write_json(w / "receiver-00" / "delivery.json", a.to_json())
-    write_json(w / "receiver-01" / "delivery.json", b.to_json())
-    d = delivery(tmp_path)
-    assert d["sent"] == 12 and d["confirmed"] == 10 and d["failed"] == 2
-    assert d["received"] == 9 and d["unique_received"] == 8
-    assert d["duplicated"] == 1 and d["lost"] == 2 and d["reordered"] == 1
-    json.dumps(d)
+def test_counters_are_interval_differences() -> None:
+    s = SenderStats(1)
+    for n in (3, 4):
+        s.sending(n, 0)
+        s.confirmed_batch(0, n, 10, 1)
+    *_arrays, first = s.swap()
+    *_arrays, second = s.swap()
+    assert first["confirmed"] == 7 and second["confirmed"] == 0
+    assert list(itertools.islice(s.confirmed, 4)) == [0, 1, 2, 3]

@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
-PROJECT_DIR = Path(__file__).resolve().parents[2]
+from mqlab.results.archive.formats import FORMAT_VERSION
+
+PROJECT_DIR = Path(__file__).resolve().parents[3]
 CORE_LIBRARIES = ("mqlab", "hdrhistogram", "pyroaring", "numpy", "click")
 
 
@@ -86,16 +87,21 @@ def host_info() -> dict[str, Any]:
 
 
 def clock_info(target: str) -> dict[str, Any]:
-    return {
+    """The clocks behind the latency figures. Only what is known is written: on the local
+    target every worker and broker reads one kernel clock, so there is no offset to
+    measure; on other targets nothing here measures offsets (the fleet will), so none
+    are claimed."""
+    info: dict[str, Any] = {
         "source": _read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
         "wall_clock": "time.time_ns",
-        "offset_ms": {"local": 0.0} if target == "local" else {},
-        "note": (
-            "all workers and brokers on one host: one clock, offset 0"
-            if target == "local"
-            else "offsets per host measured at start"
-        ),
     }
+    if target == "local":
+        info["hosts"] = {"local": {"offset_ms": 0.0, "error_bound_ms": 0.0}}
+        info["note"] = "one host: every worker and broker reads the same kernel clock"
+    else:
+        info["hosts"] = {}
+        info["note"] = "clock offsets between hosts were not measured"
+    return info
 
 
 def base_manifest(run_id: str, scenario: Any, driver_libraries: tuple[str, ...]) -> dict[str, Any]:
@@ -129,4 +135,5 @@ def base_manifest(run_id: str, scenario: Any, driver_libraries: tuple[str, ...])
         "clock": clock_info(scenario.cluster.target),
         "workers": [],
         "faults": [],
+        "drain": None,
     }

@@ -103,3 +103,16 @@ def matching_rows(run: dict[str, Any], rows: list[ReferenceRow]) -> list[Referen
 
 def broker_rows(broker: str, rows: list[ReferenceRow]) -> list[ReferenceRow]:
     return [r for r in rows if r.broker == broker]
+
+
+def measurement_notes(run: dict[str, Any]) -> list[str]:
+    """Where a run's figures are measured differently from the published ones."""
+    notes = []
+    lag = run.get("sender_lag_ms_max")
+    if lag:
+        notes.append(
+            f"this run's senders fell up to {lag:,} ms behind their fixed-rate schedule; "
+            "mqlab's latencies count from each message's intended send time, mqperf's "
+            "from the actual one"
+        )
+    return notes

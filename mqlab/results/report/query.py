@@ -1,5 +1,9 @@
-"""DuckDB over the catalog: views ``runs``, ``windows``, ``latency``, ``delivery``,
-``problems``; results as rows, CSV or JSON."""
+"""DuckDB over the catalog: one view per summary table (``runs``, ``windows``,
+``timeline``, ``latency``, ``delivery``, ``problems``; their columns are
+:data:`mqlab.results.summary.tables.SCHEMAS`); results as rows, CSV or JSON.
+
+A figure the summary could not compute is NULL (``runs.unknown`` says why), so SQL
+aggregates skip it: count the NULLs when that matters (the third example)."""
 
 from __future__ import annotations
 
@@ -13,8 +17,8 @@ from typing import Any
 import duckdb
 
 from mqlab.errors import ArchiveError, MqlabError
-from mqlab.results.catalog import catalog_file, empty_table
-from mqlab.results.tables import TABLES
+from mqlab.results.summary.catalog import catalog_file, empty_table
+from mqlab.results.summary.tables import TABLES
 
 LOG = logging.getLogger(__name__)
 
@@ -25,9 +29,14 @@ EXAMPLES = (
     "SELECT run_id, max(processing_us_p95) / 1000 AS worst_1min_p95_ms FROM windows "
     "GROUP BY run_id ORDER BY worst_1min_p95_ms DESC LIMIT 10",
     "SELECT broker, count(*) AS runs, sum(delivery_lost) AS lost, "
-    "sum(delivery_duplicated) AS duplicated FROM runs GROUP BY broker ORDER BY broker",
+    "count(*) FILTER (WHERE delivery_lost IS NULL) AS lost_unknown, "
+    "sum(delivery_undrained) AS undrained, sum(delivery_duplicated) AS duplicated "
+    "FROM runs GROUP BY broker ORDER BY broker",
     "SELECT metric, round(avg(p99)) AS avg_p99_us FROM latency WHERE window_index IS NULL "
     "GROUP BY metric",
+    "SELECT run_id, max(backlog) AS max_backlog, max(sender_lag_ms) AS max_lag_ms, "
+    "max(processing_us_p99) / 1000 AS worst_1s_p99_ms FROM timeline "
+    "GROUP BY run_id ORDER BY max_backlog DESC LIMIT 10",
 )
 
 

@@ -1,9 +1,10 @@
 """Parquet next to each run (``RUN_DIR/summary/``) and the catalog over all runs
 (``RESULTS_DIR/.catalog/``), plus listing and filtering of summarized runs.
 
-Per run: ``summary/run.parquet`` (one row), ``windows``, ``latency`` (with the merged
-histogram of the measured period), ``delivery`` and ``problems``. The catalog holds the
-same tables for every run (without histograms) so DuckDB never globs thousands of files.
+Per run: ``summary/run.parquet`` (one row), ``windows``, ``timeline``, ``latency`` (with
+the merged histogram of the measured period), ``delivery`` and ``problems``. The catalog
+holds the same tables for every run (without histograms) so DuckDB never globs thousands
+of files. :func:`missing_from_catalog` says which runs of a results directory it lacks.
 """
 
 from __future__ import annotations
@@ -20,19 +21,20 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mqlab.errors import ArchiveError
-from mqlab.results.tables import SCHEMAS, TABLES
+from mqlab.results.archive import layout
+from mqlab.results.archive.formats import ACCEPTED_VERSIONS as _ACCEPTED
+from mqlab.results.archive.formats import check_version
+from mqlab.results.summary.tables import SCHEMAS, TABLES
 
 LOG = logging.getLogger(__name__)
 
 CATALOG_DIR = ".catalog"
-RUN_FILE = {"runs": "run.parquet"}
-ACCEPTED_VERSIONS = (
-    b"1",
-)  # Parquet schema metadata "format_version"  # per-run file names that differ from the table name
+RUN_FILE = {"runs": "run.parquet"}  # per-run file names that differ from the table name
+ACCEPTED_VERSIONS = tuple(str(v).encode() for v in _ACCEPTED)  # Parquet metadata values
 
 
 def run_file(run_dir: Path | str, table: str) -> Path:
-    return Path(run_dir) / "summary" / RUN_FILE.get(table, f"{table}.parquet")
+    return Path(run_dir) / layout.SUMMARY_DIR / RUN_FILE.get(table, f"{table}.parquet")
 
 
 def catalog_file(results_dir: Path | str, table: str) -> Path:
@@ -58,7 +60,7 @@ def read_run_table(run_dir: Path | str, table: str) -> pa.Table:
     data = pq.read_table(path)
     version = (data.schema.metadata or {}).get(b"format_version")
     if version not in ACCEPTED_VERSIONS:
-        raise ArchiveError(f"{path}: format_version {version!r} (this mqlab reads 1)")
+        check_version(path, int(version) if version and version.isdigit() else version)
     return data
 
 
@@ -75,8 +77,32 @@ def update_catalog(results_dir: Path | str, per_run: Sequence[dict[str, pa.Table
         if path.is_file():
             old = pq.read_table(path)
             old = old.filter(pc.invert(pc.is_in(old["run_id"], value_set=ids)))
-            parts.insert(0, old.cast(parts[0].schema))
+            try:
+                parts.insert(0, old.cast(parts[0].schema))
+            except (pa.ArrowInvalid, ValueError) as err:  # an older format: not mixed in
+                LOG.warning(
+                    "%s: older catalog format dropped (%s); mqlab summarize --all "
+                    "puts its runs back",
+                    path,
+                    str(err).splitlines()[0],
+                )
         _write_atomic(pa.concat_tables(parts), path)
+
+
+def catalog_run_ids(results_dir: Path | str) -> set[str]:
+    path = catalog_file(results_dir, "runs")
+    if not path.is_file():
+        return set()
+    return set(pq.read_table(path, columns=["run_id"])["run_id"].to_pylist())
+
+
+def missing_from_catalog(results_dir: Path | str) -> list[str]:
+    """Run directories under ``results_dir`` whose figures the catalog does not hold."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        return []
+    known = catalog_run_ids(root)
+    return [p.name for p in layout.find_runs(root) if p.name not in known]
 
 
 def rebuild_catalog(results_dir: Path | str) -> int:

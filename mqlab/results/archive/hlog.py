@@ -1,6 +1,9 @@
-"""A tolerant reader of standard HdrHistogram interval logs (formats 1.2 and 1.3).
+"""HdrHistogram interval logs: mqlab's writer (format 1.3) and a tolerant reader (1.2, 1.3).
 
-Reads logs written by mqlab and by other tools (Java HdrHistogram, jHiccup,
+The writer: timestamps are seconds relative to BaseTime (= StartTime, epoch seconds);
+Interval_Max is in milliseconds (values are microseconds).
+
+The reader reads logs written by mqlab and by other tools (Java HdrHistogram, jHiccup,
 pulsar-perf): optional ``Tag=NAME,`` prefixes, ``#[StartTime: ...]`` and
 ``#[BaseTime: ...]`` headers, relative or absolute timestamps. A line that does
 not parse, or whose histogram does not decode, becomes a :class:`Problem`
@@ -12,20 +15,19 @@ job decodes inside its executors.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TextIO
 
 from hdrh.histogram import HdrHistogram
 
-from mqlab.workload.histograms import PERCENTILES as _PCT
-from mqlab.workload.histograms import new_histogram, percentiles
-
 LOG = logging.getLogger(__name__)
 
+LOG_FORMAT_VERSION = "1.3"
 SUPPORTED_VERSIONS = ("1.2", "1.3")
-PERCENTILES: tuple[tuple[str, float], ...] = tuple(_PCT.items())  # one definition: the summary's
 _ONE_YEAR_S = 365 * 24 * 3600.0
 _NUM = r"([0-9]+(?:\.[0-9]*)?)"
 _START_RE = re.compile(r"#\[StartTime:\s*" + _NUM)
@@ -165,7 +167,29 @@ def merge_into(acc: HdrHistogram | None, hist: HdrHistogram) -> HdrHistogram:
     return acc
 
 
-def figures(hist: HdrHistogram | None) -> dict[str, float | int]:
-    """count, mean, the percentiles of PERCENTILES and max of a merged histogram (µs),
-    exactly as summary.json has them (the same function)."""
-    return percentiles(hist if hist is not None else new_histogram())
+class IntervalLogWriter:
+    """Writes a standard HdrHistogram interval log (format 1.3), one line per interval.
+
+    An interval with no values is still written (an empty histogram) so time has no gaps.
+    """
+
+    def __init__(self, out: TextIO, start_ms: int, comment: str | None = None):
+        self.out = out
+        self.base_ms = start_ms
+        when = dt.datetime.fromtimestamp(start_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+        if comment:
+            out.write(f"#[{comment}]\n")
+        out.write(f"#[Histogram log format version {LOG_FORMAT_VERSION}]\n")
+        out.write(f"#[StartTime: {start_ms / 1000:.3f} (seconds since epoch), {when[:-3]}Z]\n")
+        out.write(f"#[BaseTime: {start_ms / 1000:.3f} (seconds since epoch)]\n")
+        out.write(
+            '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n'
+        )
+
+    def write(self, hist: HdrHistogram, start_ms: int, end_ms: int) -> None:
+        rel = (start_ms - self.base_ms) / 1000
+        length = (end_ms - start_ms) / 1000
+        max_ms = hist.get_max_value() / 1000 if hist.get_total_count() else 0.0
+        payload = hist.encode().decode("ascii")
+        self.out.write(f"{rel:.3f},{length:.3f},{max_ms:.3f},{payload}\n")
+        self.out.flush()

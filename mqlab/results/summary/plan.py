@@ -1,7 +1,6 @@
-"""What a run archive says about itself (manifest, scenario, workers), and its raw files.
-
-Reads only small files; the driver of the summary job uses it to plan tasks.
-"""
+"""What a run archive says about itself (manifest, scenario, workers), and the raw files
+the summary reads: one task per file. Reads only small files (the job's driver plans with
+it)."""
 
 from __future__ import annotations
 
@@ -14,30 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from mqlab.errors import ArchiveError
-from mqlab.results.partials import Task
+from mqlab.results.archive import layout
+from mqlab.results.archive.formats import check_version
+from mqlab.results.summary.partials import Task
 
 LOG = logging.getLogger(__name__)
-
-ACCEPTED_VERSIONS = (1,)
-SENDER_FILES = (
-    ("hlog", "send_call_us"),
-    ("hlog", "send_msg_us"),
-    ("counts", "sender"),
-    ("sent", ""),
-)
-RECEIVER_FILES = (
-    ("hlog", "processing_us"),
-    ("counts", "receiver"),
-    ("delivery", ""),
-    ("worker", ""),
-)
-FILE_NAMES = {
-    "send_call_us": "send_call_us.hlog",
-    "send_msg_us": "send_msg_us.hlog",
-    "processing_us": "processing_us.hlog",
-    "sender": "counts.csv",
-    "receiver": "counts.csv",
-}
+RECORD = {"sender": (layout.SENT, "sent"), "receiver": (layout.DELIVERY, "delivery")}
 # scenario keys we read, with the spellings accepted (first found wins, [workload] first)
 SCENARIO_KEYS = {
     "message_bytes": ("message_bytes", "message_size", "size_bytes"),
@@ -91,9 +72,7 @@ def _load_json(path: Path) -> dict[str, Any]:
         raise ArchiveError(f"{path}: unreadable: {err}") from err
     if not isinstance(doc, dict):
         raise ArchiveError(f"{path}: not a JSON object")
-    version = doc.get("format_version")
-    if version not in ACCEPTED_VERSIONS:
-        raise ArchiveError(f"{path}: format_version {version!r} (this mqlab reads 1)")
+    check_version(path, doc.get("format_version"))
     return doc
 
 
@@ -115,7 +94,7 @@ def _find_key(doc: dict[str, Any], names: tuple[str, ...]) -> Any:
 
 def read_run(run_dir: Path | str) -> RunMeta:
     run_dir = Path(run_dir).resolve()
-    manifest = _load_json(run_dir / "manifest.json")
+    manifest = _load_json(run_dir / layout.MANIFEST)
     try:
         scenario = tomllib.loads((run_dir / "scenario.toml").read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
@@ -195,23 +174,23 @@ def _worker_json(wdir: Path) -> dict[str, Any]:
 
 
 def tasks_for(meta: RunMeta, window_ms: int) -> list[Task]:
-    """One task per raw file the contract says each worker has."""
-    out = []
+    """One task per raw file the archive format says the run has (a missing file becomes
+    a counted problem, and the figures that need it are unknown)."""
+    run = Path(meta.run_dir)
+    out = [Task("undrained", meta.run_id, str(run / layout.UNDRAINED))]
     for wid, role in meta.workers:
-        files = SENDER_FILES if role == "sender" else RECEIVER_FILES
-        for kind, what in files:
-            name = FILE_NAMES.get(what) or f"{kind}.json"
-            path = str(Path(meta.run_dir) / "workers" / wid / name)
-            out.append(Task(kind, meta.run_id, path, what, meta.warmup_end_ms, window_ms))
+        wdir = run / layout.WORKERS / wid
+        for metric in layout.LOGS.get(role, ()):
+            path = str(layout.log_file(wdir, metric))
+            out.append(Task("hlog", meta.run_id, path, metric, meta.warmup_end_ms, window_ms, wid))
+        counts = str(wdir / layout.COUNTS)
+        out.append(Task("counts", meta.run_id, counts, role, meta.warmup_end_ms, window_ms, wid))
+        if role in RECORD:
+            name, kind = RECORD[role]
+            out.append(Task(kind, meta.run_id, str(wdir / name), worker_id=wid))
+        out.append(Task("worker", meta.run_id, str(wdir / layout.WORKER), worker_id=wid))
     return out
 
 
-def is_run_dir(path: Path) -> bool:
-    return (path / "manifest.json").is_file()
-
-
 def find_runs(results_dir: Path | str) -> list[Path]:
-    root = Path(results_dir)
-    if not root.is_dir():
-        raise ArchiveError(f"{root}: no such results directory")
-    return sorted(p for p in root.iterdir() if p.is_dir() and is_run_dir(p))
+    return layout.find_runs(results_dir)

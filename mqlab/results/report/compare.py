@@ -12,23 +12,30 @@ from pathlib import Path
 from typing import Any
 
 from mqlab.errors import ArchiveError
-from mqlab.results import catalog, reference
+from mqlab.results.report import reference
+from mqlab.results.summary import catalog
 
 LOG = logging.getLogger(__name__)
 
-# (field, label, higher is better)
+# (field, label, higher is better); any may be null in a run (unknown, with a reason)
 FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("send_msgs_per_s", "send msgs/s", True),
     ("receive_msgs_per_s", "receive msgs/s", True),
-    ("send_call_us_p50", "send latency p50 (µs)", False),
-    ("send_call_us_p95", "send latency p95 (µs)", False),
-    ("send_call_us_p99", "send latency p99 (µs)", False),
+    ("send_call_us_p50", "send call p50 (µs)", False),
+    ("send_call_us_p95", "send call p95 (µs)", False),
+    ("send_call_us_p99", "send call p99 (µs)", False),
+    ("send_msg_us_p99", "send msg p99 (µs)", False),
     ("processing_us_p50", "processing p50 (µs)", False),
     ("processing_us_p95", "processing p95 (µs)", False),
     ("processing_us_p99", "processing p99 (µs)", False),
     ("processing_us_p99_9", "processing p99.9 (µs)", False),
     ("processing_us_max", "processing max (µs)", False),
+    ("processing_first_us_p99", "processing first p99 (µs)", False),
+    ("sender_lag_ms_max", "sender lag max (ms)", False),
+    ("delivery_failed", "failed", False),
+    ("delivery_unsent", "unsent", False),
     ("delivery_lost", "lost", False),
+    ("delivery_undrained", "undrained", False),
     ("delivery_duplicated", "duplicated", False),
 )
 # runs with equal values of these are trials of the same configuration
@@ -54,6 +61,7 @@ class Line:
     contender: float | None
     ratio: float | None
     verdict: str  # "better" | "worse" | "within noise" | "noise unknown (...)" | ""
+    field: str = ""  # the runs column
 
 
 def resolve_run(ref: str, results_dir: Path | str) -> dict[str, Any]:
@@ -124,7 +132,7 @@ def compare_runs(
         verdict = _noise_verdict(
             field, higher, (b, c), base_trials or [baseline], cont_trials or [contender]
         )
-        out.append(Line(label, b, c, ratio, verdict))
+        out.append(Line(label, b, c, ratio, verdict, field))
     return out
 
 
@@ -159,6 +167,7 @@ def against_reference(runs: list[dict[str, Any]], name: str) -> list[ReferenceMa
     for run in runs:
         match = reference.matching_rows(run, rows)
         notes = sorted({r.approximate for r in match if r.approximate})
+        notes += reference.measurement_notes(run)
         others: list[str] = []
         note = "; ".join(notes) or None
         if not match:
@@ -170,10 +179,14 @@ def against_reference(runs: list[dict[str, Any]], name: str) -> list[ReferenceMa
                     for r in same_broker
                 }
             )
-            note = (
-                f"no published {name} row for broker {run['broker']} with these threads and nodes"
-                if same_broker
-                else f"{name} has no rows for broker {run['broker']}"
+            note = "; ".join(
+                [
+                    f"no published {name} row for broker {run['broker']} with these threads "
+                    "and nodes"
+                    if same_broker
+                    else f"{name} has no rows for broker {run['broker']}",
+                    *notes,
+                ]
             )
         out.append(ReferenceMatch(run, match, others, note, worst_window(run)))
     return out

@@ -1,0 +1,111 @@
+"""The run archive on disk: directory naming, file names, listing runs and workers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mqlab.errors import ArchiveError
+from mqlab.results.archive.formats import read_json
+
+MANIFEST = "manifest.json"
+SCENARIO = "scenario.toml"
+SUMMARY = "summary.json"
+UNDRAINED = "undrained.json"  # what the broker still held after the receivers stopped
+SUMMARY_DIR = "summary"  # Parquet tables of the summary
+WORKERS = "workers"
+WORKER = "worker.json"
+COUNTS = "counts.csv"
+SENT = "sent.json"
+DELIVERY = "delivery.json"
+# interval logs per role: metric name -> file name is f"{metric}.hlog"
+LOGS = {
+    "sender": ("send_call_us", "send_msg_us", "send_failed_us"),
+    "receiver": ("processing_us", "processing_first_us"),
+}
+METRICS = (*LOGS["sender"], *LOGS["receiver"])
+ROLES = ("sender", "receiver")
+
+
+def run_id(started: dt.datetime, scenario_name: str, label: str) -> str:
+    return f"{started.astimezone(dt.UTC).strftime('%Y-%m-%dT%H-%M-%SZ')}_{scenario_name}_{label}"
+
+
+def log_file(worker_dir: Path | str, metric: str) -> Path:
+    return Path(worker_dir) / f"{metric}.hlog"
+
+
+def role_of(worker_id: str) -> str:
+    """``sender-03`` -> ``sender``."""
+    return worker_id.split("-", 1)[0]
+
+
+def is_run_dir(path: Path | str) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def find_runs(results_dir: Path | str) -> list[Path]:
+    """Every run directory directly under ``results_dir``, oldest first."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise ArchiveError(f"{root}: no such results directory")
+    return sorted(p for p in root.iterdir() if p.is_dir() and is_run_dir(p))
+
+
+def worker_dirs(run_dir: Path | str, role: str | None = None) -> list[Path]:
+    d = Path(run_dir) / WORKERS
+    if not d.is_dir():
+        return []
+    return sorted(
+        p for p in d.iterdir() if p.is_dir() and (role is None or role_of(p.name) == role)
+    )
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What `mqlab ls` shows of a run: its manifest, scenario and summary as stored."""
+
+    path: Path
+    run_id: str
+    manifest: dict[str, Any]
+    scenario: dict[str, Any]
+    summary: dict[str, Any] | None
+
+    @property
+    def broker(self) -> str:
+        return str(self.scenario.get("broker", "?"))
+
+    @property
+    def scenario_name(self) -> str:
+        return str(self.scenario.get("name", "?"))
+
+    @property
+    def started_at(self) -> str:
+        return str(self.manifest.get("started_at", ""))
+
+
+def read_scenario(run_dir: Path | str) -> dict[str, Any]:
+    path = Path(run_dir) / SCENARIO
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ArchiveError(f"{path}: unreadable ({e})") from None
+
+
+def load_run(path: Path | str) -> RunInfo:
+    path = Path(path)
+    if not is_run_dir(path):
+        raise ArchiveError(f"{path}: not a run directory (no {MANIFEST})")
+    manifest = read_json(path / MANIFEST)
+    summary = read_json(path / SUMMARY) if (path / SUMMARY).is_file() else None
+    return RunInfo(path, path.name, manifest, read_scenario(path), summary)
+
+
+def list_runs(results_dir: Path | str) -> list[RunInfo]:
+    """Every run under ``results_dir`` (oldest first); none if the directory is missing."""
+    if not Path(results_dir).is_dir():
+        return []
+    return [load_run(p) for p in find_runs(results_dir)]

@@ -1,0 +1,204 @@
+"""Typed records of a run: ``worker.json``, ``sent.json``, ``delivery.json``,
+``undrained.json``. Each has one writer and one reader, used by workers, the
+coordinator, the summary and the test fixtures alike.
+
+Readers raise a one-line :class:`ArchiveError` naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyroaring import BitMap64
+
+from mqlab.errors import ArchiveError
+from mqlab.results.archive.codecs import decode_bitmap, encode_bitmap
+from mqlab.results.archive.formats import read_json, write_json
+
+
+def _bad(path: Path | str, what: str, err: Exception) -> ArchiveError:
+    return ArchiveError(f"{path}: {what}: {type(err).__name__}: {err}")
+
+
+# -- sent.json (senders) -----------------------------------------------------------
+@dataclass
+class SentSender:
+    """One sender id (one sender thread): what it did with its sequence numbers."""
+
+    sent: int = 0  # handed to send()
+    confirmed: int = 0  # send() returned
+    failed: int = 0  # send() raised
+    unsent: int = 0  # scheduled before the stop but never handed to send() (fixed rate)
+    confirmed_seqs: BitMap64 = field(default_factory=BitMap64)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sent": self.sent,
+            "confirmed": self.confirmed,
+            "failed": self.failed,
+            "unsent": self.unsent,
+            "confirmed_bitmap": encode_bitmap(self.confirmed_seqs),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SentSender:
+        return cls(
+            int(d["sent"]),
+            int(d["confirmed"]),
+            int(d["failed"]),
+            int(d["unsent"]),
+            decode_bitmap(d["confirmed_bitmap"]),
+        )
+
+
+def write_sent(path: Path | str, senders: dict[int, SentSender]) -> None:
+    write_json(path, {"senders": {str(k): v.to_json() for k, v in sorted(senders.items())}})
+
+
+def read_sent(path: Path | str) -> dict[int, SentSender]:
+    doc = read_json(path)
+    try:
+        return {int(k): SentSender.from_json(v) for k, v in doc["senders"].items()}
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
+        raise _bad(path, "not a sent.json record", e) from None
+
+
+# -- delivery.json (receivers) -----------------------------------------------------
+@dataclass
+class ReceivedSender:
+    """What one receiver node got of one sender id's messages."""
+
+    received: int = 0  # every delivery, duplicates and redeliveries included
+    first_received: int = 0  # deliveries of a seq this node had not seen, not flagged again
+    redelivered: int = 0  # deliveries the broker flagged as redelivered
+    reordered: int = 0  # per receiver thread: first deliveries out of place (n - LIS)
+    seqs: BitMap64 = field(default_factory=BitMap64)  # distinct seqs received
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "received": self.received,
+            "first_received": self.first_received,
+            "redelivered": self.redelivered,
+            "reordered": self.reordered,
+            "bitmap": encode_bitmap(self.seqs),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ReceivedSender:
+        return cls(
+            int(d["received"]),
+            int(d["first_received"]),
+            int(d["redelivered"]),
+            int(d["reordered"]),
+            decode_bitmap(d["bitmap"]),
+        )
+
+
+@dataclass
+class DeliveryRecord:
+    senders: dict[int, ReceivedSender]
+    foreign: int = 0  # messages whose header did not decode (not mqlab's, or corrupt)
+
+
+def write_delivery(path: Path | str, rec: DeliveryRecord) -> None:
+    write_json(
+        path,
+        {
+            "senders": {str(k): v.to_json() for k, v in sorted(rec.senders.items())},
+            "foreign": rec.foreign,
+        },
+    )
+
+
+def read_delivery(path: Path | str) -> DeliveryRecord:
+    doc = read_json(path)
+    try:
+        senders = {int(k): ReceivedSender.from_json(v) for k, v in doc["senders"].items()}
+        return DeliveryRecord(senders, int(doc["foreign"]))
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
+        raise _bad(path, "not a delivery.json record", e) from None
+
+
+# -- undrained.json (the coordinator, after the receivers stopped) -------------------
+@dataclass
+class UndrainedRecord:
+    """What the broker still held for the queue once every receiver had stopped.
+
+    ``count``: as the broker reports it (ready + unacked), ``None`` if the check failed
+    (``error`` says why). ``identified``: the messages were read without consuming them,
+    and ``senders`` holds their seqs per sender id; otherwise only the count is known.
+    """
+
+    checked_ms: int
+    count: int | None
+    in_flight: int | None = None
+    identified: bool = False
+    senders: dict[int, BitMap64] = field(default_factory=dict)
+    foreign: int = 0
+    error: str | None = None
+
+
+def write_undrained(path: Path | str, rec: UndrainedRecord) -> None:
+    doc = asdict(rec)
+    doc["senders"] = {str(k): encode_bitmap(v) for k, v in sorted(rec.senders.items())}
+    write_json(path, doc)
+
+
+def read_undrained(path: Path | str) -> UndrainedRecord:
+    doc = read_json(path)
+    try:
+        return UndrainedRecord(
+            checked_ms=int(doc["checked_ms"]),
+            count=None if doc["count"] is None else int(doc["count"]),
+            in_flight=None if doc["in_flight"] is None else int(doc["in_flight"]),
+            identified=bool(doc["identified"]),
+            senders={int(k): decode_bitmap(v) for k, v in doc["senders"].items()},
+            foreign=int(doc["foreign"]),
+            error=doc["error"],
+        )
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
+        raise _bad(path, "not an undrained.json record", e) from None
+
+
+# -- worker.json -------------------------------------------------------------------
+@dataclass
+class WorkerRecord:
+    """One worker process (client node): how it ran and what it counted in total."""
+
+    worker_id: str
+    role: str
+    node: int
+    threads: int
+    sender_ids: list[int]
+    started_ms: int  # the process started recording
+    go_ms: int | None  # senders: the common start signal it sent on (None: never started)
+    ended_ms: int
+    status: str  # ok | failed | interrupted
+    error: str | None
+    messages: dict[str, int]  # totals of counts.csv's counters
+    # per metric: values below 0 (clock steps, skew) and above the histogram's 1 h range,
+    # each recorded clamped into the range and counted here
+    out_of_range: dict[str, dict[str, int]]
+    foreign: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> WorkerRecord:
+        names = cls.__dataclass_fields__
+        return cls(**{k: d[k] for k in names if k != "foreign"}, foreign=int(d.get("foreign", 0)))
+
+
+def write_worker(path: Path | str, rec: WorkerRecord) -> None:
+    write_json(path, rec.to_json())
+
+
+def read_worker(path: Path | str) -> WorkerRecord:
+    doc = read_json(path)
+    try:
+        return WorkerRecord.from_json(doc)
+    except (KeyError, ValueError, TypeError) as e:
+        raise _bad(path, "not a worker.json record", e) from None

@@ -1,0 +1,382 @@
+"""``report.md`` and PNG plots for summarized runs, and a sweep report over several.
+
+Every number shown comes from the run's summary tables (``summary/*.parquet``); the
+report only formats them. A figure the summary could not compute is null there and
+shown as "unknown", with the summary's reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mqlab.errors import ArchiveError
+from mqlab.results.archive.layout import METRICS, read_scenario
+from mqlab.results.report import plots, unknown
+from mqlab.results.summary import catalog
+from mqlab.results.summary.figures import FIGURES
+from mqlab.results.summary.tables import DELIVERY, OUT_OF_RANGE, ROLES
+
+LOG = logging.getLogger(__name__)
+
+FORMAT_VERSION = 2
+TIMELINE_PNG = "timeline.png"
+PERCENTILES_PNG = "latency_percentiles.png"
+MAX_PROBLEMS_SHOWN = 20
+# the mqperf table; "send latency" is the latency of one send() call (a batch)
+MQPERF_HEADER = (
+    "Threads",
+    "Sender nodes",
+    "Receiver nodes",
+    "Send msgs/s",
+    "Receive msgs/s",
+    "Processing latency p95",
+    "Send latency p95",
+)
+METRIC_MEANING = {
+    "send_call_us": "one send() call (a batch), from its intended start to its return",
+    "send_msg_us": "per message: its send() call's latency; a message never sent counts "
+    "from its intended send time to the senders' stop",
+    "send_failed_us": "a send() call that raised, from its intended start to the failure",
+    "processing_us": "every delivery, from the intended send time to the receipt "
+    "(duplicates and redeliveries included)",
+    "processing_first_us": "first deliveries only (a receiver node's first copy of a message)",
+}
+DELIVERY_MEANING = {
+    "sent": "handed to send()",
+    "confirmed": "send() returned",
+    "failed": "send() raised",
+    "unsent": "scheduled before the stop, never handed to send() (fixed rate)",
+    "received": "every delivery, duplicates and redeliveries included",
+    "first_received": "a receiver node's first copy of a message",
+    "unique_received": "distinct messages received",
+    "lost": "confirmed, never received, and not left in the broker",
+    "duplicated": "received minus unique received",
+    "reordered": "first deliveries out of place (per receiver thread)",
+    "redelivered": "deliveries the broker flagged as redelivered",
+    "foreign": "messages without an mqlab header (not counted elsewhere)",
+}
+TIMELINE_NOTE = (
+    "In a closed-loop run the senders send as fast as the broker confirms, so messages "
+    "wait in the broker's backlog (bottom panel) and processing latency is mostly that "
+    "queueing time, not the broker's delivery time."
+)
+
+
+def _ms(us: float | int | None) -> str:
+    return unknown.UNKNOWN if us is None else f"{us / 1000:,.1f} ms"
+
+
+def _num(x: float | int | None, digits: int = 0) -> str:
+    return unknown.show(x, f",.{digits}f")
+
+
+def _secs(ms: int | None, origin: int) -> str:
+    return "–" if ms is None else f"{(ms - origin) / 1000:+,.3f} s"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> list[str]:
+    """A markdown table; ``align`` gives one character per column: l or r (default l)."""
+    marks = ["---:" if a == "r" else "---" for a in align.ljust(len(header), "l")]
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def threads_label(run: dict[str, Any]) -> str:
+    st, rt = run["sender_threads"], run["receiver_threads"]
+    return str(st) if st == rt else f"{st}/{rt}"
+
+
+def mqperf_row(run: dict[str, Any]) -> list[str]:
+    return [
+        threads_label(run),
+        str(run["sender_nodes"]),
+        str(run["receiver_nodes"]),
+        _num(run["send_msgs_per_s"]),
+        _num(run["receive_msgs_per_s"]),
+        _ms(run["processing_us_p95"]),
+        _ms(run["send_call_us_p95"]),
+    ]
+
+
+def _schedule(scenario: dict[str, Any]) -> str | None:
+    workload = scenario.get("workload")
+    if not isinstance(workload, dict) or "mode" not in workload:
+        return None
+    if workload["mode"] == "fixed_rate":
+        return f"fixed rate, {workload.get('rate_per_s', 0):g} msgs/s per sender thread"
+    return str(workload["mode"]).replace("_", " ")
+
+
+def _header(run: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
+    schedule = _schedule(scenario)
+    return [
+        f"# {run['run_id']}",
+        "",
+        f"<!-- mqlab report, format_version {FORMAT_VERSION} -->",
+        "",
+        f"- scenario `{run['scenario']}`, broker `{run['broker']}`, profile "
+        f"`{run['profile']}`, status `{run['status']}` ({run['end_reason']})",
+        f"- started {run['started_at']}, ended {run['ended_at']}",
+        f"- message size {run['message_bytes']} bytes, batch {run['batch']}"
+        + (f", {schedule}" if schedule else ""),
+        f"- {run['sender_nodes']} sender node(s) × {run['sender_threads']} threads, "
+        f"{run['receiver_nodes']} receiver node(s) × {run['receiver_threads']} threads",
+        "",
+    ]
+
+
+def _periods(run: dict[str, Any], window_p95: list[int]) -> list[str]:
+    origin = run["measure_start_ms"]
+    warm = (run["warmup_end_ms"] - origin) / 1000
+    lines = [
+        "## Measured periods",
+        "",
+        f"Times are seconds since the senders started ({origin} ms since the epoch). The "
+        f"first {warm:g} s are warm-up and not counted. A role's period runs from its first "
+        "counted interval to its last counted event (confirmed send, receive); throughput "
+        "is the messages counted over that period.",
+        "",
+    ]
+    rows = []
+    for _, name in ROLES:
+        seconds = run[f"{name}_period_s"]
+        rows.append(
+            [
+                name,
+                _secs(run[f"{name}_start_ms"], origin),
+                _secs(run[f"{name}_end_ms"], origin),
+                "nothing counted" if seconds is None else f"{seconds:,.3f}",
+                _num(run[f"{name}_msgs_per_s"]),
+                _num(run[f"{name}_mb_per_s"], 3),
+            ]
+        )
+    lines += _table(("role", "from", "to", "seconds", "msgs/s", "MB/s"), rows, "lrrrrr")
+    lines += [
+        "",
+        f"Max sender lag: {_num(run['sender_lag_ms_max'])} ms (how far the slowest sender "
+        "thread fell behind its fixed-rate schedule; 0 in closed loop).",
+    ]
+    if window_p95:
+        lines += [
+            "",
+            f"Processing latency p95 per {run['window_s']:g} s window: worst "
+            f"{_ms(max(window_p95))}, best {_ms(min(window_p95))} over {len(window_p95)} "
+            "windows.",
+        ]
+    return lines
+
+
+def _reasons(reasons: dict[str, str], figures: Sequence[str]) -> list[str]:
+    """One line per reason, naming every figure it makes unknown."""
+    by_reason: dict[str, list[str]] = {}
+    for f in figures:
+        if f in reasons:
+            by_reason.setdefault(reasons[f], []).append(f)
+    return [f"- {', '.join(fs)}: {why}" for why, fs in by_reason.items()]
+
+
+def _delivery(run: dict[str, Any], reasons: dict[str, str]) -> list[str]:
+    lines = ["## Delivery", ""]
+    lines += _table(
+        ("figure", "messages", "meaning"),
+        [
+            [d.replace("_", " "), _num(run[f"delivery_{d}"]), DELIVERY_MEANING[d]]
+            for d in DELIVERY
+            if d != "undrained"
+        ],
+        "lrl",
+    )
+    undrained = run["delivery_undrained"]
+    lines.append("")
+    if undrained is None:
+        lines.append("**Undrained:** unknown (the reason is below); it is never counted as lost.")
+    else:
+        lines.append(
+            f"**Undrained:** {undrained:,} message(s) were still in the broker when the "
+            "receivers stopped; they are not counted as lost."
+        )
+    unknown_lines = _reasons(reasons, DELIVERY)
+    if unknown_lines:
+        lines += [
+            "",
+            "**Unknown figures** (the summary could not compute them):",
+            "",
+            *unknown_lines,
+        ]
+    return lines
+
+
+def _out_of_range(run: dict[str, Any], reasons: dict[str, str]) -> list[str]:
+    shown = []
+    for m in METRICS:
+        below, above = (run[f"{m}_{o}"] for o in OUT_OF_RANGE)
+        if below or above:
+            shown.append(f"- {m}: {below or 0:,} below zero, {above or 0:,} above 1 h")
+    keys = [f"{m}_{o}" for m in METRICS for o in OUT_OF_RANGE]
+    unknown_lines = _reasons(reasons, keys)
+    lines = []
+    if shown:
+        lines += [
+            "",
+            "**Latency values out of range**, recorded clamped at 0 or at the histogram's 1 h "
+            "maximum (below zero: clock steps or skew between hosts), so percentiles near "
+            "them are bounds:",
+            "",
+            *shown,
+        ]
+    if unknown_lines:
+        lines += ["", "**Out-of-range counts unknown:**", "", *unknown_lines]
+    return lines
+
+
+def _latency(run: dict[str, Any], reasons: dict[str, str]) -> list[str]:
+    lines = ["## Latency (measured period, µs)", ""]
+    lines += _table(
+        ("metric", *(f.replace("_", ".") for f in FIGURES)),
+        [[m, *(_num(run[f"{m}_{f}"], 1 if f == "mean" else 0) for f in FIGURES)] for m in METRICS],
+        "l" + "r" * len(FIGURES),
+    )
+    lines += ["", *(f"- `{m}`: {METRIC_MEANING[m]}" for m in METRICS)]
+    return lines + _out_of_range(run, reasons)
+
+
+def _problems(run: dict[str, Any], problems: list[dict[str, Any]], run_dir: Path) -> list[str]:
+    if not (run["bad_lines"] or run["missing_files"] or problems):
+        return []
+    lines = [
+        "## Input problems",
+        "",
+        f"{run['bad_lines']} bad line(s) and {run['missing_files']} missing or unreadable "
+        "file(s) were skipped and counted (all of them in `summary/problems.parquet`):",
+        "",
+    ]
+    root = str(run_dir.resolve()) + "/"
+    for p in problems[:MAX_PROBLEMS_SHOWN]:
+        where = str(p["file"]).removeprefix(root)
+        if p["line"] is not None:
+            where += f":{p['line']}"
+        lines.append(f"- `{where}`: {p['problem']}")
+    if len(problems) > MAX_PROBLEMS_SHOWN:
+        lines.append(f"- … and {len(problems) - MAX_PROBLEMS_SHOWN} more")
+    return lines
+
+
+def run_markdown(
+    run: dict[str, Any],
+    windows: list[dict[str, Any]],
+    images: Sequence[str],
+    problems: list[dict[str, Any]] | None = None,
+    scenario: dict[str, Any] | None = None,
+    run_dir: Path | None = None,
+) -> str:
+    """The report of one ``runs`` row (with its windows, problems and written images)."""
+    reasons = unknown.reasons(run)
+    worst = [w["processing_us_p95"] for w in windows if w["processing_us_count"]]
+    lines = _header(run, scenario or {})
+    lines += ["## mqperf table", "", *_table(MQPERF_HEADER, [mqperf_row(run)], "lllrrrr"), ""]
+    lines += _periods(run, worst)
+    lines += ["", *_delivery(run, reasons), ""]
+    lines += _latency(run, reasons)
+    if TIMELINE_PNG in images:
+        lines += ["", "## Timeline", "", TIMELINE_NOTE, "", f"![timeline]({TIMELINE_PNG})"]
+    else:
+        lines += ["", "## Timeline", "", "No per-second figures (the timeline table is empty)."]
+    if PERCENTILES_PNG in images:
+        lines += ["", "## Latency by percentile", "", f"![percentiles]({PERCENTILES_PNG})"]
+    extra = _problems(run, problems or [], run_dir or Path(run["run_dir"]))
+    if extra:
+        lines += ["", *extra]
+    return "\n".join(lines) + "\n"
+
+
+def report_run(run_dir: Path | str) -> Path:
+    """Write ``report.md``, ``timeline.png`` and ``latency_percentiles.png`` into the run."""
+    run_dir = Path(run_dir)
+    run = catalog.read_run_table(run_dir, "runs").to_pylist()[0]
+    windows = catalog.read_run_table(run_dir, "windows").to_pylist()
+    latency = catalog.read_run_table(run_dir, "latency").to_pylist()
+    timeline = catalog.read_run_table(run_dir, "timeline").to_pylist()
+    problems = catalog.read_run_table(run_dir, "problems").to_pylist()
+    try:
+        scenario = read_scenario(run_dir)
+    except ArchiveError as err:
+        LOG.warning("%s", err)
+        scenario = {}
+    hists = {
+        r["metric"]: r["histogram"]
+        for r in latency
+        if r["window_index"] is None and r["histogram"] and r["count"]
+    }
+    images = []
+    if timeline:
+        plots.plot_timeline(
+            timeline,
+            run_dir / TIMELINE_PNG,
+            run["measure_start_ms"],
+            run["warmup_end_ms"],
+            f"Per second: {run['run_id']}",
+            send_end_ms=run["send_end_ms"],
+        )
+        images.append(TIMELINE_PNG)
+    if hists:
+        plots.plot_latency_distribution(
+            {m: hists[m] for m in METRICS if m in hists},
+            run_dir / PERCENTILES_PNG,
+            f"Latency by percentile: {run['run_id']}",
+        )
+        images.append(PERCENTILES_PNG)
+    out = run_dir / "report.md"
+    out.write_text(run_markdown(run, windows, images, problems, scenario, run_dir))
+    return out
+
+
+def report_sweep(run_dirs: Sequence[Path | str], out_dir: Path | str) -> Path:
+    """Throughput and p95 against client threads and nodes over several runs."""
+    runs = [catalog.read_run_table(d, "runs").to_pylist()[0] for d in run_dirs]
+    if len(runs) < 2:
+        raise ArchiveError("a sweep report needs at least two runs")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs.sort(
+        key=lambda r: (r["broker"], r["sender_nodes"], r["receiver_nodes"], r["sender_threads"])
+    )
+    plots.plot_sweep(
+        runs,
+        out_dir / "sweep_throughput.png",
+        "send_msgs_per_s",
+        "send msgs/s",
+        "Throughput against threads and nodes",
+    )
+    plots.plot_sweep(
+        runs,
+        out_dir / "sweep_p95.png",
+        "processing_us_p95",
+        "processing latency p95 (ms)",
+        "p95 against threads and nodes",
+        scale=1 / 1000,
+    )
+    lines = ["# Sweep", "", f"<!-- mqlab sweep report, format_version {FORMAT_VERSION} -->", ""]
+    lines += _table(
+        ("run", "broker", *MQPERF_HEADER, "Lost", "Undrained"),
+        [
+            [
+                r["run_id"],
+                r["broker"],
+                *mqperf_row(r),
+                _num(r["delivery_lost"]),
+                _num(r["delivery_undrained"]),
+            ]
+            for r in runs
+        ],
+        "lllllrrrrrr",
+    )
+    if any(r["delivery_lost"] is None or r["delivery_undrained"] is None for r in runs):
+        lines += ["", "Unknown figures: see each run's report.md for why."]
+    lines += ["", "![throughput](sweep_throughput.png)", "", "![p95](sweep_p95.png)", ""]
+    out = out_dir / "sweep-report.md"
+    out.write_text("\n".join(lines))
+    return out

@@ -1,0 +1,426 @@
+"""Turn the job's finalized partials into the runs, windows, timeline, latency, delivery
+and problems tables (pyarrow), with fixed schemas so every run's Parquet concatenates
+into the catalog; and ``summary.json`` from a runs row.
+
+Definitions (docs/archive-format.md has them with examples):
+- A role's *measured period* starts at its first counted interval (the first that starts
+  at or after the warm-up end) and ends at its last counted event (confirmed send,
+  receive) in those intervals: throughput = counted messages / that period.
+- ``lost`` = confirmed seqs neither received nor still in the broker; ``undrained`` =
+  what the broker still held after the receivers stopped. A figure that depends on a
+  missing or unreadable file is null, and ``unknown`` says why.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pyarrow as pa
+from pyroaring import BitMap64
+
+from mqlab.results.archive import codecs
+from mqlab.results.archive.formats import FORMAT_VERSION
+from mqlab.results.archive.layout import METRICS
+from mqlab.results.summary.figures import FIGURES
+from mqlab.results.summary.partials import TIMELINE_FIGURES, TIMELINE_METRICS, WHOLE, Key, Span
+from mqlab.results.summary.plan import RunMeta
+
+THROUGHPUT = ("send_msgs_per_s", "receive_msgs_per_s", "send_mb_per_s", "receive_mb_per_s")
+DELIVERY = (
+    "sent",
+    "confirmed",
+    "failed",
+    "unsent",
+    "received",
+    "first_received",
+    "unique_received",
+    "lost",
+    "undrained",
+    "duplicated",
+    "reordered",
+    "redelivered",
+    "foreign",
+)
+SENT_FIELDS = ("sent", "confirmed", "failed", "unsent")
+RECEIVED_FIELDS = ("received", "first_received", "redelivered", "reordered")
+OUT_OF_RANGE = ("below_zero", "above_max")
+TABLES = ("runs", "windows", "timeline", "latency", "delivery", "problems")
+ROLES = (("sender", "send"), ("receiver", "receive"))
+
+
+def _fig_type(fig: str) -> pa.DataType:
+    return pa.float64() if fig == "mean" else pa.int64()
+
+
+_LAT_FIELDS = [pa.field(f"{m}_{f}", _fig_type(f)) for m in METRICS for f in FIGURES]
+_TP_FIELDS = [pa.field(n, pa.float64()) for n in THROUGHPUT]
+_PERIOD_FIELDS = [
+    pa.field(f"{name}_{x}", t)
+    for _, name in ROLES
+    for x, t in (("start_ms", pa.int64()), ("end_ms", pa.int64()), ("period_s", pa.float64()))
+]
+_META_FIELDS = [
+    pa.field("run_id", pa.string()),
+    pa.field("run_dir", pa.string()),
+    pa.field("scenario", pa.string()),
+    pa.field("broker", pa.string()),
+    pa.field("profile", pa.string()),
+    pa.field("sender_threads", pa.int64()),
+    pa.field("receiver_threads", pa.int64()),
+    pa.field("sender_nodes", pa.int64()),
+    pa.field("receiver_nodes", pa.int64()),
+    pa.field("message_bytes", pa.int64()),
+    pa.field("batch", pa.int64()),
+    pa.field("status", pa.string()),
+    pa.field("end_reason", pa.string()),
+    pa.field("started_at", pa.string()),
+    pa.field("ended_at", pa.string()),
+    pa.field("measure_start_ms", pa.int64()),
+    pa.field("warmup_end_ms", pa.int64()),
+    pa.field("measure_end_ms", pa.int64()),
+    pa.field("mqlab_version", pa.string()),
+    pa.field("git_commit", pa.string()),
+    pa.field("cluster_target", pa.string()),
+    pa.field("host_cpu_model", pa.string()),
+    pa.field("sweep", pa.string()),
+]
+_META = {b"format_version": str(FORMAT_VERSION).encode()}
+SCHEMAS: dict[str, pa.Schema] = {
+    "runs": pa.schema(
+        [
+            pa.field("format_version", pa.int64()),
+            *_META_FIELDS,
+            pa.field("window_s", pa.float64()),
+            *_TP_FIELDS,
+            *_PERIOD_FIELDS,
+            pa.field("sender_lag_ms_max", pa.int64()),
+            *_LAT_FIELDS,
+            *[pa.field(f"{m}_{o}", pa.int64()) for m in METRICS for o in OUT_OF_RANGE],
+            *[pa.field(f"delivery_{d}", pa.int64()) for d in DELIVERY],
+            pa.field("unknown", pa.string()),  # JSON: {figure: why it is null}
+            pa.field("bad_lines", pa.int64()),
+            pa.field("missing_files", pa.int64()),
+            pa.field("summarized_at", pa.string()),
+        ],
+        metadata=_META,
+    ),
+    "windows": pa.schema(
+        [
+            pa.field("run_id", pa.string()),
+            pa.field("window_index", pa.int64()),
+            pa.field("window_start_ms", pa.int64()),
+            pa.field("window_end_ms", pa.int64()),
+            *_TP_FIELDS,
+            pa.field("sender_lag_ms_max", pa.int64()),
+            *_LAT_FIELDS,
+        ],
+        metadata=_META,
+    ),
+    "timeline": pa.schema(
+        [
+            pa.field("run_id", pa.string()),
+            pa.field("second_ms", pa.int64()),
+            pa.field("confirmed", pa.int64()),
+            pa.field("received", pa.int64()),
+            pa.field("failed", pa.int64()),
+            pa.field("unsent", pa.int64()),
+            pa.field("backlog", pa.int64()),
+            pa.field("sender_lag_ms", pa.int64()),
+            *[pa.field(f"{m}_{f}", pa.int64()) for m in TIMELINE_METRICS for f in TIMELINE_FIGURES],
+        ],
+        metadata=_META,
+    ),
+    "latency": pa.schema(
+        [
+            pa.field("run_id", pa.string()),
+            pa.field("metric", pa.string()),
+            pa.field("window_index", pa.int64()),
+            pa.field("window_start_ms", pa.int64()),
+            *[pa.field(f, _fig_type(f)) for f in FIGURES],
+            pa.field("histogram", pa.string()),
+        ],
+        metadata=_META,
+    ),
+    "delivery": pa.schema(
+        [
+            pa.field("run_id", pa.string()),
+            pa.field("sender_id", pa.int64()),
+            *[pa.field(d, pa.int64()) for d in DELIVERY if d != "foreign"],
+        ],
+        metadata=_META,
+    ),
+    "problems": pa.schema(
+        [
+            pa.field("run_id", pa.string()),
+            pa.field("file", pa.string()),
+            pa.field("line", pa.int64()),
+            pa.field("problem", pa.string()),
+        ],
+        metadata=_META,
+    ),
+}
+
+
+# -- throughput ---------------------------------------------------------------------
+def period(span: Span | None) -> tuple[int | None, int | None, float | None]:
+    """(start, end, seconds) of a role's measured period; ``None``s when nothing counted."""
+    if span is None or not span.n or span.first_start_ms is None:
+        return None, None, None
+    end = max(span.last_event_ms, span.first_start_ms + 1)  # at least 1 ms
+    return span.first_start_ms, end, (end - span.first_start_ms) / 1000
+
+
+def _rate(n: int, seconds: float | None) -> float:
+    return n / seconds if n and seconds else 0.0
+
+
+def _throughput(
+    results: dict[Key, Any], rid: str, w: int, message_bytes: int | None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for role, name in ROLES:
+        span = results.get(("cnt", rid, role, w))
+        if w == WHOLE:
+            _s, _e, seconds = period(span)
+        else:
+            whole = results.get(("cnt", rid, role, WHOLE))
+            _s, run_end, _x = period(whole)
+            seconds = None
+            if span is not None and span.first_start_ms is not None and run_end is not None:
+                end = min(span.last_end_ms, run_end)
+                seconds = (end - span.first_start_ms) / 1000 if end > span.first_start_ms else None
+        rate = _rate(span.n if span else 0, seconds)
+        out[f"{name}_msgs_per_s"] = round(rate, 3)
+        out[f"{name}_mb_per_s"] = round(rate * message_bytes / 1e6, 6) if message_bytes else None
+    sender = results.get(("cnt", rid, "sender", w))
+    out["sender_lag_ms_max"] = sender.lag_ms if sender else 0
+    return out
+
+
+def _periods(results: dict[Key, Any], rid: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for role, name in ROLES:
+        start, end, seconds = period(results.get(("cnt", rid, role, WHOLE)))
+        out[f"{name}_start_ms"], out[f"{name}_end_ms"] = start, end
+        out[f"{name}_period_s"] = None if seconds is None else round(seconds, 3)
+    return out
+
+
+def _latency_flat(results: dict[Key, Any], rid: str, w: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for m in METRICS:
+        figs = results.get(("lat", rid, m, w), {})
+        for f in FIGURES:
+            out[f"{m}_{f}"] = figs.get(f, 0.0 if f == "mean" else 0)
+    return out
+
+
+# -- delivery -----------------------------------------------------------------------
+def _workers_without(results: dict[Key, Any], meta: RunMeta, role: str, kind: str) -> list[str]:
+    ok = results.get(("ok", meta.run_id, kind), set())
+    return [wid for wid, r in meta.workers if r == role and wid not in ok]
+
+
+def delivery_figures(
+    results: dict[Key, Any], meta: RunMeta
+) -> tuple[dict[str, int | None], list[dict[str, Any]], dict[str, str]]:
+    """Run totals, per-sender rows, and {figure: why unknown} for the null figures."""
+    rid = meta.run_id
+    unknown: dict[str, str] = {}
+    no_sent = _workers_without(results, meta, "sender", "sent")
+    no_dlv = _workers_without(results, meta, "receiver", "delivery")
+    und = results.get(("und", rid))
+    if no_sent:
+        why = f"sent.json of {', '.join(no_sent)} missing or unreadable"
+        unknown.update(dict.fromkeys(SENT_FIELDS, why))
+    if no_dlv:
+        why = f"delivery.json of {', '.join(no_dlv)} missing or unreadable"
+        unknown.update(
+            dict.fromkeys((*RECEIVED_FIELDS, "unique_received", "duplicated", "foreign"), why)
+        )
+    und_seqs: dict[int, BitMap64] = {}
+    if und is None:
+        unknown["undrained"] = "undrained.json missing or unreadable"
+        unknown.setdefault("foreign", unknown["undrained"])
+    elif und["count"] is None:
+        unknown["undrained"] = f"the broker could not be asked: {und['error']}"
+    else:
+        und_seqs = {int(s): codecs.decode_bitmap(b) for s, b in und["senders"].items()}
+    if no_sent or no_dlv or "undrained" in unknown:
+        unknown["lost"] = "; ".join(
+            dict.fromkeys(unknown[k] for k in ("sent", "received", "undrained") if k in unknown)
+        )
+    sids = sorted({k[2] for k in results if k[0] in ("snt", "rcv") and k[1] == rid})
+    identified = (
+        und is not None and und["count"] is not None and (und["identified"] or und["count"] == 0)
+    )
+    rows = []
+    unaccounted_total = 0
+    for sid in sids:
+        s = results.get(("snt", rid, sid))
+        r = results.get(("rcv", rid, sid))
+        row: dict[str, Any] = {"run_id": rid, "sender_id": sid}
+        for f in SENT_FIELDS:
+            row[f] = s[f] if s else 0
+        for f in RECEIVED_FIELDS:
+            row[f] = r[f] if r else 0
+        confirmed = codecs.decode_bitmap(s["confirmed_bitmap"]) if s else BitMap64()
+        seen = codecs.decode_bitmap(r["bitmap"]) if r else BitMap64()
+        held = und_seqs.get(sid, BitMap64())
+        unaccounted = confirmed - seen
+        unaccounted_total += len(unaccounted)
+        row["unique_received"] = len(seen)
+        row["duplicated"] = row["received"] - len(seen)
+        row["undrained"] = len(held) if identified else None
+        row["lost"] = len(unaccounted - held)
+        rows.append(row)
+    if und is not None and und["count"] and not identified and "lost" not in unknown:
+        unknown["lost"] = (
+            f"{und['count']} messages still in the broker could not be identified (it cannot "
+            f"be read without consuming them); lost is between 0 and {unaccounted_total}"
+        )
+    summed = (*SENT_FIELDS, *RECEIVED_FIELDS, "unique_received", "duplicated", "lost")
+    totals: dict[str, int | None] = dict.fromkeys(DELIVERY, 0)
+    for row in rows:
+        for f in summed:
+            totals[f] = (totals[f] or 0) + row[f]
+    totals["undrained"] = und["count"] if und is not None else None
+    wrk = results.get(("wrk", rid), {})
+    totals["foreign"] = sum(int(w.get("delivery_foreign", 0)) for w in wrk.values()) + (
+        int(und["foreign"]) if und is not None else 0
+    )
+    for f in unknown:
+        totals[f] = None
+        for row in rows:
+            if f in row:
+                row[f] = None
+    return totals, rows, unknown
+
+
+def out_of_range(results: dict[Key, Any], meta: RunMeta) -> dict[str, int | None]:
+    wrk = results.get(("wrk", meta.run_id), {})
+    out: dict[str, int | None] = {}
+    for m in METRICS:
+        role = "sender" if m.startswith("send") else "receiver"
+        ids = [wid for wid, r in meta.workers if r == role]
+        known = all("out_of_range" in wrk.get(wid, {}) for wid in ids)
+        for o in OUT_OF_RANGE:
+            out[f"{m}_{o}"] = (
+                sum(int(wrk[wid]["out_of_range"].get(m, {}).get(o, 0)) for wid in ids)
+                if known
+                else None
+            )
+    return out
+
+
+# -- the tables -----------------------------------------------------------------------
+def _timeline(results: dict[Key, Any], rid: str) -> list[dict[str, Any]]:
+    seconds = sorted({k[3] for k in results if k[0] in ("tlc", "tlh") and k[1] == rid})
+    rows = []
+    backlog = 0
+    for sec in seconds:
+        snd = results.get(("tlc", rid, "sender", sec), {})
+        rcv = results.get(("tlc", rid, "receiver", sec), {})
+        backlog += snd.get("confirmed", 0) - rcv.get("received", 0)
+        row = {
+            "run_id": rid,
+            "second_ms": sec,
+            "confirmed": snd.get("confirmed", 0),
+            "received": rcv.get("received", 0),
+            "failed": snd.get("failed", 0),
+            "unsent": snd.get("unsent", 0),
+            "backlog": backlog,
+            "sender_lag_ms": snd.get("lag_ms", 0),
+        }
+        for m in TIMELINE_METRICS:
+            figs = results.get(("tlh", rid, m, sec), {})
+            for f in TIMELINE_FIGURES:
+                row[f"{m}_{f}"] = figs.get(f, 0)
+        rows.append(row)
+    return rows
+
+
+def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict[str, pa.Table]:
+    rid = meta.run_id
+    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+    problems = results.get(("prb", rid), [])
+    for path, line, text in problems:
+        rows["problems"].append({"run_id": rid, "file": path, "line": line, "problem": text})
+    totals, per_sender, unknown = delivery_figures(results, meta)
+    rows["delivery"] = per_sender
+    windows = sorted({k[-1] for k in results if k[0] in ("lat", "cnt") and k[1] == rid} - {WHOLE})
+    for w in windows:
+        start = meta.warmup_end_ms + w * window_ms
+        rows["windows"].append(
+            {
+                "run_id": rid,
+                "window_index": w,
+                "window_start_ms": start,
+                "window_end_ms": start + window_ms,
+                **_throughput(results, rid, w, meta.message_bytes),
+                **_latency_flat(results, rid, w),
+            }
+        )
+    rows["timeline"] = _timeline(results, rid)
+    for key, figs in results.items():
+        if key[0] == "lat" and key[1] == rid:
+            w = key[3]
+            rows["latency"].append(
+                {
+                    "run_id": rid,
+                    "metric": key[2],
+                    "window_index": None if w == WHOLE else w,
+                    "window_start_ms": meta.warmup_end_ms + (0 if w == WHOLE else w * window_ms),
+                    **figs,
+                }
+            )
+    rows["latency"].sort(
+        key=lambda r: (r["metric"], -1 if r["window_index"] is None else r["window_index"])
+    )
+    oor = out_of_range(results, meta)
+    for k, v in oor.items():
+        if v is None:
+            unknown[k] = "worker.json missing or unreadable"
+    run = {
+        "format_version": FORMAT_VERSION,
+        **meta.row(),
+        "window_s": window_ms / 1000,
+        **_throughput(results, rid, WHOLE, meta.message_bytes),
+        **_periods(results, rid),
+        **_latency_flat(results, rid, WHOLE),
+        **oor,
+        **{f"delivery_{d}": totals[d] for d in DELIVERY},
+        "unknown": json.dumps(unknown, sort_keys=True),
+        "bad_lines": sum(1 for p in problems if p[1] is not None),
+        "missing_files": sum(1 for p in problems if p[1] is None),
+        "summarized_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if unknown and run["status"] == "complete":
+        run["status"] = "partial"
+    rows["runs"].append(run)
+    return {t: pa.Table.from_pylist(rows[t], schema=SCHEMAS[t]) for t in TABLES}
+
+
+def as_summary(run: dict[str, Any]) -> dict[str, Any]:
+    """``summary.json`` of one ``runs`` row (the same figures, nested)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "run_id": run["run_id"],
+        "status": run["status"],
+        "measured": {
+            "warmup_end_ms": run["warmup_end_ms"],
+            **{
+                name: {x: run[f"{name}_{x}"] for x in ("start_ms", "end_ms", "period_s")}
+                for _, name in ROLES
+            },
+        },
+        "throughput": {n: run[n] for n in THROUGHPUT},
+        "sender_lag_ms_max": run["sender_lag_ms_max"],
+        "latency_us": {m: {f: run[f"{m}_{f}"] for f in FIGURES} for m in METRICS},
+        "latency_out_of_range": {m: {o: run[f"{m}_{o}"] for o in OUT_OF_RANGE} for m in METRICS},
+        "delivery": {d: run[f"delivery_{d}"] for d in DELIVERY},
+        "unknown": json.loads(run["unknown"] or "{}"),
+        "problems": {"bad_lines": run["bad_lines"], "missing_files": run["missing_files"]},
+    }
