@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mqlab.errors import ArchiveError
-from mqlab.results.archive.formats import read_json
+from mqlab.results.archive.records import read_manifest, read_summary
 
 MANIFEST = "manifest.json"
 SCENARIO = "scenario.toml"
@@ -99,8 +99,8 @@ def load_run(path: Path | str) -> RunInfo:
     path = Path(path)
     if not is_run_dir(path):
         raise ArchiveError(f"{path}: not a run directory (no {MANIFEST})")
-    manifest = read_json(path / MANIFEST)
-    summary = read_json(path / SUMMARY) if (path / SUMMARY).is_file() else None
+    manifest = read_manifest(path / MANIFEST).raw
+    summary = read_summary(path / SUMMARY).raw if (path / SUMMARY).is_file() else None
     return RunInfo(path, path.name, manifest, read_scenario(path), summary)
 
 

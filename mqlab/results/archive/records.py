@@ -202,3 +202,92 @@ def read_worker(path: Path | str) -> WorkerRecord:
         return WorkerRecord.from_json(doc)
     except (KeyError, ValueError, TypeError) as e:
         raise _bad(path, "not a worker.json record", e) from None
+
+
+# -- manifest.json and summary.json -------------------------------------------------
+@dataclass(frozen=True)
+class Manifest:
+    """What a run says about itself (the fields the summary and reports use; ``raw`` has
+    the whole record: versions, host, clock, faults)."""
+
+    run_id: str
+    status: str  # complete | partial
+    end_reason: str
+    started_at: str
+    ended_at: str
+    measure_start_ms: int | None  # the senders' common start
+    warmup_end_ms: int | None
+    measure_end_ms: int | None
+    broker: str
+    profile: str
+    cluster_target: str
+    mqlab_version: str
+    git_commit: str
+    host_cpu_model: str
+    workers: list[dict[str, Any]]
+    drain: dict[str, Any] | None
+    raw: dict[str, Any]
+
+
+def read_manifest(path: Path | str) -> Manifest:
+    d = read_json(path)
+
+    def section(name: str) -> dict[str, Any]:
+        v = d.get(name)
+        return v if isinstance(v, dict) else {}
+
+    def ms(v: Any) -> int | None:
+        return None if v is None else int(v)
+
+    try:
+        measure = section("measure")
+        return Manifest(
+            run_id=str(d.get("run_id") or Path(path).parent.name),
+            status=str(d.get("status", "")),
+            end_reason=str(d.get("end_reason", "")),
+            started_at=str(d.get("started_at") or ""),
+            ended_at=str(d.get("ended_at") or ""),
+            measure_start_ms=ms(measure.get("start_ms")),
+            warmup_end_ms=ms(measure.get("warmup_end_ms", measure.get("start_ms"))),
+            measure_end_ms=ms(measure.get("end_ms")),
+            broker=str(section("broker").get("name") or ""),
+            profile=str(section("broker").get("profile") or ""),
+            cluster_target=str(section("cluster").get("target") or ""),
+            mqlab_version=str(section("mqlab").get("version") or ""),
+            git_commit=str(section("mqlab").get("git_commit") or ""),
+            host_cpu_model=str(section("host").get("cpu_model") or ""),
+            workers=[dict(w) for w in d.get("workers") or []],
+            drain=d.get("drain"),
+            raw=d,
+        )
+    except (ValueError, TypeError) as e:
+        raise _bad(path, "not a manifest.json record", e) from None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A run's figures as ``summary.json`` has them (see docs/archive-format.md)."""
+
+    run_id: str
+    status: str
+    throughput: dict[str, float | None]
+    latency_us: dict[str, dict[str, float | int]]
+    delivery: dict[str, int | None]  # None: unknown, and ``unknown`` says why
+    unknown: dict[str, str]
+    raw: dict[str, Any]
+
+
+def read_summary(path: Path | str) -> Summary:
+    d = read_json(path)
+    try:
+        return Summary(
+            run_id=str(d["run_id"]),
+            status=str(d["status"]),
+            throughput=dict(d["throughput"]),
+            latency_us={m: dict(f) for m, f in d["latency_us"].items()},
+            delivery=dict(d["delivery"]),
+            unknown=dict(d["unknown"]),
+            raw=d,
+        )
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
+        raise _bad(path, "not a summary.json record", e) from None

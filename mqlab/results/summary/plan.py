@@ -12,9 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mqlab.errors import ArchiveError
 from mqlab.results.archive import layout
-from mqlab.results.archive.formats import check_version
+from mqlab.results.archive.records import read_manifest
 from mqlab.results.summary.partials import Task
 
 LOG = logging.getLogger(__name__)
@@ -63,19 +62,6 @@ class RunMeta:
         return d
 
 
-def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError as err:
-        raise ArchiveError(f"{path}: missing (is this a run directory?)") from err
-    except (OSError, ValueError) as err:
-        raise ArchiveError(f"{path}: unreadable: {err}") from err
-    if not isinstance(doc, dict):
-        raise ArchiveError(f"{path}: not a JSON object")
-    check_version(path, doc.get("format_version"))
-    return doc
-
-
 def _find_key(doc: dict[str, Any], names: tuple[str, ...]) -> Any:
     sections = [doc.get("workload", {})] if isinstance(doc.get("workload"), dict) else []
     sections.append(doc)
@@ -94,15 +80,15 @@ def _find_key(doc: dict[str, Any], names: tuple[str, ...]) -> Any:
 
 def read_run(run_dir: Path | str) -> RunMeta:
     run_dir = Path(run_dir).resolve()
-    manifest = _load_json(run_dir / layout.MANIFEST)
+    man = read_manifest(run_dir / layout.MANIFEST)
     try:
-        scenario = tomllib.loads((run_dir / "scenario.toml").read_text())
+        scenario = tomllib.loads((run_dir / layout.SCENARIO).read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         LOG.warning("%s: scenario.toml unreadable (%s); using the directory name", run_dir, err)
         scenario = {}
     m = _NAME_RE.match(run_dir.name)
-    workers = _workers(run_dir, manifest)
-    wjson = {wid: _worker_json(run_dir / "workers" / wid) for wid, _ in workers}
+    workers = _workers(run_dir, man.workers)
+    wjson = {wid: _worker_json(run_dir / layout.WORKERS / wid) for wid, _ in workers}
 
     def threads(role: str, fallback: str | None) -> int:
         for wid, r in workers:
@@ -114,43 +100,41 @@ def read_run(run_dir: Path | str) -> RunMeta:
     def nodes(role: str) -> int:
         return len({wjson[w].get("node", w) for w, r in workers if r == role})
 
-    measure = manifest.get("measure") or {}
-    broker = manifest.get("broker") or {}
     st = threads("sender", m.group("st") if m else None)
     rt = threads("receiver", (m.group("rt") or m.group("st")) if m else None)
     msg_bytes = _find_key(scenario, SCENARIO_KEYS["message_bytes"])
     batch = _find_key(scenario, SCENARIO_KEYS["batch"])
     return RunMeta(
-        run_id=str(manifest.get("run_id") or run_dir.name),
+        run_id=man.run_id,
         run_dir=str(run_dir),
         scenario=str(scenario.get("name") or (m.group("scenario") if m else "")),
-        broker=str(broker.get("name") or scenario.get("broker") or ""),
-        profile=str(broker.get("profile") or (m.group("profile") if m else "")),
+        broker=man.broker or str(scenario.get("broker") or ""),
+        profile=man.profile or (m.group("profile") if m else ""),
         sender_threads=st,
         receiver_threads=rt,
         sender_nodes=nodes("sender"),
         receiver_nodes=nodes("receiver"),
         message_bytes=int(msg_bytes) if msg_bytes is not None else None,
         batch=int(batch) if batch is not None else None,
-        status=str(manifest.get("status", "")),
-        end_reason=str(manifest.get("end_reason", "")),
-        started_at=str(manifest.get("started_at", "")),
-        ended_at=str(manifest.get("ended_at", "")),
-        measure_start_ms=int(measure.get("start_ms", 0)),
-        warmup_end_ms=int(measure.get("warmup_end_ms", measure.get("start_ms", 0))),
-        measure_end_ms=int(measure.get("end_ms", 0)),
-        mqlab_version=str((manifest.get("mqlab") or {}).get("version", "")),
-        git_commit=str((manifest.get("mqlab") or {}).get("git_commit", "")),
-        cluster_target=str((manifest.get("cluster") or {}).get("target", "")),
-        host_cpu_model=str((manifest.get("host") or {}).get("cpu_model", "")),
+        status=man.status,
+        end_reason=man.end_reason,
+        started_at=man.started_at,
+        ended_at=man.ended_at,
+        measure_start_ms=man.measure_start_ms or 0,
+        warmup_end_ms=man.warmup_end_ms or 0,
+        measure_end_ms=man.measure_end_ms or 0,
+        mqlab_version=man.mqlab_version,
+        git_commit=man.git_commit,
+        cluster_target=man.cluster_target,
+        host_cpu_model=man.host_cpu_model,
         sweep=(m.group("rest") or "").lstrip("_") if m else "",
         workers=workers,
     )
 
 
-def _workers(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, str]]:
+def _workers(run_dir: Path, listed: list[dict[str, Any]]) -> list[tuple[str, str]]:
     found: dict[str, str] = {}
-    for w in manifest.get("workers") or []:
+    for w in listed:
         found[str(w["id"])] = str(w.get("role", ""))
     wdir = run_dir / "workers"
     if wdir.is_dir():

@@ -3,6 +3,7 @@ session."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,22 @@ from mqlab.drivers import registry
 from mqlab.drivers.base import Driver
 from tests.integration.conftest import SharedLab
 from tests.integration.drivers.targets import TARGETS, Target
+
+
+@contextlib.contextmanager
+def driver_on(shared_lab: SharedLab, target_name: str, prefix: str) -> Iterator[Any]:
+    """A driver of ``TARGETS[target_name]`` on its shared cluster, with a fresh queue that is
+    set up before and torn down after."""
+    target = TARGETS[target_name]
+    cluster = shared_lab.cluster(target.broker, target.nodes)
+    cls = registry.driver_class(target.broker)
+    driver: Any = cls(target.settings(), cluster.endpoints(), f"{prefix}_{uuid.uuid4().hex[:10]}")
+    driver.setup()
+    try:
+        yield driver
+    finally:
+        driver.teardown()
+        driver.close()
 
 
 @pytest.fixture(params=sorted(TARGETS), ids=sorted(TARGETS))

@@ -19,7 +19,7 @@ from mqlab.drivers.base import Delivery
 from mqlab.drivers.kafka import KafkaDriver, _bootstrap
 from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab
-from tests.integration.drivers.targets import TARGETS
+from tests.integration.drivers.conftest import driver_on
 from tests.integration.drivers.test_contract import _messages
 
 pytestmark = pytest.mark.integration
@@ -28,15 +28,8 @@ N = 12
 
 @pytest.fixture
 def driver(shared_lab: SharedLab) -> Iterator[KafkaDriver]:
-    target = TARGETS["kafka"]
-    cluster = shared_lab.cluster(target.broker, target.nodes)
-    d = KafkaDriver(target.settings(), cluster.endpoints(), f"marks_{uuid.uuid4().hex[:10]}")
-    d.setup()
-    try:
+    with driver_on(shared_lab, "kafka", "marks") as d:
         yield d
-    finally:
-        d.teardown()
-        d.close()
 
 
 def keeps_commit_metadata(driver: KafkaDriver) -> bool:

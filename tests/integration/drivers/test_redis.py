@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest
 from mqlab.drivers.redis import RedisDriver
 from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab
-from tests.integration.drivers.targets import TARGETS
+from tests.integration.drivers.conftest import driver_on
 from tests.integration.drivers.test_contract import _messages
 
 pytestmark = pytest.mark.integration
@@ -19,15 +18,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def driver(shared_lab: SharedLab) -> Iterator[RedisDriver]:
-    target = TARGETS["redis-keep"]
-    cluster = shared_lab.cluster(target.broker, target.nodes)
-    d = RedisDriver(target.settings(), cluster.endpoints(), f"keep_{uuid.uuid4().hex[:10]}")
-    d.setup()
-    try:
+    with driver_on(shared_lab, "redis-keep", "keep") as d:
         yield d
-    finally:
-        d.teardown()
-        d.close()
 
 
 def test_remaining_counts_unread_entries_when_redis_cannot_tell_the_lag(
