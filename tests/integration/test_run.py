@@ -16,7 +16,8 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
-from mqlab.results.archive.layout import list_runs, read_json
+from mqlab.results.archive.formats import read_json
+from mqlab.results.archive.layout import list_runs
 from tests.integration.conftest import SharedLab, processes_mentioning
 
 pytestmark = pytest.mark.integration
