@@ -23,7 +23,7 @@ Keys:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,14 +61,13 @@ class Task:
 @dataclass
 class Span:
     """A role's counted intervals in one window: messages, the first interval's start,
-    the last interval's end, the last counted event, and every counter summed."""
+    the last interval's end, the last counted event and the largest sender lag."""
 
     n: int = 0
     first_start_ms: int | None = None
     last_end_ms: int = 0
     last_event_ms: int = 0
     lag_ms: int = 0
-    sums: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_FIELDS, 0))
 
     def add(self, other: Span) -> None:
         self.n += other.n
@@ -81,8 +80,6 @@ class Span:
         self.last_end_ms = max(self.last_end_ms, other.last_end_ms)
         self.last_event_ms = max(self.last_event_ms, other.last_event_ms)
         self.lag_ms = max(self.lag_ms, other.lag_ms)
-        for k, v in other.sums.items():
-            self.sums[k] += v
 
 
 def _encode(h: HdrHistogram) -> bytes:
@@ -178,7 +175,10 @@ def _process_hlog(task: Task) -> Iterator[tuple[Key, Any]]:
         assert acc is not None
         encoded = _encode(acc)
         yield ("lat", task.run_id, task.metric, w), encoded
-        whole = hlog.merge_into(whole, hlog.decode(encoded.decode("ascii")))
+        if whole is None:  # a copy: the windows' accumulators are not changed
+            whole = hlog.decode(encoded.decode("ascii"))
+        else:
+            whole.add(acc)
     if whole is not None:
         yield ("lat", task.run_id, task.metric, WHOLE), _encode(whole)
 
@@ -186,8 +186,6 @@ def _process_hlog(task: Task) -> Iterator[tuple[Key, Any]]:
 def _read_text(task: Task) -> str | None:
     try:
         return Path(task.path).read_text(encoding="ascii", errors="replace")
-    except FileNotFoundError:
-        return None
     except OSError:
         return None
 
@@ -220,7 +218,6 @@ def _process_counts(task: Task) -> Iterator[tuple[Key, Any]]:
             last_end_ms=r.end_ms,
             last_event_ms=r.last_ms if r.counts[column] else 0,
             lag_ms=r.lag_ms,
-            sums=dict(r.counts),
         )
         w = (r.start_ms - task.warmup_end_ms) // task.window_ms
         for key in (w, WHOLE):
