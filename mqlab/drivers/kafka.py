@@ -14,6 +14,12 @@
   blocked meanwhile), at once with 0, and on close. Unacked messages of a
   receiver that dies come again to the group after the rebalance (at least
   once): ``redelivery_timeout_s`` is the session timeout plus ``commit_interval_s``.
+- gaps: offsets are committed only as a run contiguous from the partition's committed
+  offset at assignment, so an offset never handed out is never committed over. A fetch
+  that skips offsets (seen on tansu under concurrent produce: a record in the log but
+  not returned) is caught before delivery: the partition is fetched again from the
+  expected offset (at most ``GAP_RETRIES`` times; then commits stop before the gap, and
+  the messages come again or show as undrained, never as silently committed).
 - redelivery: Kafka has no redelivery flag. Every commit carries, per partition,
   the highest offset this consumer delivered (metadata ``delivered=<offset>``);
   on assignment a consumer reads the committed metadata and flags deliveries at
@@ -50,6 +56,7 @@ from mqlab.errors import DriverError
 from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
+GAP_RETRIES = 3  # seeks back over one gap in a partition's fetched offsets before accepting it
 MARK = "delivered="  # commit metadata: the highest offset delivered on the partition
 
 
@@ -91,6 +98,7 @@ class OffsetTracker:
         self.outstanding: dict[int, deque[int]] = {}
         self.acked: dict[int, set[int]] = {}
         self.next_commit: dict[int, int] = {}  # partition -> offset to commit (exclusive)
+        self.expected: dict[int, int] = {}  # partition -> next offset to be handed out
         self.dirty: set[int] = set()
         self.marks: dict[int, int] = {}  # partition -> highest delivered offset; kept by forget()
 
@@ -98,12 +106,29 @@ class OffsetTracker:
         """The mark an earlier owner committed (read at assignment)."""
         self.marks[partition] = max(self.marks.get(partition, -1), mark)
 
+    def start(self, partition: int, offset: int) -> None:
+        """The partition's committed offset at assignment: where consumption starts."""
+        if offset >= 0:
+            self.next_commit[partition] = offset
+            self.expected[partition] = offset
+
     def delivered(self, partition: int, offset: int) -> bool:
         """Hand ``offset`` out; True if it was delivered before (at or below the mark)."""
         self.outstanding.setdefault(partition, deque()).append(offset)
         self.acked.setdefault(partition, set())
-        # where this consumer started: committing it moves nothing, but carries the mark
+        # where this consumer started (unless known from the assignment): committing it
+        # moves nothing, but carries the mark
         self.next_commit.setdefault(partition, offset)
+        expected = self.expected.get(partition, offset)
+        if offset > expected:
+            LOG.warning(
+                "kafka: partition %d: offset %d handed out, %d expected: commits stop before "
+                "the gap (its messages come again, never skipped)",
+                partition,
+                offset,
+                expected,
+            )
+        self.expected[partition] = max(expected, offset + 1)
         if offset <= self.marks.get(partition, -1):
             return True
         self.marks[partition] = offset
@@ -116,7 +141,9 @@ class OffsetTracker:
         self.acked[partition].add(offset)
         q, done = self.outstanding[partition], self.acked[partition]
         moved = False
-        while q and q[0] in done:
+        # only a contiguous run from the committed offset: an offset never handed out is
+        # never committed over (a message dropped between fetch and delivery is not lost)
+        while q and q[0] in done and q[0] == self.next_commit[partition]:
             done.discard(q[0])
             self.next_commit[partition] = q.popleft() + 1
             moved = True
@@ -131,7 +158,7 @@ class OffsetTracker:
 
     def forget(self, partitions: Sequence[int]) -> None:
         for p in partitions:
-            for table in (self.outstanding, self.acked, self.next_commit):
+            for table in (self.outstanding, self.acked, self.next_commit, self.expected):
                 table.pop(p, None)
             self.dirty.discard(p)
 
@@ -217,6 +244,7 @@ class KafkaReceiver(Receiver):
         self.prefetch = s.prefetch
         self.assigned = False
         self.owned: set[int] = set()  # partitions assigned to this consumer right now
+        self.gap_tries: dict[tuple[int, int], int] = {}  # (partition, offset) -> seeks back
         self.lock = threading.Lock()
         self.closing = threading.Event()
         self.c = Consumer(
@@ -266,8 +294,9 @@ class KafkaReceiver(Receiver):
                 self.lock.release()
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        try:  # the delivered marks earlier owners committed
+        try:  # where each partition starts, and the delivered marks earlier owners committed
             for tp in consumer.committed(partitions, timeout=10):
+                self.tracker.start(tp.partition, tp.offset)
                 self.tracker.inherit(tp.partition, parse_mark(tp.metadata))
         except KafkaException as e:
             LOG.warning("kafka: no committed offsets at assignment (%s): not marking", e)
@@ -313,9 +342,39 @@ class KafkaReceiver(Receiver):
             out: list[Delivery] = []
             while self.buffer and len(out) < max_messages:
                 m = self.buffer.popleft()
+                if self._skipped(m):
+                    continue
                 again = self.tracker.delivered(m.partition(), m.offset())
                 out.append(Delivery(m.value(), (m.partition(), m.offset()), again))
             return out
+
+    def _skipped(self, m: Any) -> bool:
+        """A message past the next expected offset of its partition: the fetch skipped some
+        (seen on tansu under concurrent produce). Seek back and fetch them again instead of
+        handing this one out; after ``GAP_RETRIES`` tries the gap is accepted, and commits
+        stop before it (see OffsetTracker), so nothing is ever committed over unread."""
+        p, expected = m.partition(), self.tracker.expected.get(m.partition())
+        if expected is None or m.offset() <= expected:
+            return False
+        tries = self.gap_tries.get((p, expected), 0)
+        if tries >= GAP_RETRIES:
+            return False
+        self.gap_tries[(p, expected)] = tries + 1
+        LOG.warning(
+            "kafka: partition %d: fetched offset %d, %d expected: fetching again from %d",
+            p,
+            m.offset(),
+            expected,
+            expected,
+        )
+        self.buffer = deque(x for x in self.buffer if x.partition() != p)
+        try:
+            self.c.seek(TopicPartition(self.topic, p, expected))
+        except KafkaException as e:
+            LOG.warning("kafka: seek failed (%s): the gap is kept, commits stop before it", e)
+            self.gap_tries[(p, expected)] = GAP_RETRIES
+            return False
+        return True
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
         with self.lock:

@@ -32,8 +32,23 @@ def test_kafka_commits_only_the_contiguous_acked_prefix() -> None:
     assert t.to_commit() == {}  # 7 still out
     t.ack(0, 7)
     t.ack(1, 100)
-    assert t.to_commit() == {0: (10, 9), 1: (101, 100)}
+    # 8 was never handed out: the commit stops before it (it comes again; never skipped)
+    assert t.to_commit() == {0: (8, 9), 1: (101, 100)}
     assert t.to_commit() == {}  # nothing new
+
+
+def test_kafka_never_commits_over_a_message_dropped_before_delivery() -> None:
+    # the group had committed 40; offset 40 was fetched but dropped (e.g. a revoke purge)
+    t = kafka.OffsetTracker()
+    t.start(0, 40)
+    for off in (41, 42):
+        t.delivered(0, off)
+        t.ack(0, off)
+    assert t.to_commit() == {0: (40, 42)}  # the mark goes out; the offset stays at 40
+    t.start(1, -1001)  # no committed offset: the first delivered one is the start
+    t.delivered(1, 7)
+    t.ack(1, 7)
+    assert t.to_commit() == {1: (8, 7)}
 
 
 def test_kafka_acks_of_revoked_partitions_are_ignored() -> None:
