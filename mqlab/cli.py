@@ -120,12 +120,19 @@ MQPERF_COLUMNS = (
 )
 
 
+COST_COLUMNS = (("cost", "Cost $"), ("cost_per_m", "$ / M msgs"))  # runs on a priced lab
+
+
 def mqperf_table(rows: list[dict[str, Any]]) -> Table:
+    """The `run` table; the cost columns only when a run had a lab with a price."""
+    columns = list(MQPERF_COLUMNS)
+    if any(r.get("cost") for r in rows):
+        columns[-1:-1] = COST_COLUMNS  # before the status
     t = Table(title="mqlab results (mqperf-style)")
-    for key, col in MQPERF_COLUMNS:
+    for key, col in columns:
         t.add_column(col, justify="left" if key in ("run", "status") else "right")
     for r in rows:
-        t.add_row(*[str(r[key]) for key, _ in MQPERF_COLUMNS])
+        t.add_row(*[str(r.get(key, "")) for key, _ in columns])
     return t
 
 
@@ -144,6 +151,7 @@ def mqperf_row(
     )
     lat = summary["latency_us"]
     d = summary["delivery"]
+    priced = (summary.get("lab") or {}).get("price_per_hour_usd") is not None
     return {
         "run": run,
         "threads": th,
@@ -156,6 +164,9 @@ def mqperf_row(
         "lost": show(d["lost"]),
         "undrained": show(d["undrained"]),
         "duplicated": show(d["duplicated"]),
+        # empty for a lab without a price per hour
+        "cost": show(summary.get("cost_usd"), ",.4f") if priced else "",
+        "cost_per_m": show(summary.get("cost_per_million_delivered_usd"), ",.4f") if priced else "",
         "status": status,
     }
 
@@ -295,11 +306,13 @@ def ls(
 
 def _register() -> None:
     from mqlab.cli_data import DATA_COMMANDS
+    from mqlab.fleet.cli import lab
     from mqlab.images.cli import images
     from mqlab.infra.cli import infra
 
     main.add_command(infra)
     main.add_command(images)
+    main.add_command(lab)
     for cmd in DATA_COMMANDS:
         main.add_command(cmd)
 

@@ -39,13 +39,13 @@ class ClusterError(MqlabError):
     """A local or remote cluster could not be started, checked or stopped."""
 
 
-class FleetError(MqlabError):
-    """Worker hosts could not be reached or controlled."""
-
-
 class ArchiveError(MqlabError):
     """A run archive is missing, unreadable or of an unsupported format version."""
 
 
 class InfraError(MqlabError):
     """Terraform-driven lab environments could not be planned, created or destroyed."""
+
+
+class FleetError(MqlabError):
+    """Hosts of a multi-host lab could not be created, reached, set up or cleaned up."""

@@ -1,18 +1,27 @@
 """The phases of one run: setup → receivers → senders → measure → drain → teardown → archive.
 
-``execute(scenarios)`` runs every sweep point in order, reusing one local cluster
-per broker for the whole sweep (or the one `mqlab cluster up` left running).
+``execute(scenarios)`` runs every sweep point in order, reusing one cluster per
+broker and placement for the whole sweep (or the one `mqlab cluster up` left running).
 
+Where things run is one seam (``mqlab.fleet.placement``): all on this machine
+(``target = "local"``), or broker nodes and workers on hosts of their own reached over
+SSH (``netns``, ``ssh``, ``aws``). The phases are the same either way; every worker is
+a process attached to the coordinator by stdin/stdout (``mqlab.fleet.hosts``).
+
+- On hosts of their own, each client host's clock offset to the coordinator is
+  measured before and after the run (``mqlab.fleet.clocks``); receivers correct
+  end-to-end latencies by it and the manifest records offsets and the error bound.
 - Receivers start first; senders connect, and once every worker is ready all
-  senders start on one signal (the control file ``go``): the measured run starts
-  there, so imports and connects never eat the warm-up.
+  senders start on one command (``go``): the measured run starts there, so
+  imports and connects never eat the warm-up.
 - After the senders stop, receivers drain until the broker holds nothing for the
   queue (asked every half second, twice in a row), or until the drain deadline
   (``drain_timeout_s``; by default twice the profile's redelivery timeout + 10 s).
 - Then the broker is asked once more what it still holds (``undrained.json``), and
   the run is summarized in process (``summary.json``, Parquet, the catalog).
 
-Ctrl-C or a failed worker still leaves a valid archive, marked partial.
+Each worker's folder is fetched back from its host. Ctrl-C, a lost SSH connection, a
+failed host or worker still end every worker and leave a valid archive, marked partial.
 """
 
 from __future__ import annotations
@@ -22,13 +31,10 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import shutil
-import signal
-import subprocess
-import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pyroaring import BitMap64
@@ -39,7 +45,10 @@ from mqlab.clusters import local
 from mqlab.clusters.base import LocalCluster
 from mqlab.drivers import registry
 from mqlab.drivers.base import Driver
-from mqlab.errors import ClusterError, MqlabError, ScenarioError
+from mqlab.errors import ClusterError, FleetError, MqlabError
+from mqlab.fleet import clocks
+from mqlab.fleet.hosts import Attached, Host
+from mqlab.fleet.placement import Placement, for_scenario
 from mqlab.results.archive import layout
 from mqlab.results.archive.formats import read_json, write_json
 from mqlab.results.archive.manifest import base_manifest
@@ -77,13 +86,44 @@ class RunResult:
 
 @dataclass
 class _Worker:
+    """One worker process on a host, attached by stdin/stdout."""
+
     spec: WorkerSpec
-    proc: subprocess.Popen[bytes]
-    dir: Path
+    host: Host
+    proc: Attached
+    remote_dir: PurePosixPath  # its folder on the host
+    dir: Path  # its folder in the archive
+    ready: bool = False
+    started: dict[str, Any] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+    exit_code: int | None = None
+    fetched: str | None = None  # why the folder could not be fetched, if so
+
+    def pump(self) -> None:
+        """Take the events it sent since the last call."""
+        for line in self.proc.take():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                LOG.debug("%s: %s", self.spec.worker_id, line)
+                continue
+            kind = ev.get("event")
+            if kind == "ready":
+                self.ready = True
+            elif kind in ("progress", "done"):
+                self.totals = {k: int(v) for k, v in ev.get("totals", {}).items()}
+            elif kind == "started":
+                self.started = ev
+
+    @property
+    def returncode(self) -> int | None:
+        if self.exit_code is None:
+            self.exit_code = self.proc.poll()
+        return self.exit_code
 
     @property
     def done(self) -> bool:
-        return self.proc.poll() is not None
+        return self.returncode is not None
 
 
 class ClusterPool:
@@ -93,23 +133,28 @@ class ClusterPool:
         self.observer = observer
         self.clusters: dict[str, tuple[LocalCluster, bool]] = {}  # key -> (cluster, owned)
 
-    def get(self, s: Scenario) -> tuple[LocalCluster, bool]:
+    def get(self, s: Scenario, placement: Placement) -> tuple[LocalCluster, bool]:
         info = registry.BROKERS[s.broker]
-        key = f"{info.local_cluster}:{s.cluster.nodes}"
+        key = f"{info.local_cluster}:{s.cluster.nodes}:{placement.kind}:{placement.name}"
         if key in self.clusters:
             cluster, owned = self.clusters[key]
             if all(cluster.alive()):
                 return cluster, not owned
             cluster.stop()  # a node died in an earlier run and was not restarted: start afresh
             del self.clusters[key]
-        running = local.find_running(s.broker)
+        running = local.find_running(s.broker) if not placement.remote else None
         if running is not None and running.nodes == s.cluster.nodes:
             self.observer.phase(f"using the local {s.broker} cluster that is already up")
             self.clusters[key] = (running, False)
             return running, True
         workdir = local.state_dir() / "runs" / f"cluster-{info.local_cluster}-{time.time_ns()}"
-        cluster = local.cluster_class(s.broker)(workdir, s.cluster.nodes)
-        self.observer.phase(f"starting a local {s.cluster.nodes}-node {s.broker} cluster")
+        cluster = local.cluster_class(s.broker)(
+            workdir, s.cluster.nodes, placement.brokers if placement.remote else None
+        )
+        where = "local" if not placement.remote else f"{placement.kind} lab {placement.name}'s"
+        self.observer.phase(
+            f"starting a {s.cluster.nodes}-node {s.broker} cluster on the {where} hosts"
+        )
         cluster.start(self.observer.phase)
         self.clusters[key] = (cluster, True)
         return cluster, False
@@ -117,8 +162,9 @@ class ClusterPool:
     def close(self) -> None:
         for cluster, owned in self.clusters.values():
             if owned:
-                self.observer.phase(f"stopping the local {cluster.broker} cluster")
-                cluster.stop()
+                self.observer.phase(f"stopping the {cluster.broker} cluster")
+                with contextlib.suppress(MqlabError):
+                    cluster.stop()
         self.clusters = {}
 
 
@@ -126,24 +172,36 @@ def execute(
     scenarios: list[Scenario], results_dir: Path, observer: Observer | None = None
 ) -> list[RunResult]:
     observer = observer or Observer()
-    for s in scenarios:
-        if s.cluster.target != "local":
-            raise ScenarioError(
-                s.source,
-                "cluster.target",
-                f"mqlab run drives target {s.cluster.target!r} only through a fleet",
-                'use target = "local" here; AWS labs: mqlab infra up',
-            )
     pool = ClusterPool(observer)
+    placements: dict[tuple[str, ...], Placement] = {}
     results = []
     try:
         for s in scenarios:
-            results.append(run_one(s, results_dir, pool, observer))
+            key = _placement_key(s)
+            if key not in placements:
+                placements[key] = for_scenario(s, observer.phase)
+            results.append(run_one(s, results_dir, pool, observer, placements[key]))
             if results[-1].end_reason == "interrupted":
                 break
     finally:
-        pool.close()
+        try:
+            pool.close()
+        finally:
+            for p in placements.values():
+                p.close(observer.phase)
     return results
+
+
+def _placement_key(s: Scenario) -> tuple[str, ...]:
+    c = s.cluster
+    shape = (str(c.nodes), str(s.clients.sender_nodes), str(s.clients.receiver_nodes))
+    if c.target == "local":
+        return ("local",)
+    if c.target == "netns":
+        from mqlab.fleet.placement import lab_name
+
+        return ("netns", lab_name(s), repr(c.netns), *shape)
+    return (c.target, c.inventory, str(s.source))
 
 
 def _new_run_dir(results_dir: Path, s: Scenario) -> Path:
@@ -162,21 +220,28 @@ def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     write_json(run_dir / layout.MANIFEST, manifest)
 
 
-def run_one(s: Scenario, results_dir: Path, pool: ClusterPool, observer: Observer) -> RunResult:
+def run_one(
+    s: Scenario,
+    results_dir: Path,
+    pool: ClusterPool,
+    observer: Observer,
+    placement: Placement | None = None,
+) -> RunResult:
+    placement = placement or for_scenario(s, observer.phase)
     run_dir = _new_run_dir(results_dir, s)
     run_id = run_dir.name
     (run_dir / "scenario.toml").write_text(scenario_mod.to_toml(s))
     driver_cls = registry.driver_class(s.broker)
     manifest = base_manifest(run_id, s, driver_cls.client_libraries)
+    manifest["lab"] = placement.lab_manifest()
     _write_manifest(run_dir, manifest)
-    control = local.state_dir() / "runs" / run_id / "control"
-    control.mkdir(parents=True, exist_ok=True)
     workers: list[_Worker] = []
     driver: Driver | None = None
+    before: dict[str, Any] = {}
     end_reason = "completed"
     try:
         observer.phase(f"run {run_id}")
-        cluster, reused = pool.get(s)
+        cluster, reused = pool.get(s, placement)
         manifest["cluster"]["reused"] = reused
         manifest["broker"]["server_versions"] = cluster.server_versions()
         queue = (
@@ -187,8 +252,13 @@ def run_one(s: Scenario, results_dir: Path, pool: ClusterPool, observer: Observe
         driver.setup()
         if not manifest["broker"]["server_versions"]:
             manifest["broker"]["server_versions"] = driver.server_versions()
+        placement.prepare_workers(observer.phase)
+        manifest["lab"] = placement.lab_manifest()
+        before = _measure_clocks(placement, observer, "before")
         _write_manifest(run_dir, manifest)
-        end_reason = _measure(s, run_dir, control, cluster, driver, workers, manifest, observer)
+        end_reason = _measure(
+            s, run_dir, placement, cluster, driver, workers, manifest, observer, before
+        )
     except KeyboardInterrupt:
         end_reason = "interrupted"
     except MqlabError as e:
@@ -196,10 +266,11 @@ def run_one(s: Scenario, results_dir: Path, pool: ClusterPool, observer: Observe
         LOG.error("%s", e)
     finally:
         try:
-            _stop_workers(workers, control)
+            _stop_workers(workers)
         except KeyboardInterrupt:
-            _stop_workers(workers, control, grace_s=2)
+            _stop_workers(workers, grace_s=2)
             end_reason = "interrupted"
+        _fetch_workers(workers, placement, run_dir, observer)
         if driver is not None:
             _check_undrained(driver, run_dir)
             with contextlib.suppress(Exception):
@@ -207,6 +278,8 @@ def run_one(s: Scenario, results_dir: Path, pool: ClusterPool, observer: Observe
                 driver.teardown()
             with contextlib.suppress(Exception):
                 driver.close()
+        after = _measure_clocks(placement, observer, "after") if before else {}
+        manifest["clock"] = _clock_section(s, placement, workers, before, after)
         manifest["ended_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         if manifest["measure"]["start_ms"] is not None:
             manifest["measure"]["end_ms"] = int(time.time() * 1000)
@@ -218,70 +291,173 @@ def run_one(s: Scenario, results_dir: Path, pool: ClusterPool, observer: Observe
         manifest["status"] = "complete" if ok else "partial"
         manifest["end_reason"] = end_reason
         _write_manifest(run_dir, manifest)
-        shutil.rmtree(control.parent, ignore_errors=True)
         for w in workers:
             log = w.dir / "stderr.log"
             if log.is_file() and log.stat().st_size == 0:
                 log.unlink()
-            with contextlib.suppress(FileNotFoundError):
-                (w.dir / "ready").unlink()
-            with contextlib.suppress(FileNotFoundError):
-                (w.dir / "progress.json").unlink()
+            for leftover in ("progress.json", "ready"):
+                with contextlib.suppress(FileNotFoundError):
+                    (w.dir / leftover).unlink()
+        for spec_file in (run_dir / "workers").glob("*.spec.json"):
+            spec_file.unlink()
         summary = summarize_run(run_dir, results_dir=results_dir)
     result = RunResult(s, run_dir, manifest["status"], end_reason, summary)
     observer.finished(result)
     return result
 
 
+# -- clocks ------------------------------------------------------------------------------
+def _measure_clocks(placement: Placement, observer: Observer, when: str) -> dict[str, Any]:
+    """Each client host's clock offset to the coordinator (empty for a local run)."""
+    if not placement.remote:
+        return {}
+    observer.phase(f"clocks: measuring each client host's offset ({when} the run)")
+    out: dict[str, Any] = {}
+    for h in placement.client_hosts():
+        try:
+            probe = h.attach(
+                [placement.python(h), "-m", "mqlab.fleet.clocks"], env=placement.env(h)
+            )
+        except MqlabError as e:
+            LOG.warning("%s: clock probe failed: %s", h.name, e)
+            continue
+        try:
+            exchange = clocks.exchange_over(_writer(probe), _reader(probe))
+            out[h.name] = clocks.estimate(exchange)
+        except MqlabError as e:
+            LOG.warning("%s: clock probe failed: %s", h.name, e)
+        finally:
+            probe.send("bye")
+            probe.close_stdin()
+            deadline = time.monotonic() + 5
+            while probe.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if probe.poll() is None:
+                probe.kill()
+    return out
+
+
+def _writer(probe: Attached) -> Callable[[bytes], None]:
+    def write(data: bytes) -> None:
+        if not probe.send(data.decode().rstrip("\n")):
+            raise FleetError("the clock probe's connection closed")
+
+    return write
+
+
+def _reader(probe: Attached) -> Callable[[], bytes]:
+    def readline() -> bytes:
+        try:
+            return (probe.readline(30) + "\n").encode()
+        except FleetError:
+            return b""  # EOF or silence: exchange_over reports it
+
+    return readline
+
+
+def _clock_section(
+    s: Scenario,
+    placement: Placement,
+    workers: list[_Worker],
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> dict[str, Any]:
+    if not placement.remote:
+        return clocks.local_section(budget_ms=s.cluster.clock_budget_ms)
+    senders = {w.spec.worker_id: w.host.name for w in workers if w.spec.role == "sender"}
+    receivers = {w.spec.worker_id: w.host.name for w in workers if w.spec.role == "receiver"}
+    if not senders:
+        senders = {
+            f"sender-{i:02d}": placement.sender_host(i).name for i in range(s.clients.sender_nodes)
+        }
+        receivers = {
+            f"receiver-{i:02d}": placement.receiver_host(i).name
+            for i in range(s.clients.receiver_nodes)
+        }
+    return clocks.clock_section(
+        before, after or None, senders, receivers, s.cluster.clock_budget_ms
+    )
+
+
+def _corrections(
+    s: Scenario, placement: Placement, before: dict[str, Any], receiver: Host
+) -> dict[str, int]:
+    if not before:
+        return {}
+    offsets = {name: est.offset_ms for name, est in before.items()}
+    threads = s.clients.sender_threads
+    sender_hosts = {
+        node * threads + t: placement.sender_host(node).name
+        for node in range(s.clients.sender_nodes)
+        for t in range(threads)
+    }
+    if receiver.name not in offsets or any(h not in offsets for h in sender_hosts.values()):
+        return {}
+    return clocks.corrections_us(offsets, sender_hosts, receiver.name)
+
+
+# -- workers -----------------------------------------------------------------------------
 def _worker_status(w: _Worker) -> dict[str, Any]:
     info: dict[str, Any] = {
         "id": w.spec.worker_id,
         "role": w.spec.role,
         "node": w.spec.node,
-        "exit_code": w.proc.returncode,
+        "host": w.host.name,
+        "address": w.host.address,
+        "exit_code": w.returncode,
     }
+    if w.started.get("prefix"):
+        info["interpreter_prefix"] = w.started["prefix"]
+    if w.fetched:
+        info["fetch_error"] = w.fetched
     try:
         info["status"] = read_json(w.dir / layout.WORKER)["status"]
     except MqlabError:
-        info["status"] = "lost"  # died before writing its record
+        info["status"] = "lost"  # died (or its host was lost) before its record came back
     return info
 
 
-def _spawn(spec: WorkerSpec, run_dir: Path) -> _Worker:
-    d = Path(spec.out_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    spec_path = Path(spec.control_dir) / f"{spec.worker_id}.json"
-    spec.write(spec_path)
-    with open(d / "stderr.log", "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mqlab.workload.worker", str(spec_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=err,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return _Worker(spec, proc, d)
+def _spawn(
+    spec: WorkerSpec, host: Host, placement: Placement, remote_dir: PurePosixPath, run_dir: Path
+) -> _Worker:
+    local_dir = run_dir / "workers" / spec.worker_id
+    local_dir.mkdir(parents=True, exist_ok=True)
+    spec_path = remote_dir.parent / f"{spec.worker_id}.spec.json"
+    host.write_file(spec_path, json.dumps(dataclasses.asdict(spec), indent=1, sort_keys=True))
+    host.mkdir(remote_dir)
+    proc = host.attach(
+        [placement.python(host), "-m", "mqlab.workload.worker", str(spec_path)],
+        env=placement.env(host),
+        cwd=remote_dir,
+        stderr=remote_dir / "stderr.log",
+    )
+    return _Worker(spec, host, proc, remote_dir, local_dir)
 
 
 def _specs(
     s: Scenario,
     run_id: str,
     run_dir: Path,
-    control: Path,
+    placement: Placement,
     endpoints: dict[str, Any],
     queue: str,
     role: str,
-) -> list[WorkerSpec]:
+    before: dict[str, Any],
+) -> list[tuple[WorkerSpec, Host, PurePosixPath]]:
     c = s.clients
     nodes, threads = (
         (c.sender_nodes, c.sender_threads)
         if role == "sender"
         else (c.receiver_nodes, c.receiver_threads)
     )
-    return [
-        WorkerSpec(
+    out = []
+    for i in range(nodes):
+        host = placement.sender_host(i) if role == "sender" else placement.receiver_host(i)
+        wid = f"{role}-{i:02d}"
+        remote_dir = placement.runs_dir(host, run_dir) / wid
+        spec = WorkerSpec(
             run_id=run_id,
-            worker_id=f"{role}-{i:02d}",
+            worker_id=wid,
             role=role,
             node=i,
             threads=threads,
@@ -290,45 +466,68 @@ def _specs(
             endpoints=endpoints,
             queue=queue,
             workload=typed.to_table(s.workload),
-            out_dir=str(run_dir / "workers" / f"{role}-{i:02d}"),
-            control_dir=str(control),
+            out_dir=str(remote_dir),
             seed=(1 if role == "sender" else 2) * 1000 + i,
+            host=host.name,
+            clock_corrections_us=_corrections(s, placement, before, host)
+            if role == "receiver"
+            else {},
         )
-        for i in range(nodes)
-    ]
+        out.append((spec, host, remote_dir))
+    return out
 
 
 def _wait_ready(workers: list[_Worker]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
-        if all((w.dir / "ready").exists() for w in workers):
+        for w in workers:
+            w.pump()
+        if all(w.ready for w in workers):
             return
         for w in workers:
-            if w.done and not (w.dir / "ready").exists():
+            if w.done and not w.ready:
                 raise ClusterError(
-                    f"worker {w.spec.worker_id} exited ({w.proc.returncode}) before "
+                    f"worker {w.spec.worker_id} on {w.host.name} exited ({w.returncode}) before "
                     f"it was ready; see {w.dir / 'stderr.log'}"
                 )
-        time.sleep(0.05)
+        time.sleep(0.02)
     raise ClusterError(f"workers not ready after {READY_TIMEOUT_S:.0f} s")
 
 
 def _totals(workers: list[_Worker]) -> dict[str, int]:
     out: dict[str, int] = {}
     for w in workers:
-        try:
-            data = json.loads((w.dir / "progress.json").read_text())
-        except (OSError, ValueError):
-            continue
-        for k, v in data.get("totals", {}).items():
-            out[k] = out.get(k, 0) + int(v)
+        w.pump()
+        for k, v in w.totals.items():
+            out[k] = out.get(k, 0) + v
     return out
 
 
-def _control(control: Path, name: str, text: str = "1\n") -> None:
-    tmp = control / f".{name}.tmp"
-    tmp.write_text(text)
-    tmp.replace(control / name)
+def _command(workers: list[_Worker], text: str) -> None:
+    for w in workers:
+        if not w.done:
+            w.proc.send(text)
+
+
+def _fetch_workers(
+    workers: list[_Worker], placement: Placement, run_dir: Path, observer: Observer
+) -> None:
+    """Bring every remote worker's folder into the archive; clean the hosts' run folders."""
+    remote = [w for w in workers if not w.host.is_local]
+    if remote:
+        observer.phase(f"fetching {len(remote)} worker folder(s) from their hosts")
+    for w in remote:
+        try:
+            w.host.fetch_dir(w.remote_dir, w.dir)
+        except MqlabError as e:
+            w.fetched = str(e)
+            LOG.warning("%s: %s", w.spec.worker_id, e)
+    hosts = {w.host.name: w for w in remote}
+    failed = {w.host.name for w in remote if w.fetched}
+    for name, w in hosts.items():
+        if name not in failed:
+            with contextlib.suppress(MqlabError):
+                w.host.remove_tree(w.remote_dir.parent)
 
 
 def _drain_timeout_s(s: Scenario, driver: Driver) -> float:
@@ -337,7 +536,7 @@ def _drain_timeout_s(s: Scenario, driver: Driver) -> float:
     return 2 * driver.redelivery_timeout_s + 10.0
 
 
-def _drained(driver: Driver, workers: list[_Worker]) -> bool:
+def _drained(driver: Driver, receivers: list[_Worker]) -> bool:
     """The broker holds nothing for the queue, nothing is in flight."""
     try:
         rem = driver.remaining()
@@ -347,7 +546,7 @@ def _drained(driver: Driver, workers: list[_Worker]) -> bool:
     if rem.count:
         return False
     if rem.in_flight is None:  # the broker does not count unacked deliveries: ask receivers
-        t = _totals([w for w in workers if w.spec.role == "receiver"])
+        t = _totals(receivers)
         return t.get("received", 0) == t.get("acked", 0)
     return True
 
@@ -377,33 +576,44 @@ def _check_undrained(driver: Driver, run_dir: Path) -> None:
     write_undrained(run_dir / layout.UNDRAINED, rec)
 
 
+def _where(workers: list[_Worker]) -> str:
+    return ", ".join(sorted({w.host.name for w in workers}))
+
+
 def _measure(
     s: Scenario,
     run_dir: Path,
-    control: Path,
+    placement: Placement,
     cluster: LocalCluster,
     driver: Driver,
     workers: list[_Worker],
     manifest: dict[str, Any],
     observer: Observer,
+    before: dict[str, Any],
 ) -> str:
     endpoints = cluster.endpoints().to_json()
-    receivers = [
-        _spawn(sp, run_dir)
-        for sp in _specs(s, run_dir.name, run_dir, control, endpoints, driver.queue, "receiver")
-    ]
-    workers.extend(receivers)
-    observer.phase(f"receivers: {len(receivers)} node(s) x {s.clients.receiver_threads} threads")
+
+    def start(role: str) -> list[_Worker]:
+        specs = _specs(s, run_dir.name, run_dir, placement, endpoints, driver.queue, role, before)
+        started = []
+        for spec, host, remote_dir in specs:
+            started.append(_spawn(spec, host, placement, remote_dir, run_dir))
+            workers.append(started[-1])
+        return started
+
+    receivers = start("receiver")
+    observer.phase(
+        f"receivers: {len(receivers)} node(s) x {s.clients.receiver_threads} threads"
+        f" on {_where(receivers)}"
+    )
     _wait_ready(receivers)
-    senders = [
-        _spawn(sp, run_dir)
-        for sp in _specs(s, run_dir.name, run_dir, control, endpoints, driver.queue, "sender")
-    ]
-    workers.extend(senders)
-    observer.phase(f"senders: {len(senders)} node(s) x {s.clients.sender_threads} threads")
+    senders = start("sender")
+    observer.phase(
+        f"senders: {len(senders)} node(s) x {s.clients.sender_threads} threads on {_where(senders)}"
+    )
     _wait_ready(senders)  # connected, about to send
     start_ms = int(time.time() * 1000)
-    _control(control, "go", f"{start_ms}\n")
+    _command(senders, f"go {start_ms}")
     manifest["measure"]["start_ms"] = start_ms
     manifest["measure"]["warmup_end_ms"] = start_ms + int(s.workload.warmup_s * 1000)
     _write_manifest(run_dir, manifest)
@@ -436,9 +646,12 @@ def _measure(
                 manifest["faults"].append(
                     {"action": "restart_node", "node": node, "at_ms": int(time.time() * 1000)}
                 )
-        failed = [x for x in workers if x.done and x.proc.returncode not in (0,)]
+        totals = _totals(workers)
+        failed = [x for x in workers if x.done and x.returncode != 0]
         if failed:
-            return f"worker_failed: {failed[0].spec.worker_id} (exit {failed[0].proc.returncode})"
+            x = failed[0]
+            why = "lost connection to its host" if x.returncode == -1 else f"exit {x.returncode}"
+            return f"worker_failed: {x.spec.worker_id} on {x.host.name} ({why})"
         if drain_deadline is None and all(x.done for x in senders):
             drain_started = now
             drain_deadline = now + _drain_timeout_s(s, driver)
@@ -448,19 +661,19 @@ def _measure(
             )
         if drain_deadline is not None and not stop_sent and now >= next_check:
             next_check = now + DRAIN_CHECK_S
-            empty_checks = empty_checks + 1 if _drained(driver, workers) else 0
+            empty_checks = empty_checks + 1 if _drained(driver, receivers) else 0
             ended_by = "broker empty" if empty_checks >= 2 else None
             if ended_by is None and now >= drain_deadline:
                 ended_by = "drain deadline"
             if ended_by is not None:
                 manifest["drain"] = {"ended_by": ended_by, "seconds": round(now - drain_started, 3)}
-                _control(control, "receivers-stop")
+                _command(receivers, "receivers-stop")
                 stop_sent = True
         if drain_deadline is not None and all(x.done for x in receivers):
             break
         if time.monotonic() > hard_deadline:
             return "max_run_s exceeded"
-        observer.progress(elapsed, _totals(workers), expected)
+        observer.progress(elapsed, totals, expected)
         time.sleep(0.1)
     for _at, node in pending_restarts:
         cluster.restart_node(node)
@@ -487,28 +700,36 @@ def _apply_fault(
     manifest["faults"].append({**dataclasses.asdict(f), "at_ms": at_ms})
 
 
-def _stop_workers(workers: list[_Worker], control: Path, grace_s: float = STOP_GRACE_S) -> None:
-    """Ask running workers to stop (control file, then SIGTERM), SIGKILL after ``grace_s``."""
+def _stop_workers(workers: list[_Worker], grace_s: float = STOP_GRACE_S) -> None:
+    """Ask running workers to stop, then close their stdin; end them by force after ``grace_s``.
+
+    A remote worker whose connection is gone reads EOF and stops by itself; its process
+    group is also killed over a fresh connection if the host still answers.
+    """
     running = [w for w in workers if not w.done]
     if not running:
         return
-    with contextlib.suppress(OSError):
-        (control / "stop").write_text("1\n")
+    _command(running, "stop")
+    for w in running:
+        w.proc.close_stdin()
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(not w.done for w in running):
+        for w in running:
+            w.pump()
         time.sleep(0.1)
     for w in running:
-        if not w.done:
-            with contextlib.suppress(ProcessLookupError):
-                w.proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(not w.done for w in running):
-        time.sleep(0.1)
-    for w in running:
-        if not w.done:
-            with contextlib.suppress(ProcessLookupError):
-                w.proc.kill()
-            w.proc.wait()
+        if w.done:
+            continue
+        pid = w.started.get("pid")
+        if not w.host.is_local and pid:
+            with contextlib.suppress(MqlabError):
+                w.host.run(
+                    f"kill -TERM -- -{int(pid)} 2>/dev/null; sleep 5; "
+                    f"kill -KILL -- -{int(pid)} 2>/dev/null; true",
+                    timeout_s=20,
+                )
+        w.proc.kill()
+        w.exit_code = w.proc.poll() if w.host.is_local else (w.proc.poll() or -1)
 
 
 def execute_files(

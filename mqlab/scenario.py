@@ -43,10 +43,24 @@ class AwsCluster:
 
 
 @dataclass(frozen=True)
+class NetnsCluster:
+    """A lab of network namespaces on this machine (``target = "netns"``)."""
+
+    delay_ms: float = spec(0.0, min=0, max=1000, help="netem delay on every host's link")
+    jitter_ms: float = spec(0.0, min=0, max=1000, help="netem jitter on every host's link")
+    lab: str = spec("", help="lab name; default: one per scenario shape")
+
+
+@dataclass(frozen=True)
 class Cluster:
-    target: str = spec("local", choices=("local", "aws", "ssh"))
+    target: str = spec("local", choices=("local", "aws", "ssh", "netns"))
     nodes: int = spec(3, min=1, max=15, help="broker nodes")
+    inventory: str = spec("", help='target "ssh": the hosts\' inventory file')
+    clock_budget_ms: float = spec(
+        5.0, min=0, help="largest clock error bound across hosts before the run is flagged"
+    )
     aws: AwsCluster | None = None
+    netns: NetnsCluster | None = None
 
 
 @dataclass(frozen=True)
@@ -426,7 +440,23 @@ def _cross_checks(
                 f"node {f.node} does not exist",
                 f"nodes are 0..{cluster.nodes - 1}",
             )
-    if cluster.target == "local" and registry.BROKERS[profile.broker].local_cluster is None:
+    if cluster.target == "ssh" and not cluster.inventory:
+        raise ScenarioError(
+            path,
+            "cluster.inventory",
+            'target = "ssh" needs the hosts\' inventory file',
+            'set inventory = "hosts.json" (format: docs/fleet.md)',
+        )
+    if cluster.target != "ssh" and cluster.inventory:
+        raise ScenarioError(
+            path,
+            "cluster.inventory",
+            f'an inventory file is only read for target = "ssh" (target is {cluster.target!r})',
+            'remove inventory, or set target = "ssh"',
+        )
+    if cluster.target in ("local", "netns", "ssh") and (
+        registry.BROKERS[profile.broker].local_cluster is None
+    ):
         raise ScenarioError(
             path,
             "cluster.target",

@@ -6,20 +6,36 @@ mqlab_node.py bootstrap --broker B [--user-data-file F | --imds URL] --out /run/
     it and writes node.json and node.env (systemd EnvironmentFile).
 mqlab_node.py render --node /run/mqlab/node.json --image /etc/mqlab/broker.json --out DIR
     writes the broker's config files for this node: the durability settings
-    baked into the image plus node index, own IP and peers' IPs.
+    baked into the image plus node index, own IP and peers' IPs, rendered by
+    mqlab.nodeconf, the one home of every broker's node configuration (local
+    clusters render with it too). The image ships mqlab/nodeconf next to this
+    script (images/base.nix); in the repository it sits two directories up.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import ipaddress
 import json
 import sys
 import urllib.request
-import uuid
 from pathlib import Path
+
+
+def _nodeconf_home() -> Path:
+    """The directory holding mqlab/nodeconf: next to this script on the image,
+    the repository root (two levels up) in a checkout."""
+    here = Path(__file__).absolute().parent
+    for home in (here, here.parent.parent):
+        if (home / "mqlab" / "nodeconf" / "__init__.py").is_file():
+            return home
+    raise SystemExit(f"mqlab-node: mqlab/nodeconf not found next to {here} or two levels up")
+
+
+if str(_nodeconf_home()) not in sys.path:
+    sys.path.insert(0, str(_nodeconf_home()))
+
+from mqlab import nodeconf  # noqa: E402
 
 FORMAT_VERSION = 1
 ROLES = ("broker", "sender", "receiver")
@@ -100,226 +116,25 @@ def node_env(node: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def lab_secret(lab_id: str, purpose: str) -> str:
-    """A per-lab value all nodes derive alike (cookies, cluster ids). Not a secret:
-    the lab's security groups and firewall keep broker ports inside the VPC."""
-    return hashlib.sha256(f"mqlab:{lab_id}:{purpose}".encode()).hexdigest()
-
-
-def kafka_cluster_id(lab_id: str) -> str:
-    raw = uuid.uuid5(uuid.NAMESPACE_URL, f"mqlab:{lab_id}").bytes
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _props(settings: dict) -> list[str]:
-    def fmt(v: object) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, list):
-            return ",".join(str(x) for x in v)
-        return str(v)
-
-    return [f"{k}={fmt(v)}" for k, v in sorted(settings.items())]
-
-
-def _yaml(settings: dict) -> list[str]:
-    return [f"{k}: {json.dumps(v)}" for k, v in sorted(settings.items())]
-
-
 def render(node: dict, image: dict) -> dict[str, str]:
-    """File name -> content for this node's broker configuration."""
-    b, data = image["broker"], image["data_dir"]
-    # keys "mqlab.*" state what the profile expects (e.g. stream replicas) but are
-    # not broker configuration; everything else is written into the config file
-    s = {k: v for k, v in image["settings"].items() if not k.startswith("mqlab.")}
-    i, me, peers = node["index"], node["self_ip"], node["peers"]
-    lab = node["lab_id"]
-    out: dict[str, str] = {}
-    if b == "kafka":
-        voters = ",".join(f"{n}@{ip}:9093" for n, ip in enumerate(peers))
-        s |= {
-            "node.id": i,
-            "controller.quorum.voters": voters,
-            "listeners": "PLAINTEXT://0.0.0.0:9092,CONTROLLER://0.0.0.0:9093",
-            "advertised.listeners": f"PLAINTEXT://{me}:9092",
-            "log.dirs": f"{data}/kafka",
-        }
-        out["server.properties"] = "\n".join(_props(s)) + "\n"
-        out["cluster-id"] = kafka_cluster_id(lab) + "\n"
-    elif b == "redpanda":
-        seeds = "".join(f"    - host: {{address: {ip}, port: 33145}}\n" for ip in peers)
-        out["redpanda.yaml"] = (
-            "redpanda:\n"
-            f"  data_directory: {data}/redpanda\n"
-            f"  node_id: {i}\n"
-            f"  rpc_server: {{address: 0.0.0.0, port: 33145}}\n"
-            f"  advertised_rpc_api: {{address: {me}, port: 33145}}\n"
-            f"  kafka_api:\n    - {{address: 0.0.0.0, port: 9092}}\n"
-            f"  advertised_kafka_api:\n    - {{address: {me}, port: 9092}}\n"
-            f"  seed_servers:\n{seeds}"
-        )
-        out[".bootstrap.yaml"] = "\n".join(_yaml(s)) + "\n"
-    elif b == "rabbitmq":
-        s |= {"cluster_formation.peer_discovery_backend": "classic_config"}
-        s |= {
-            f"cluster_formation.classic_config.nodes.{n + 1}": f"rabbit@{ip}"
-            for n, ip in enumerate(peers)
-        }
-        out["rabbitmq.conf"] = "\n".join(f"{k} = {v}" for k, v in sorted(s.items())) + "\n"
-        out["rabbitmq-env.conf"] = f"NODENAME=rabbit@{me}\nUSE_LONGNAME=true\n"
-        out["erlang.cookie"] = lab_secret(lab, "erlang-cookie")[:32]
-    elif b == "postgres":
-        standbys = [f"mqlab_{n}" for n in range(1, len(peers))]
-        s |= {
-            "synchronous_standby_names": s["synchronous_standby_names"].replace(
-                "STANDBYS", ", ".join(standbys)
+    """File name -> content for this node's broker configuration (mqlab.nodeconf)."""
+    broker = image["broker"]
+    if broker not in nodeconf.BROKERS:
+        raise UserDataError(f"no render recipe for broker {broker!r}")
+    try:
+        return nodeconf.render(
+            nodeconf.Node(
+                broker=broker,
+                index=node["index"],
+                addresses=tuple(node["peers"]),
+                ports=nodeconf.standard_ports(broker, len(node["peers"])),
+                data_dir=f"{image['data_dir']}/{broker}",
+                lab_id=node["lab_id"],
+                settings=dict(image["settings"]),
             )
-        }
-        s["listen_addresses"] = "*"
-        if i > 0:
-            s["primary_conninfo"] = (
-                f"host={peers[0]} port=5432 user=replicator application_name=mqlab_{i}"
-            )
-            s["primary_slot_name"] = f"mqlab_{i}"
-        out["postgresql.conf"] = (
-            "\n".join(
-                f"{k} = {v if isinstance(v, int) else repr(str(v))}" for k, v in sorted(s.items())
-            )
-            + "\n"
         )
-        out["pg_hba.conf"] = "local all all peer\n" + "".join(
-            f"host {db} all {ip}/32 trust\n" for ip in peers for db in ("all", "replication")
-        )
-        out["role"] = ("primary" if i == 0 else "standby") + "\n"
-    elif b == "nats":
-        routes = ", ".join(f"nats://{ip}:6222" for ip in peers)
-        out["nats.conf"] = (
-            f"server_name: mqlab-{i}\nlisten: 0.0.0.0:4222\nhttp: 0.0.0.0:8222\n"
-            f"jetstream {{\n  store_dir: {json.dumps(data + '/nats')}\n"
-            f"  sync_interval: {s['jetstream.sync_interval']}\n}}\n"
-            f"cluster {{\n  name: mqlab\n  listen: 0.0.0.0:6222\n  routes: [{routes}]\n}}\n"
-        )
-    elif b == "redis":
-        s |= {"dir": f"{data}/redis", "bind": "0.0.0.0", "protected-mode": "no"}
-        if i > 0:
-            s["replicaof"] = f"{peers[0]} 6379"
-            s["replica-announce-ip"] = me
-        out["redis.conf"] = (
-            "\n".join(
-                f"{k} {'yes' if v is True else 'no' if v is False else v}"
-                for k, v in sorted(s.items())
-            )
-            + "\n"
-        )
-    elif b == "mongodb":
-        members = ", ".join(f'{{_id: {n}, host: "{ip}:27017"}}' for n, ip in enumerate(peers))
-        out["mongod.conf"] = (
-            f"storage:\n  dbPath: {data}/mongodb\n"
-            f"net:\n  bindIp: 0.0.0.0\n  port: 27017\n"
-            f"replication:\n  replSetName: {s['replSetName']}\n"
-        )
-        out["init.js"] = (
-            f'rs.initiate({{_id: "{s["replSetName"]}", writeConcernMajorityJournalDefault: true, '
-            f"members: [{members}]}});\n"
-            f"db.adminCommand({{setDefaultRWConcern: 1, defaultWriteConcern: {{w: "
-            f'"{s["defaultWriteConcern"]}", j: true}}}});\n'
-        )
-    elif b == "pulsar":
-        zk = ",".join(f"{ip}:2181" for ip in peers)
-        s |= {
-            "metadataStoreUrl": f"zk:{zk}",
-            "configurationMetadataStoreUrl": f"zk:{zk}",
-            "advertisedAddress": me,
-            "clusterName": "mqlab",
-        }
-        out["broker.conf"] = "\n".join(_props(s)) + "\n"
-        out["bookkeeper.conf"] = (
-            "\n".join(
-                _props(
-                    {
-                        "metadataServiceUri": f"zk://{zk.replace(',', ';')}/ledgers",
-                        "advertisedAddress": me,
-                        "journalDirectories": f"{data}/pulsar/journal",
-                        "ledgerDirectories": f"{data}/pulsar/ledgers",
-                        "journalSyncData": True,
-                    }
-                )
-            )
-            + "\n"
-        )
-        out["zookeeper.conf"] = (
-            "\n".join(
-                [
-                    f"dataDir={data}/pulsar/zookeeper",
-                    "clientPort=2181",
-                    "initLimit=10",
-                    "syncLimit=5",
-                ]
-                + [f"server.{n + 1}={ip}:2888:3888" for n, ip in enumerate(peers)]
-            )
-            + "\n"
-        )
-        out["myid"] = f"{i + 1}\n"
-    elif b == "artemis":
-        others = [ip for n, ip in enumerate(peers) if n != i]
-        connectors = "".join(
-            f'      <connector name="n{n}">tcp://{ip}:61616</connector>\n'
-            for n, ip in enumerate(peers)
-        )
-        statics = "".join(
-            f"          <connector-ref>n{peers.index(ip)}</connector-ref>\n" for ip in others
-        )
-        ha = "primary" if i == 0 else "backup"
-        extra = "".join(
-            f"    <{k}>{str(v).lower() if isinstance(v, bool) else v}</{k}>\n"
-            for k, v in sorted(s.items())
-        )
-        out["broker.xml"] = (
-            '<configuration xmlns="urn:activemq">\n <core xmlns="urn:activemq:core">\n'
-            f"    <name>mqlab-{i}</name>\n"
-            f"    <paging-directory>{data}/artemis/paging</paging-directory>\n"
-            f"    <bindings-directory>{data}/artemis/bindings</bindings-directory>\n"
-            f"    <journal-directory>{data}/artemis/journal</journal-directory>\n"
-            f"    <large-messages-directory>{data}/artemis/large</large-messages-directory>\n"
-            f"{extra}    <connectors>\n{connectors}    </connectors>\n"
-            "    <acceptors>\n"
-            '      <acceptor name="all">tcp://0.0.0.0:61616</acceptor>\n    </acceptors>\n'
-            f"    <ha-policy><replication><{ha}><group-name>mqlab</group-name></{ha}>"
-            "</replication></ha-policy>\n"
-            f'    <cluster-connections>\n      <cluster-connection name="mqlab">\n'
-            f"        <connector-ref>n{i}</connector-ref>\n        <static-connectors>\n{statics}"
-            "        </static-connectors>\n      </cluster-connection>\n"
-            "    </cluster-connections>\n"
-            " </core>\n</configuration>\n"
-        )
-    elif b == "rocketmq":
-        s |= {
-            "brokerClusterName": "mqlab",
-            "brokerName": "mqlab-broker",
-            "brokerIP1": me,
-            "namesrvAddr": ";".join(f"{ip}:9876" for ip in peers),
-            "storePathRootDir": f"{data}/rocketmq",
-            "dLegerGroup": "mqlab-broker",
-            "dLegerPeers": ";".join(f"n{n}-{ip}:40911" for n, ip in enumerate(peers)),
-            "dLegerSelfId": f"n{i}",
-        }
-        out["broker.conf"] = "\n".join(_props(s)) + "\n"
-    elif b == "eventstore":
-        seeds = ",".join(f"{ip}:2113" for n, ip in enumerate(peers) if n != i)
-        s |= {
-            "Db": f"{data}/eventstore",
-            "ClusterSize": len(peers),
-            "DiscoverViaDns": False,
-            "GossipSeed": seeds,
-            "NodeIp": "0.0.0.0",
-            "ReplicationIp": "0.0.0.0",
-            "NodeHostAdvertiseAs": me,
-            "ReplicationHostAdvertiseAs": me,
-        }
-        out["eventstore.conf"] = "---\n" + "\n".join(_yaml(s)) + "\n"
-    else:
-        raise UserDataError(f"no render recipe for broker {b!r}")
-    return out
+    except nodeconf.NodeConfError as err:
+        raise UserDataError(str(err)) from err
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,12 @@
-"""Local clusters: real broker servers on 127.0.0.1, started, checked and stopped by mqlab.
+"""Clusters: real broker servers started, checked and stopped by mqlab, on one host or many.
 
-A launcher subclass knows one broker's recipe (config files, start order,
-health). This base keeps the state (PIDs, ports, data dir) in ``state.json`` so
-that ``mqlab cluster up`` can return and a later ``status`` or ``down`` finds
-exactly the processes it started.
+A launcher subclass knows one broker's recipe (config files, start order, health).
+Every node runs on a ``Host`` (``mqlab.fleet.hosts``): by default all nodes on this
+machine on 127.0.0.1 with free ports (the embedded default); on a lab, node ``i`` on
+``hosts[i]`` at that host's address with the broker's standard ports, started over SSH.
+The same recipe serves both. This base keeps the state (PIDs, ports, data dirs) in
+``state.json`` so that ``mqlab cluster up`` can return and a later ``status`` or
+``down`` finds exactly the processes it started.
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ import shutil
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, ClassVar
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from mqlab.clusters import process
+from mqlab.clusters import process, tools
 from mqlab.clusters.process import ProcessRecord
 from mqlab.drivers.base import Endpoints
 from mqlab.errors import ClusterError
+
+if TYPE_CHECKING:
+    from mqlab.fleet.hosts import Host
 
 LOG = logging.getLogger(__name__)
 STATE_FORMAT_VERSION = 1
@@ -38,12 +44,61 @@ class LocalCluster(ABC):
     default_nodes: ClassVar[int] = 3
     start_timeout_s: ClassVar[float] = 60.0
 
-    def __init__(self, workdir: Path, nodes: int | None = None):
+    standard_ports: ClassVar[dict[str, int]] = {}  # on hosts of their own
+
+    def __init__(self, workdir: Path, nodes: int | None = None, hosts: list[Host] | None = None):
+        from mqlab.fleet.hosts import LocalHost
+
         self.workdir = Path(workdir)
         self.nodes = nodes or self.default_nodes
+        if hosts is not None and len(hosts) < self.nodes:
+            raise ClusterError(f"{self.nodes} {self.broker} nodes need {self.nodes} broker hosts")
+        self.hosts: list[Host] = list(hosts[: self.nodes]) if hosts else [LocalHost()] * self.nodes
         self.procs: dict[int, ProcessRecord] = {}
         self.ports: dict[str, Any] = {}
         self.extra: dict[str, Any] = {}
+
+    # -- where nodes run ------------------------------------------------------------
+    @property
+    def on_hosts(self) -> bool:
+        """Nodes on hosts of their own (a lab), not all on this machine's loopback."""
+        return not all(h.is_local for h in self.hosts)
+
+    def host(self, index: int) -> Host:
+        return self.hosts[index]
+
+    def addr(self, index: int) -> str:
+        return self.hosts[index].address
+
+    def node_dir(self, index: int) -> PurePosixPath:
+        """Node ``index``'s directory on its host."""
+        h = self.hosts[index]
+        if h.is_local:
+            return PurePosixPath(str(self.workdir)) / f"n{index}"
+        return h.root / "clusters" / self.workdir.name / f"n{index}"
+
+    def pick_ports(self, names: list[str]) -> dict[str, list[int]]:
+        """Per port name, every node's port: free loopback ports, or the standard ones."""
+        if self.on_hosts:
+            return {n: [self.standard_ports[n]] * self.nodes for n in names}
+        free = process.free_ports(len(names) * self.nodes)
+        return {n: free[k * self.nodes : (k + 1) * self.nodes] for k, n in enumerate(names)}
+
+    def binary(self, index: int, local: Path | None, name: str, fix: str) -> str:
+        """The server binary as node ``index``'s host sees it."""
+        h = self.hosts[index]
+        if h.is_local:
+            return str(tools.require(local, name, fix))
+        if local is not None and h.run(["test", "-x", str(local)], check=False).rc == 0:
+            return str(local)
+        found = h.run(["sh", "-c", f"command -v {name}"], check=False).out.strip()
+        if not found:
+            raise ClusterError(f"{h.name}: {name} not found on the host ({fix})")
+        return found
+
+    def write(self, index: int, name: str, text: str) -> None:
+        """Write a file into node ``index``'s directory on its host."""
+        self.hosts[index].write_file(self.node_dir(index) / name, text)
 
     # -- recipe ---------------------------------------------------------------
     @abstractmethod
@@ -77,6 +132,8 @@ class LocalCluster(ABC):
     def start(self, progress: Progress = _quiet) -> None:
         """Bring the cluster up; on any failure (or Ctrl-C) stop what was started."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        for i in range(self.nodes):
+            self.hosts[i].mkdir(self.node_dir(i))
         try:
             self._prepare(progress)
             self._start_all(progress)
@@ -88,11 +145,14 @@ class LocalCluster(ABC):
             raise
 
     def stop(self, remove_data: bool = True) -> None:
-        for rec in self.procs.values():
-            process.stop(rec)
+        for i, rec in self.procs.items():
+            self.hosts[i].stop(rec)
         self._after_stop()
         self.procs = {}
         if remove_data:
+            for i in range(self.nodes):
+                if not self.hosts[i].is_local:
+                    self.hosts[i].remove_tree(self.node_dir(i).parent)
             shutil.rmtree(self.workdir, ignore_errors=True)
         else:
             self.save_state()
@@ -104,17 +164,27 @@ class LocalCluster(ABC):
         """Hard-kill node ``index`` (SIGKILL its process group): a crash, for fault tests."""
         import signal
 
-        process.stop(self.procs[index], timeout_s=5, sig=signal.SIGKILL)
+        self.hosts[index].stop(self.procs[index], timeout_s=5, sig=signal.SIGKILL)
         self.save_state()
 
     def restart_node(self, index: int) -> None:
-        if index in self.procs and process.is_alive(self.procs[index]):
+        if index in self.procs and self.hosts[index].is_alive(self.procs[index]):
             return
         self.procs[index] = self._start_node(index)
         self.save_state()
 
     def alive(self) -> list[bool]:
-        return [i in self.procs and process.is_alive(self.procs[i]) for i in range(self.nodes)]
+        out = [False] * self.nodes
+        by_host: dict[int, list[int]] = {}
+        for i in range(self.nodes):
+            if i in self.procs:
+                by_host.setdefault(id(self.hosts[i]), []).append(i)
+        for idx in by_host.values():
+            for i, ok in zip(
+                idx, self.hosts[idx[0]].alive([self.procs[i] for i in idx]), strict=True
+            ):
+                out[i] = ok
+        return out
 
     # -- state ----------------------------------------------------------------
     @property
@@ -127,6 +197,7 @@ class LocalCluster(ABC):
             "broker": self.broker,
             "nodes": self.nodes,
             "workdir": str(self.workdir),
+            "hosts": [h.name for h in self.hosts],
             "procs": {str(i): r.to_json() for i, r in self.procs.items()},
             "ports": self.ports,
             "extra": self.extra,

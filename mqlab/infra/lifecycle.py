@@ -6,6 +6,7 @@ is destroyed before returning, and the error says whether that worked.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -169,6 +170,10 @@ def up(spec: LabSpec, progress: Progress | None = None) -> UpResult:
                 LOG.exception("unexpected error during up")
             cls = LabInterrupted if interrupted else InfraError
             raise cls(f"infra up {what}; {cleanup}") from None
+    # the lab's price per hour travels with its hosts: runs state their cost from it
+    inventory = dataclasses.replace(
+        inventory, kind="aws", price_per_hour_usd=spec.cost().usd_per_hour
+    )
     inv.save(inventory, lab.inventory_file)
     lab.update(state="up")
     lab.plan_file.unlink(missing_ok=True)

@@ -4,9 +4,11 @@ Layout (little endian, 24 bytes): magic u16, header version u16, sender id u32,
 sequence number u64, intended send time i64 (wall clock ns). The stamp is the
 instant the schedule meant the message to go (fixed rate: its slot; closed loop:
 when the batch began), converted once per sender thread from the monotonic
-schedule to wall-clock ns, so a sender that falls behind cannot hide its delay
-from end-to-end latency. The rest of the message is padding from a pool of random
-payloads made at start.
+schedule to wall-clock ns (:func:`mqlab.clock.wall_ns`, the sender host's clock), so a
+sender that falls behind cannot hide its delay from end-to-end latency. Receivers
+correct for the difference between their host's clock and the sender host's
+(:meth:`mqlab.workload.recorder.IntervalRecorder.correct_clocks`). The rest of the
+message is padding from a pool of random payloads made at start.
 """
 
 from __future__ import annotations

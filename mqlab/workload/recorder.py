@@ -5,6 +5,11 @@ Worker threads append to their own :class:`SenderStats` / :class:`ReceiverStats`
 :class:`IntervalRecorder` swaps every thread's buffers and turns them, in bulk,
 into HdrHistogram interval-log lines, a ``counts.csv`` row and delivery records.
 The file formats are the archive's (:mod:`mqlab.results.archive`).
+
+End-to-end latency is the receive stamp (this host's wall clock) minus the header's
+stamp (the sender host's wall clock), minus the clock correction of that sender id
+(:meth:`IntervalRecorder.correct_clocks`: this host's measured clock offset minus the
+sender host's), so that clocks of different hosts do not show up as latency.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import array
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -20,6 +26,7 @@ from typing import TextIO
 import numpy as np
 from pyroaring import BitMap64
 
+from mqlab import clock
 from mqlab.results.archive import codecs, layout
 from mqlab.results.archive.codecs import COUNT_FIELDS
 from mqlab.results.archive.hlog import IntervalLogWriter
@@ -294,6 +301,25 @@ class IntervalRecorder:
         self.out_of_range = {m: {"below_zero": 0, "above_max": 0} for m in self.hists}
         self.lock = threading.Lock()
         self._foreign_logged = False
+        self._corr_ids = np.empty(0, np.uint32)  # sender ids with a clock correction, sorted
+        self._corr_us = np.empty(0, np.int64)  # their corrections (µs to subtract)
+
+    def correct_clocks(self, corrections_us: Mapping[str, int]) -> None:
+        """Receivers: sender id (a string, as the worker spec has it) -> µs to subtract
+        from that sender's end-to-end latencies (this host's clock offset minus the sender
+        host's, :func:`mqlab.fleet.clocks.corrections_us`); a sender id not listed: 0.
+        A corrected latency below 0 is recorded as 0 and counted (``below_zero``)."""
+        pairs = sorted((int(k), int(v)) for k, v in corrections_us.items() if int(v))
+        self._corr_ids = np.array([k for k, _ in pairs], dtype=np.uint32)
+        self._corr_us = np.array([v for _, v in pairs], dtype=np.int64)
+
+    def _correction_us(self, senders: np.ndarray) -> np.ndarray | None:
+        """The clock correction of each message's sender id (None: no corrections)."""
+        ids = self._corr_ids
+        if ids.size == 0 or senders.size == 0:
+            return None
+        pos = np.minimum(np.searchsorted(ids, senders), ids.size - 1)
+        return np.where(ids[pos] == senders, self._corr_us[pos], 0)
 
     def tick(self, end_ms: int) -> None:
         """Close the interval [interval_start_ms, end_ms) and write it out (an ``end_ms``
@@ -364,6 +390,9 @@ class IntervalRecorder:
                     decoded, recv, flagged = decoded[ok], recv[ok], flagged[ok]
                 first = self.delivery.add(thread, decoded, flagged)
                 latency = (recv - decoded["sent_ns"]) // 1000
+                correction = self._correction_us(decoded["sender"])
+                if correction is not None:
+                    latency = latency - correction  # below 0: clamped and counted
                 lat.append(latency)
                 first_lat.append(latency[first])
                 counts["first_received"] += int(np.count_nonzero(first))
@@ -388,4 +417,5 @@ class IntervalRecorder:
 
 
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    """Wall clock, ms since the epoch (:func:`mqlab.clock.wall_ms`)."""
+    return clock.wall_ms()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,11 @@ class WorkerSpec:
     queue: str
     workload: dict[str, Any]  # mqlab.scenario.Workload as a table
     out_dir: str
-    control_dir: str
     seed: int
+    host: str = "local"  # the inventory name of the host it runs on
+    # receivers: sender node (as a string) -> µs to subtract from that node's end-to-end
+    # latencies: this host's clock offset minus the sender host's (both to the coordinator)
+    clock_corrections_us: dict[str, int] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
     def write(self, path: Path) -> None:

@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from mqlab import clock
 from mqlab.drivers.base import Driver
 from mqlab.scenario import Workload
 from mqlab.workload import envelope
@@ -64,7 +65,7 @@ def run_sender(
             if stop.is_set():
                 return
         start_ns = time.monotonic_ns()
-        wall_offset_ns = time.time_ns() - time.monotonic_ns()  # monotonic -> wall, once
+        wall_offset_ns = clock.wall_ns() - time.monotonic_ns()  # monotonic -> wall, once
         schedule = make_schedule(w.mode, w.rate_per_s, start_ns)
         stats.schedule = schedule
         end_ns = start_ns + int(w.duration_s * 1e9) if w.duration_s else None
@@ -127,7 +128,7 @@ def run_receiver(
             if not batch:
                 retry.ok()
                 continue
-            recv_ns = time.time_ns()
+            recv_ns = clock.wall_ns()  # compared with the sender host's stamp
             again = [i for i, d in enumerate(batch) if d.redelivered] or None
             stats.received([d.payload for d in batch], recv_ns, again)
             try:

@@ -1,27 +1,30 @@
 """One client node: a process running sender or receiver threads and recording.
 
-``python -m mqlab.workload.worker SPEC.json`` — the same entry point runs locally
-(started by mqlab run) and on remote client nodes (started over Fabric).
+``python -m mqlab.workload.worker SPEC.json`` — the same entry point runs locally and
+on remote hosts (from the shipped bundle); the coordinator attaches to its stdin and
+stdout through ``mqlab.fleet.hosts`` in both cases.
 
-Control files in ``spec.control_dir`` (polled), written by the coordinator:
-``go`` is the common start of every sender (written once all workers are ready);
-``receivers-stop`` ends the receivers' drain (the broker holds nothing more, or the
-drain deadline passed); ``stop`` ends the worker now, gracefully. SIGINT/SIGTERM
-also stop it gracefully. Whatever happens, the worker writes what it recorded,
-``worker.json`` last.
+Commands (stdin, one per line): ``go`` is the common start of every sender (sent once
+all workers are ready); ``receivers-stop`` ends the receivers' drain; ``stop`` ends the
+worker now, gracefully. EOF on stdin (the coordinator died, or the SSH connection was
+lost) stops it too, as do SIGINT/SIGTERM/SIGHUP. Events (stdout, JSON lines):
+``started`` (pid, interpreter prefix), ``ready``, ``progress`` (totals, twice a second),
+``done``. Whatever happens, the worker writes what it recorded, ``worker.json`` last.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from mqlab import typed
+from mqlab import clock, typed
 from mqlab.drivers import registry
 from mqlab.drivers.base import Endpoints
 from mqlab.results.archive import layout
@@ -43,10 +46,13 @@ EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 4
 
 
 class Worker:
-    def __init__(self, spec: WorkerSpec):
+    def __init__(self, spec: WorkerSpec, commands: IO[str], events: IO[str]):
         self.spec = spec
         self.out = Path(spec.out_dir)
-        self.control = Path(spec.control_dir)
+        self._in = commands
+        self._out = events
+        self._out_lock = threading.Lock()
+        self.commands: set[str] = set()
         self.stop = threading.Event()
         self.interrupted = False
         self.errors: list[str] = []
@@ -91,6 +97,8 @@ class Worker:
                 )
                 threads.append(threading.Thread(target=self._guard, args=args, name=f"send-{t}"))
         else:
+            # end-to-end latencies of senders on other hosts: minus the clocks' difference
+            self.recorder.correct_clocks(spec.clock_corrections_us)
             for t in range(spec.threads):
                 rstats = ReceiverStats()
                 self.recorder.receivers.append(rstats)
@@ -104,7 +112,7 @@ class Worker:
     def _ticker(self) -> None:
         while not self.stop.is_set():
             boundary_ms = (now_ms() // 1000 + 1) * 1000
-            if self.stop.wait(max(0.0, boundary_ms / 1000 - time.time())):
+            if self.stop.wait(max(0.0, boundary_ms / 1000 - clock.wall_s())):
                 break
             self.recorder.tick(boundary_ms)
             write_json(self.out / "progress.json", {"totals": self.recorder.totals})
@@ -117,36 +125,67 @@ class Worker:
         self.go.set()
 
     # -- main -----------------------------------------------------------------
+    def _emit(self, event: str, **fields: Any) -> None:
+        """One JSON line to the coordinator; a closed pipe (coordinator gone) stops us."""
+        try:
+            with self._out_lock:
+                self._out.write(json.dumps({"event": event, **fields}) + "\n")
+                self._out.flush()
+        except (OSError, ValueError):
+            self.interrupted = True
+            self.stop.set()
+
+    def _commands(self) -> None:
+        """Read the coordinator's commands from stdin; EOF (it or the SSH link is gone) stops."""
+        for line in self._in:
+            cmd = line.split()
+            if not cmd:
+                continue
+            if cmd[0] == "go":
+                self.commands.add("go")
+            elif cmd[0] == "receivers-stop":
+                self.commands.add("receivers-stop")
+            elif cmd[0] == "stop":
+                break
+        self.commands.add("stop")
+
     def run(self) -> int:
         spec = self.spec
         ready = threading.Barrier(spec.threads + 1)
+        threading.Thread(target=self._commands, name="commands", daemon=True).start()
         threads = self._start_threads(ready)
         try:
             ready.wait(timeout=60)
         except threading.BrokenBarrierError:
             self.errors.append("threads did not connect within 60 s")
             self.stop.set()
-        (self.out / "ready").write_text("ok\n")
+        self._emit("ready")
         ticker = threading.Thread(target=self._ticker, name="ticker", daemon=True)
         ticker.start()
         deadline = time.monotonic() + self.workload.max_run_s
+        next_progress = time.monotonic() + 0.5
         while not self.stop.is_set():
-            if (self.control / "stop").exists() or time.monotonic() > deadline:
+            if "stop" in self.commands or time.monotonic() > deadline:
                 self.interrupted = True
                 break
             if spec.role == "sender":
-                if not self.go.is_set() and (self.control / "go").exists():
+                if not self.go.is_set() and "go" in self.commands:
                     self._start_sending()
                 if self.go.is_set() and not any(t.is_alive() for t in threads):
                     break
-            elif (self.control / "receivers-stop").exists():
+            elif "receivers-stop" in self.commands:
                 break
-            self.stop.wait(0.005 if not self.go.is_set() and spec.role == "sender" else 0.05)
+            if time.monotonic() >= next_progress:
+                next_progress += 0.5
+                self._emit("progress", totals=dict(self.recorder.totals))
+            self.stop.wait(0.002 if not self.go.is_set() and spec.role == "sender" else 0.05)
         self.stop.set()
         for t in threads:
             t.join(timeout=30)
         ticker.join(timeout=5)
-        return self.finish()
+        code = self.finish()
+        self._emit("done", exit_code=code, totals=dict(self.recorder.totals))
+        return code
 
     def finish(self) -> int:
         ended = now_ms()
@@ -181,13 +220,28 @@ class Worker:
 
 
 def main(argv: list[str]) -> int:
+    """``python -m mqlab.workload.worker SPEC.json``: commands on stdin, events on stdout."""
     logging.basicConfig(
         level=logging.WARNING,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    out = sys.stdout
+    sys.stdout = sys.stderr  # nothing else may write into the event stream
+    print(
+        json.dumps(
+            {
+                "event": "started",
+                "pid": os.getpid(),
+                "prefix": sys.prefix,
+                "mqlab": str(Path(__file__).resolve().parent.parent),
+            }
+        ),
+        file=out,
+        flush=True,
+    )
     spec = WorkerSpec.read(Path(argv[1]))
-    worker = Worker(spec)
+    worker = Worker(spec, sys.stdin, out)
 
     def on_signal(signum: int, _frame: Any) -> None:
         worker.interrupted = True
@@ -195,6 +249,7 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
     return worker.run()
 
 

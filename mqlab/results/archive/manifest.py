@@ -1,5 +1,12 @@
-"""What produced a run: versions, pins, host, clock. Nothing secret or machine-private
-(no hostnames, user names, IP addresses other than loopback, or absolute paths)."""
+"""What produced a run: versions, pins, host, clock, lab. Nothing secret or
+machine-private on a local run (no hostnames, user names, IP addresses other than
+loopback, or absolute paths); a lab's hosts are named as its inventory names them.
+
+The ``clock`` section has the shapes of :mod:`mqlab.fleet.clocks` (``local_section`` on
+one host, ``unmeasured_section`` until the coordinator replaces it with
+``clock_section`` for a run on several hosts); the ``lab`` section says where the run
+ran and what the lab costs an hour (the coordinator passes it; default: this machine).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mqlab.fleet.clocks import local_section, unmeasured_section
 from mqlab.results.archive.formats import FORMAT_VERSION
 
 PROJECT_DIR = Path(__file__).resolve().parents[3]
@@ -83,28 +91,39 @@ def host_info() -> dict[str, Any]:
         "kernel": platform.release(),
         "os": os_name,
         "machine": platform.machine(),
+        "clocksource": _read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
     }
 
 
-def clock_info(target: str) -> dict[str, Any]:
-    """The clocks behind the latency figures. Only what is known is written: on the local
-    target every worker and broker reads one kernel clock, so there is no offset to
-    measure; on other targets nothing here measures offsets (the fleet will), so none
-    are claimed."""
-    info: dict[str, Any] = {
-        "source": _read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
-        "wall_clock": "time.time_ns",
-    }
+def clock_info(target: str, budget_ms: float | None = None) -> dict[str, Any]:
+    """The clocks behind the latency figures, as far as this process knows them: on the
+    local target every worker and broker reads one kernel clock (no offset, bound 0);
+    elsewhere nothing is claimed until the coordinator measures the hosts' offsets and
+    replaces this section with :func:`mqlab.fleet.clocks.clock_section`."""
     if target == "local":
-        info["hosts"] = {"local": {"offset_ms": 0.0, "error_bound_ms": 0.0}}
-        info["note"] = "one host: every worker and broker reads the same kernel clock"
-    else:
-        info["hosts"] = {}
-        info["note"] = "clock offsets between hosts were not measured"
-    return info
+        return local_section("local", budget_ms)
+    return unmeasured_section(budget_ms)
 
 
-def base_manifest(run_id: str, scenario: Any, driver_libraries: tuple[str, ...]) -> dict[str, Any]:
+def local_lab() -> dict[str, Any]:
+    """The ``lab`` section of a run on this machine: no price."""
+    return {
+        "kind": "local",
+        "name": "local",
+        "price_per_hour_usd": None,
+        "hosts": {"local": {"role": "all", "address": "127.0.0.1"}},
+    }
+
+
+def base_manifest(
+    run_id: str,
+    scenario: Any,
+    driver_libraries: tuple[str, ...],
+    lab: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The manifest as a run starts. ``lab``: ``{"kind": "local"|"netns"|"ssh"|"aws",
+    "name", "price_per_hour_usd": float | None, "hosts": {name: {"role", "address"}}}``
+    (default :func:`local_lab`)."""
     libs = {name: _version(name) for name in (*CORE_LIBRARIES, *driver_libraries)}
     return {
         "format_version": FORMAT_VERSION,
@@ -132,7 +151,8 @@ def base_manifest(run_id: str, scenario: Any, driver_libraries: tuple[str, ...])
             "reused": False,
         },
         "host": host_info(),
-        "clock": clock_info(scenario.cluster.target),
+        "clock": clock_info(scenario.cluster.target, scenario.cluster.clock_budget_ms),
+        "lab": dict(lab) if lab is not None else local_lab(),
         "workers": [],
         "faults": [],
         "drain": None,

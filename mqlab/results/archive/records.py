@@ -205,6 +205,98 @@ def read_worker(path: Path | str) -> WorkerRecord:
 
 
 # -- manifest.json and summary.json -------------------------------------------------
+NOT_MEASURED = "clock offsets between hosts were not measured"
+
+
+@dataclass(frozen=True)
+class ClockInfo:
+    """The manifest's ``clock`` section (the shapes of :mod:`mqlab.fleet.clocks`).
+
+    ``bound_ms``: the worst error bound of a corrected end-to-end latency between two
+    hosts (0 on one host; None: not known, ``unknown`` says why). ``hosts``: host ->
+    ``{"offset_ms", "bound_ms", "drift_ms"}`` as measured before the run (drift: how far
+    the offset moved by its end; None when not measured again).
+    """
+
+    method: str
+    bound_ms: float | None
+    budget_ms: float | None
+    within_budget: bool | None
+    hosts: dict[str, dict[str, float | None]]
+    unknown: str | None = None
+
+
+@dataclass(frozen=True)
+class LabInfo:
+    """The manifest's ``lab`` section: where the run ran and what the lab costs an hour
+    (None: no price, e.g. this machine)."""
+
+    kind: str  # local | netns | ssh | aws
+    name: str
+    price_per_hour_usd: float | None
+    hosts: dict[str, dict[str, Any]]
+
+
+def _float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def read_clock(d: dict[str, Any], target: str) -> ClockInfo:
+    """The ``clock`` section of a manifest document, of any format-2 shape: the measured
+    shape (``bound_ms``), the older one (``hosts: {"local": {"offset_ms", "error_bound_ms"}}``
+    on one host, ``hosts: {}`` elsewhere), or none at all (a local run: one clock)."""
+    sec = d.get("clock")
+    sec = sec if isinstance(sec, dict) else None
+    raw_hosts = sec.get("hosts") if sec is not None else None
+    raw_hosts = raw_hosts if isinstance(raw_hosts, dict) else {}
+    if sec is not None and "bound_ms" in sec:
+        hosts: dict[str, dict[str, float | None]] = {}
+        for host, e in raw_hosts.items():
+            before = (e or {}).get("before") or {}
+            hosts[str(host)] = {
+                "offset_ms": _float(before.get("offset_ms")),
+                "bound_ms": _float(before.get("bound_ms")),
+                "drift_ms": _float((e or {}).get("drift_ms")),
+            }
+        bound = _float(sec["bound_ms"])
+        within = sec.get("within_budget")
+        return ClockInfo(
+            method=str(sec.get("method") or ""),
+            bound_ms=bound,
+            budget_ms=_float(sec.get("budget_ms")),
+            within_budget=None if within is None else bool(within),
+            hosts=hosts,
+            unknown=None if bound is not None else str(sec.get("note") or NOT_MEASURED),
+        )
+    if len(raw_hosts) == 1 or (sec is None and target == "local"):
+        ((host, e),) = raw_hosts.items() if raw_hosts else (("local", {}),)
+        hosts = {
+            str(host): {
+                "offset_ms": float((e or {}).get("offset_ms", 0.0)),
+                "bound_ms": float((e or {}).get("error_bound_ms", 0.0)),
+                "drift_ms": None,
+            }
+        }
+        return ClockInfo("one host", 0.0, None, True, hosts)
+    why = str(sec.get("note") or NOT_MEASURED) if sec is not None else "no clock section"
+    return ClockInfo("not measured", None, None, None, {}, why)
+
+
+def read_lab(d: dict[str, Any], target: str) -> LabInfo:
+    """The ``lab`` section of a manifest document; an archive without one ran on
+    ``cluster.target`` at no known price."""
+    sec = d.get("lab")
+    if not isinstance(sec, dict):
+        return LabInfo(target or "local", target or "local", None, {})
+    hosts = sec.get("hosts")
+    return LabInfo(
+        kind=str(sec.get("kind") or target or ""),
+        name=str(sec.get("name") or ""),
+        price_per_hour_usd=_float(sec.get("price_per_hour_usd")),
+        hosts={str(k): dict(v) for k, v in hosts.items()} if isinstance(hosts, dict) else {},
+    )
+
+
 @dataclass(frozen=True)
 class Manifest:
     """What a run says about itself (the fields the summary and reports use; ``raw`` has
@@ -227,6 +319,8 @@ class Manifest:
     workers: list[dict[str, Any]]
     drain: dict[str, Any] | None
     raw: dict[str, Any]
+    clock: ClockInfo = ClockInfo("not measured", None, None, None, {}, "no clock section")
+    lab: LabInfo = LabInfo("local", "local", None, {})
 
 
 def read_manifest(path: Path | str) -> Manifest:
@@ -241,6 +335,7 @@ def read_manifest(path: Path | str) -> Manifest:
 
     try:
         measure = section("measure")
+        target = str(section("cluster").get("target") or "")
         return Manifest(
             run_id=str(d.get("run_id") or Path(path).parent.name),
             status=str(d.get("status", "")),
@@ -252,15 +347,17 @@ def read_manifest(path: Path | str) -> Manifest:
             measure_end_ms=ms(measure.get("end_ms")),
             broker=str(section("broker").get("name") or ""),
             profile=str(section("broker").get("profile") or ""),
-            cluster_target=str(section("cluster").get("target") or ""),
+            cluster_target=target,
             mqlab_version=str(section("mqlab").get("version") or ""),
             git_commit=str(section("mqlab").get("git_commit") or ""),
             host_cpu_model=str(section("host").get("cpu_model") or ""),
             workers=[dict(w) for w in d.get("workers") or []],
             drain=d.get("drain"),
             raw=d,
+            clock=read_clock(d, target),
+            lab=read_lab(d, target),
         )
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, AttributeError) as e:
         raise _bad(path, "not a manifest.json record", e) from None
 
 

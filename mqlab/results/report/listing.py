@@ -1,5 +1,6 @@
 """What `mqlab ls` lists: every run directory (readable or not), filters, and the
-figures of each run's ``summary.json``."""
+figures of each run's ``summary.json``. A run on a lab with a price per hour shows its
+cost and its cost per million messages delivered; other runs leave those cells empty."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ COLUMNS = (
     "Receive msgs/s",
     "Lost",
     "Undrained",
+    "Cost",  # "$cost ($per million delivered/M)"; empty for a lab without a price
 )
 
 
@@ -119,6 +121,7 @@ def row(x: Listed) -> dict[str, Any]:
     s = r.summary
     tp = (s or {}).get("throughput") or {}
     delivery = (s or {}).get("delivery") or {}
+    lab = (s or {}).get("lab") or {}
     return {
         "run_id": r.run_id,
         "broker": r.broker,
@@ -131,6 +134,9 @@ def row(x: Listed) -> dict[str, Any]:
         "lost": delivery.get("lost"),
         "undrained": delivery.get("undrained"),
         "unknown": {k: v for k, v in unknown.reasons(s or {}).items() if k in delivery},
+        "price_per_hour_usd": lab.get("price_per_hour_usd"),
+        "cost_usd": (s or {}).get("cost_usd"),
+        "cost_per_million_delivered_usd": (s or {}).get("cost_per_million_delivered_usd"),
         "path": str(r.path),
     }
 
@@ -141,6 +147,16 @@ def cells(d: dict[str, Any]) -> list[str]:
     def fig(v: Any, spec: str) -> str:
         return NOT_SUMMARIZED if not d["summarized"] else unknown.show(v, spec)
 
+    def usd(v: Any) -> str:
+        return unknown.UNKNOWN if v is None else f"${v:,.4f}" if v < 1 else f"${v:,.2f}"
+
+    def cost() -> str:  # empty for a lab without a price
+        if d.get("price_per_hour_usd") is None:
+            return ""
+        if not d["summarized"]:
+            return NOT_SUMMARIZED
+        return f"{usd(d['cost_usd'])} ({usd(d['cost_per_million_delivered_usd'])}/M)"
+
     return [
         d["run_id"],
         d["broker"],
@@ -150,4 +166,5 @@ def cells(d: dict[str, Any]) -> list[str]:
         fig(d["receive_msgs_per_s"], ",.0f"),
         fig(d["lost"], ","),
         fig(d["undrained"], ","),
+        cost(),
     ]

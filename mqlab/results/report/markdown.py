@@ -7,6 +7,7 @@ shown as "unknown", with the summary's reason.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +18,13 @@ from mqlab.results.archive.layout import METRICS, read_scenario
 from mqlab.results.report import plots, unknown
 from mqlab.results.summary import catalog
 from mqlab.results.summary.figures import FIGURES
-from mqlab.results.summary.tables import DELIVERY, OUT_OF_RANGE, ROLES
+from mqlab.results.summary.tables import (
+    CLOCK_PROBLEM,
+    DELIVERY,
+    OUT_OF_RANGE,
+    ROLES,
+    clock_problem,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -111,6 +118,89 @@ def _schedule(scenario: dict[str, Any]) -> str | None:
     return str(workload["mode"]).replace("_", " ")
 
 
+def _usd(x: float | None) -> str:
+    return unknown.UNKNOWN if x is None else f"${x:,.4f}" if x < 1 else f"${x:,.2f}"
+
+
+def _context_reasons(run: dict[str, Any]) -> dict[str, str]:
+    try:
+        raw = json.loads(run.get("context_unknown") or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+
+def _cost(run: dict[str, Any]) -> list[str]:
+    """The lab's price and the run's cost; nothing for a lab without a price."""
+    price = run.get("price_per_hour_usd")
+    if price is None:
+        return []
+    why = _context_reasons(run)
+    hours = run.get("run_hours")
+    per_m = run.get("cost_per_million_delivered_usd")
+    line = (
+        f"- lab `{run.get('lab_name')}` ({run.get('lab_kind')}) at ${price:,.2f}/h: cost "
+        f"{_usd(run.get('cost_usd'))}"
+        + (f" over {hours * 60:,.1f} min" if hours is not None else "")
+        + f", {_usd(per_m)} per million messages delivered"
+    )
+    if per_m is None and "cost_per_million_delivered_usd" in why:
+        line += f" ({why['cost_per_million_delivered_usd']})"
+    elif run.get("cost_usd") is None and "cost_usd" in why:
+        line += f" ({why['cost_usd']})"
+    return [line]
+
+
+def _clocks(run: dict[str, Any]) -> list[str]:
+    """The clock error bound and each host's offset, for a run on several hosts (or one
+    whose bound is unknown or over budget); nothing for a run on one host."""
+    try:
+        hosts = json.loads(run.get("clock_hosts") or "{}")
+    except ValueError:
+        hosts = {}
+    bound, budget = run.get("clock_bound_ms"), run.get("clock_budget_ms")
+    over = run.get("clock_within_budget") is False
+    unmeasured = bound is None and run.get("cluster_target") not in (None, "", "local")
+    if len(hosts) < 2 and not over and not unmeasured:
+        return []
+    lines = ["## Clocks", ""]
+    if bound is None:
+        why = _context_reasons(run).get("clock_bound_ms", "not in the summary")
+        lines.append(
+            f"Clock error bound: unknown ({why}). End-to-end latencies between hosts "
+            "include the difference of their clocks, by an unknown amount."
+        )
+    else:
+        verdict = (
+            "" if budget is None else f" ({'over' if over else 'within'} the budget {budget:g} ms)"
+        )
+        lines.append(
+            f"Clock error bound: {bound:g} ms{verdict}. Receivers subtract each sender "
+            "host's clock offset (measured NTP-style before the run) from end-to-end "
+            "latencies; a corrected latency between two hosts is within this bound of the "
+            "truth (the offsets' error bounds plus how far they drifted by the end)."
+        )
+        if over:
+            lines += ["", f"**Problem:** {clock_problem(bound, budget or 0.0)}."]
+    if hosts:
+        rows = [
+            [
+                host,
+                _offset(h.get("offset_ms")),
+                _offset(h.get("bound_ms"), sign=False),
+                "not measured" if h.get("drift_ms") is None else f"{h['drift_ms']:g}",
+            ]
+            for host, h in sorted(hosts.items())
+        ]
+        lines += ["", *_table(("host", "offset ms", "± ms", "drift ms"), rows, "lrrr")]
+        lines += ["", "Offset: the host's clock minus the coordinator's."]
+    return lines
+
+
+def _offset(x: float | None, sign: bool = True) -> str:
+    return unknown.UNKNOWN if x is None else f"{x:+.3f}" if sign else f"{x:.3f}"
+
+
 def _header(run: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
     schedule = _schedule(scenario)
     return [
@@ -125,6 +215,7 @@ def _header(run: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
         + (f", {schedule}" if schedule else ""),
         f"- {run['sender_nodes']} sender node(s) × {run['sender_threads']} threads, "
         f"{run['receiver_nodes']} receiver node(s) × {run['receiver_threads']} threads",
+        *_cost(run),
         "",
     ]
 
@@ -245,6 +336,8 @@ def _latency(run: dict[str, Any], reasons: dict[str, str]) -> list[str]:
 
 
 def _problems(run: dict[str, Any], problems: list[dict[str, Any]], run_dir: Path) -> list[str]:
+    # the clock's problem line is shown with the clocks
+    problems = [p for p in problems if not str(p["problem"]).startswith(CLOCK_PROBLEM)]
     if not (run["bad_lines"] or run["missing_files"] or problems):
         return []
     lines = [
@@ -279,6 +372,9 @@ def run_markdown(
     lines = _header(run, scenario or {})
     lines += ["## mqperf table", "", *_table(MQPERF_HEADER, [mqperf_row(run)], "lllrrrr"), ""]
     lines += _periods(run, worst)
+    clocks = _clocks(run)
+    if clocks:
+        lines += ["", *clocks]
     lines += ["", *_delivery(run, reasons), ""]
     lines += _latency(run, reasons)
     if TIMELINE_PNG in images:

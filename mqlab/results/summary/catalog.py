@@ -5,6 +5,11 @@ Per run: ``summary/run.parquet`` (one row), ``windows``, ``timeline``, ``latency
 the merged histogram of the measured period), ``delivery`` and ``problems``. The catalog
 holds the same tables for every run (without histograms) so DuckDB never globs thousands
 of files. :func:`missing_from_catalog` says which runs of a results directory it lacks.
+
+The ``runs`` table carries each run's context too (clock error bound, lab, price, cost:
+``clock_bound_ms``, ``cost_usd``, ``cost_per_million_delivered_usd``, ...). Rows written
+before a column existed (an older catalog, or a run summarized by an older mqlab) join
+the catalog with that column null rather than being dropped.
 """
 
 from __future__ import annotations
@@ -64,21 +69,32 @@ def read_run_table(run_dir: Path | str, table: str) -> pa.Table:
     return data
 
 
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s columns in its order: columns it lacks (added since it
+    was written) are null, columns the schema no longer has are left out. Raises
+    ``pa.ArrowInvalid``/``ValueError`` when a column cannot be cast."""
+    n = table.num_rows
+    cols = [table[f.name] if f.name in table.column_names else pa.nulls(n, f.type) for f in schema]
+    return pa.Table.from_arrays(cols, names=schema.names).cast(schema)
+
+
 def update_catalog(results_dir: Path | str, per_run: Sequence[dict[str, pa.Table]]) -> None:
     """Replace the rows of these runs in the catalog (add them when new)."""
     if not per_run:
         return
     ids = pa.array([t["runs"]["run_id"][0].as_py() for t in per_run], pa.string())
     for name in TABLES:
+        schema = empty_table(name).schema
         parts = [t[name] for t in per_run]
         if name == "latency":
             parts = [p.drop_columns(["histogram"]) for p in parts]
+        parts = [conform(p, schema) for p in parts]
         path = catalog_file(results_dir, name)
         if path.is_file():
             old = pq.read_table(path)
             old = old.filter(pc.invert(pc.is_in(old["run_id"], value_set=ids)))
             try:
-                parts.insert(0, old.cast(parts[0].schema))
+                parts.insert(0, conform(old, schema))
             except (pa.ArrowInvalid, ValueError) as err:  # an older format: not mixed in
                 LOG.warning(
                     "%s: older catalog format dropped (%s); mqlab summarize --all "

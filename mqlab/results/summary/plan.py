@@ -54,11 +54,25 @@ class RunMeta:
     cluster_target: str
     host_cpu_model: str
     sweep: str  # the varied fields of a sweep point, e.g. "message_bytes-100", or ""
+    # the manifest's clock section (records.ClockInfo): the worst error bound of a
+    # corrected end-to-end latency between hosts, None when not known (clock_unknown: why)
+    clock_method: str = ""
+    clock_bound_ms: float | None = None
+    clock_budget_ms: float | None = None
+    clock_within_budget: bool | None = None
+    clock_hosts: str = "{}"  # JSON: host -> {offset_ms, bound_ms, drift_ms}
+    clock_unknown: str | None = None
+    # the manifest's lab section (records.LabInfo)
+    lab_kind: str = ""
+    lab_name: str = ""
+    price_per_hour_usd: float | None = None
     workers: list[tuple[str, str]] = field(default_factory=list)  # (worker id, role)
 
     def row(self) -> dict[str, Any]:
+        """The run's columns of the ``runs`` table (reasons go to ``context_unknown``)."""
         d = asdict(self)
         d.pop("workers")
+        d.pop("clock_unknown")
         return d
 
 
@@ -128,6 +142,15 @@ def read_run(run_dir: Path | str) -> RunMeta:
         cluster_target=man.cluster_target,
         host_cpu_model=man.host_cpu_model,
         sweep=(m.group("rest") or "").lstrip("_") if m else "",
+        clock_method=man.clock.method,
+        clock_bound_ms=man.clock.bound_ms,
+        clock_budget_ms=man.clock.budget_ms,
+        clock_within_budget=man.clock.within_budget,
+        clock_hosts=json.dumps(man.clock.hosts, sort_keys=True),
+        clock_unknown=man.clock.unknown,
+        lab_kind=man.lab.kind,
+        lab_name=man.lab.name,
+        price_per_hour_usd=man.lab.price_per_hour_usd,
         workers=workers,
     )
 

@@ -9,18 +9,27 @@ Definitions (docs/archive-format.md has them with examples):
 - ``lost`` = confirmed seqs neither received nor still in the broker; ``undrained`` =
   what the broker still held after the receivers stopped. A figure that depends on a
   missing or unreadable file is null, and ``unknown`` says why.
+- The run's context (from the manifest): ``clock_bound_ms``, the worst error bound of a
+  corrected end-to-end latency between hosts, against ``clock_budget_ms`` (a run over
+  budget gets a line in ``problems``); ``cost_usd`` = the lab's price per hour x the
+  run's wall time (manifest ``ended_at - started_at``), and
+  ``cost_per_million_delivered_usd`` = cost_usd / (unique messages delivered / 1e6).
+  A null context figure says why in ``context_unknown``; unlike ``unknown`` it does not
+  make the run partial (a local run has no price: nothing is missing).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyroaring import BitMap64
 
-from mqlab.results.archive import codecs
+from mqlab.results.archive import codecs, layout
 from mqlab.results.archive.formats import FORMAT_VERSION
 from mqlab.results.archive.layout import METRICS
 from mqlab.results.summary.figures import FIGURES
@@ -86,6 +95,21 @@ _META_FIELDS = [
     pa.field("host_cpu_model", pa.string()),
     pa.field("sweep", pa.string()),
 ]
+_CONTEXT_FIELDS = [
+    pa.field("clock_method", pa.string()),
+    pa.field("clock_bound_ms", pa.float64()),
+    pa.field("clock_budget_ms", pa.float64()),
+    pa.field("clock_within_budget", pa.bool_()),
+    pa.field("clock_hosts", pa.string()),  # JSON: host -> {offset_ms, bound_ms, drift_ms}
+    pa.field("lab_kind", pa.string()),
+    pa.field("lab_name", pa.string()),
+    pa.field("price_per_hour_usd", pa.float64()),
+    pa.field("run_hours", pa.float64()),
+    pa.field("cost_usd", pa.float64()),
+    pa.field("cost_per_million_delivered_usd", pa.float64()),
+    pa.field("context_unknown", pa.string()),  # JSON: {context figure: why it is null}
+]
+CONTEXT = tuple(f.name for f in _CONTEXT_FIELDS)
 _META = {b"format_version": str(FORMAT_VERSION).encode()}
 SCHEMAS: dict[str, pa.Schema] = {
     "runs": pa.schema(
@@ -99,6 +123,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             *_LAT_FIELDS,
             *[pa.field(f"{m}_{o}", pa.int64()) for m in METRICS for o in OUT_OF_RANGE],
             *[pa.field(f"delivery_{d}", pa.int64()) for d in DELIVERY],
+            *_CONTEXT_FIELDS,
             pa.field("unknown", pa.string()),  # JSON: {figure: why it is null}
             pa.field("bad_lines", pa.int64()),
             pa.field("missing_files", pa.int64()),
@@ -315,6 +340,82 @@ def out_of_range(results: dict[Key, Any], meta: RunMeta) -> dict[str, int | None
     return out
 
 
+# -- the run's context: clocks and cost ------------------------------------------------
+CLOCK_PROBLEM = "clock error bound "  # how the problem line of a run over budget starts
+
+
+def clock_problem(bound_ms: float, budget_ms: float) -> str:
+    """The ``problems`` line of a run whose clock error bound exceeds its budget."""
+    return (
+        f"{CLOCK_PROBLEM}{bound_ms:g} ms exceeds the budget {budget_ms:g} ms: end-to-end "
+        "latencies between hosts are uncertain by that much"
+    )
+
+
+def _instant(text: str) -> dt.datetime | None:
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def run_hours(started_at: str, ended_at: str) -> float | None:
+    """The run's wall time in hours (manifest ``ended_at - started_at``); None when either
+    is missing or the end is before the start."""
+    start, end = _instant(started_at or ""), _instant(ended_at or "")
+    if start is None or end is None or end < start:
+        return None
+    return (end - start).total_seconds() / 3600
+
+
+def cost_figures(
+    meta: RunMeta, delivered: int | None, delivered_why: str | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """(``run_hours``, ``cost_usd``, ``cost_per_million_delivered_usd``; {figure: why
+    null}). cost_usd = price per hour x run hours; per million delivered = cost_usd /
+    (``delivered`` / 1e6), ``delivered`` being the unique messages received. Rounded to
+    1e-6 USD."""
+    hours = run_hours(meta.started_at, meta.ended_at)
+    out: dict[str, Any] = {
+        "run_hours": None if hours is None else round(hours, 6),
+        "cost_usd": None,
+        "cost_per_million_delivered_usd": None,
+    }
+    why: dict[str, str] = {}
+    price = meta.price_per_hour_usd
+    if price is None:
+        why["cost_usd"] = f"the lab ({meta.lab_kind or 'local'}) has no price per hour"
+    elif hours is None:
+        why["cost_usd"] = "the manifest lacks the run's start or end time"
+    if "cost_usd" in why:
+        why["cost_per_million_delivered_usd"] = why["cost_usd"]
+        return out, why
+    assert price is not None and hours is not None
+    cost = price * hours
+    out["cost_usd"] = round(cost, 6)
+    if delivered is None:
+        why["cost_per_million_delivered_usd"] = (
+            f"messages delivered unknown: {delivered_why or 'not in the summary'}"
+        )
+    elif delivered == 0:
+        why["cost_per_million_delivered_usd"] = "no message was delivered"
+    else:
+        out["cost_per_million_delivered_usd"] = round(cost / (delivered / 1e6), 6)
+    return out, why
+
+
+def context_figures(
+    meta: RunMeta, totals: dict[str, int | None], unknown: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ``runs`` columns of the run's context (clock, lab, cost) and {figure: why it
+    is null}."""
+    cost, why = cost_figures(meta, totals["unique_received"], unknown.get("unique_received"))
+    if meta.clock_bound_ms is None:
+        why["clock_bound_ms"] = meta.clock_unknown or "not in the manifest"
+    return {**cost, "context_unknown": json.dumps(why, sort_keys=True)}, why
+
+
 # -- the tables -----------------------------------------------------------------------
 def _timeline(results: dict[Key, Any], rid: str) -> list[dict[str, Any]]:
     seconds = sorted({k[3] for k in results if k[0] in ("tlc", "tlh") and k[1] == rid})
@@ -350,6 +451,16 @@ def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict
         rows["problems"].append({"run_id": rid, "file": path, "line": line, "problem": text})
     totals, per_sender, unknown = delivery_figures(results, meta)
     rows["delivery"] = per_sender
+    context, _why = context_figures(meta, totals, unknown)
+    if meta.clock_within_budget is False and meta.clock_bound_ms is not None:
+        rows["problems"].append(
+            {
+                "run_id": rid,
+                "file": str(Path(meta.run_dir) / layout.MANIFEST),
+                "line": None,
+                "problem": clock_problem(meta.clock_bound_ms, meta.clock_budget_ms or 0.0),
+            }
+        )
     windows = sorted({k[-1] for k in results if k[0] in ("lat", "cnt") and k[1] == rid} - {WHOLE})
     for w in windows:
         start = meta.warmup_end_ms + w * window_ms
@@ -392,6 +503,7 @@ def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict
         **_latency_flat(results, rid, WHOLE),
         **oor,
         **{f"delivery_{d}": totals[d] for d in DELIVERY},
+        **context,
         "unknown": json.dumps(unknown, sort_keys=True),
         "bad_lines": sum(1 for p in problems if p[1] is not None),
         "missing_files": sum(1 for p in problems if p[1] is None),
@@ -423,4 +535,20 @@ def as_summary(run: dict[str, Any]) -> dict[str, Any]:
         "delivery": {d: run[f"delivery_{d}"] for d in DELIVERY},
         "unknown": json.loads(run["unknown"] or "{}"),
         "problems": {"bad_lines": run["bad_lines"], "missing_files": run["missing_files"]},
+        "clock_bound_ms": run.get("clock_bound_ms"),
+        "clock_budget_ms": run.get("clock_budget_ms"),
+        "clock_within_budget": run.get("clock_within_budget"),
+        "clock": {
+            "method": run.get("clock_method"),
+            "hosts": json.loads(run.get("clock_hosts") or "{}"),
+        },
+        "lab": {
+            "kind": run.get("lab_kind"),
+            "name": run.get("lab_name"),
+            "price_per_hour_usd": run.get("price_per_hour_usd"),
+        },
+        "run_hours": run.get("run_hours"),
+        "cost_usd": run.get("cost_usd"),
+        "cost_per_million_delivered_usd": run.get("cost_per_million_delivered_usd"),
+        "context_unknown": json.loads(run.get("context_unknown") or "{}"),
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -93,27 +94,40 @@ def test_render_postgres_primary_and_standby() -> None:
         "synchronous_commit": "remote_write",
     }
     primary = render("postgres", settings, index=0)
-    assert "synchronous_standby_names = 'ANY 1 (mqlab_1, mqlab_2)'" in primary["postgresql.conf"]
-    assert primary["role"] == "primary\n"
+    # one standby naming with local clusters (mqlab.nodeconf.postgres.standby_name)
+    assert "synchronous_standby_names = 'ANY 1 (s1, s2)'" in primary["postgresql.conf"]
+    assert "synchronous_commit = remote_write" in primary["postgresql.conf"]
+    assert "listen_addresses = '10.0.1.10'" in primary["postgresql.conf"]
+    assert primary["role"] == "primary\n" and primary["standbys"] == "s1\ns2\n"
     standby = render("postgres", settings, index=2)
-    assert "application_name=mqlab_2" in standby["postgresql.conf"]
-    assert "host=10.0.1.10" in standby["postgresql.conf"] and standby["role"] == "standby\n"
+    # primary_conninfo goes to postgresql.auto.conf (after pg_basebackup -R's own)
+    assert "application_name=s2" in standby["standby.conf"]
+    assert "primary_slot_name = 's2'" in standby["standby.conf"]
+    assert "host=10.0.1.10 port=5432 user=replicator" in standby["standby.conf"]
+    assert standby["role"] == "standby\n"
+    assert "host replication all 10.0.1.12/32 trust" in standby["pg_hba.conf"]
 
 
 def test_render_redis_replica_and_mqlab_keys_stay_out() -> None:
     files = render("redis", {"appendonly": True, "mqlab.replicas": 2})
     conf = files["redis.conf"]
     assert "appendonly yes" in conf and "replicaof 10.0.1.10 6379" in conf
-    assert "mqlab" not in conf.replace("/var/lib/mqlab", "")
+    assert "bind 10.0.1.11" in conf and "replica-announce-ip 10.0.1.11" in conf
+    assert "dir /var/lib/mqlab/redis" in conf
+    assert "mqlab." not in conf and "replicas" not in conf
 
 
 def test_render_nats_rabbitmq() -> None:
     nats = render("nats", {"jetstream.sync_interval": "always"})["nats.conf"]
-    assert "routes: [nats://10.0.1.10:6222, nats://10.0.1.11:6222, nats://10.0.1.12:6222]" in nats
+    routes = ", ".join(f'"nats-route://{ip}:6222"' for ip in PEERS)
+    assert f"routes: [{routes}]" in nats and "sync_interval: always" in nats
     rmq = render("rabbitmq", {"default_queue_type": "quorum"})
     assert "default_queue_type = quorum" in rmq["rabbitmq.conf"]
-    assert "cluster_formation.classic_config.nodes.3 = rabbit@10.0.1.12" in rmq["rabbitmq.conf"]
-    assert rmq["rabbitmq-env.conf"].startswith("NODENAME=rabbit@10.0.1.11\n")
+    assert (
+        "cluster_formation.classic_config.nodes.3 = mqlab-rabbit2@10.0.1.12" in rmq["rabbitmq.conf"]
+    )
+    env = rmq["rabbitmq-env.conf"].splitlines()
+    assert "NODENAME=mqlab-rabbit1@10.0.1.11" in env and "USE_LONGNAME=true" in env
 
 
 @pytest.mark.parametrize("broker", self_hosted_brokers())
@@ -207,7 +221,36 @@ def test_bootstrap_then_render_via_imdsv2(imds: str, tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "server_name: mqlab-2" in (run / "conf" / "nats.conf").read_text()
+    assert 'server_name: "mqlab-n2"' in (run / "conf" / "nats.conf").read_text()
+
+
+def test_script_runs_as_shipped_next_to_nodeconf(tmp_path: Path) -> None:
+    """images/base.nix's layout: mqlab_node.py with mqlab/nodeconf beside it (no
+    mqlab/__init__.py), run by a bare Python (-S: no site-packages)."""
+    tool = tmp_path / "tool"
+    (tool / "mqlab").mkdir(parents=True)
+    shutil.copy(SCRIPT, tool / "mqlab_node.py")
+    shutil.copytree(
+        SCRIPT.parents[2] / "mqlab" / "nodeconf",
+        tool / "mqlab" / "nodeconf",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    (tmp_path / "node.json").write_text(
+        json.dumps(node_tool.parse_user_data(user_data("redis", 1), "redis"))
+    )
+    (tmp_path / "broker.json").write_text(json.dumps(image("redis", {"appendonly": True})))
+    proc = subprocess.run(
+        [sys.executable, "-S", str(tool / "mqlab_node.py"), "render"]
+        + ["--node", str(tmp_path / "node.json"), "--image", str(tmp_path / "broker.json")]
+        + ["--out", str(tmp_path / "conf")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "replicaof 10.0.1.10 6379" in (tmp_path / "conf" / "redis.conf").read_text()
 
 
 def test_bootstrap_bad_user_data_is_one_line_exit_2(tmp_path: Path) -> None:

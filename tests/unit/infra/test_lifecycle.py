@@ -27,7 +27,9 @@ def test_up_records_inventory_and_state(
     result = lifecycle.up(_spec(write_scenario))
     assert result.lab.load().state == "up"
     assert result.inventory.brokers[0].private_ip == "10.42.0.10"
-    assert json.loads(result.lab.inventory_file.read_text())["format_version"] == 1
+    saved = json.loads(result.lab.inventory_file.read_text())
+    assert saved["format_version"] == 2 and saved["kind"] == "aws"
+    assert saved["price_per_hour_usd"] == result.cost.usd_per_hour
     cmds = [c[1] for c in calls(fake_terraform)]
     assert cmds == ["init", "plan", "apply", "output"]
     tfvars = json.loads(result.lab.tfvars_file.read_text())

@@ -74,8 +74,42 @@ def test_inventory_becomes_typed_hosts(tmp_path: Path) -> None:
     assert inv.brokers[2].private_ip == "10.42.0.12" and inv.senders[0].public_ip == ""
     inventory.save(inv, tmp_path / "inventory.json")
     saved = json.loads((tmp_path / "inventory.json").read_text())
-    assert saved["format_version"] == 1 and "id_ed25519" not in json.dumps(saved)
-    assert inventory.load(tmp_path / "inventory.json").hosts == inv.hosts
+    # format 2 names the key by a path relative to the file (never the key itself)
+    assert saved["format_version"] == 2 and saved["ssh_key"] == "id_ed25519"
+    assert "PRIVATE KEY" not in json.dumps(saved)
+    loaded = inventory.load(tmp_path / "inventory.json")
+    assert loaded.hosts == inv.hosts and loaded.ssh_key == tmp_path / "id_ed25519"
+    assert INV["format_version"] == 1 and inv.kind == "aws"  # format 1 is still read
+
+
+def test_inventory_by_hand_for_ssh_hosts(tmp_path: Path) -> None:
+    (tmp_path / "hosts.json").write_text(
+        json.dumps(
+            {
+                "format_version": 2,
+                "kind": "ssh",
+                "lab_id": "mine",
+                "ssh_key": "keys/id",
+                "known_hosts": "/etc/ssh/known",
+                "remote_root": "/srv/mqlab",
+                "remote_roots": {"sender-0": "/data/mqlab"},
+                "brokers": [{"index": 0, "private_ip": "192.168.1.10"}],
+                "senders": [{"index": 0, "private_ip": "192.168.1.20"}],
+                "receivers": [{"index": 0, "private_ip": "192.168.1.21", "public_ip": "1.2.3.4"}],
+            }
+        )
+    )
+    inv = inventory.load(tmp_path / "hosts.json")
+    assert inv.ssh_key == tmp_path / "keys" / "id" and inv.known_hosts == Path("/etc/ssh/known")
+    assert (
+        inv.root_of(inv.senders[0]) == "/data/mqlab" and inv.root_of(inv.brokers[0]) == "/srv/mqlab"
+    )
+    assert (
+        inv.receivers[0].ssh_address == "1.2.3.4" and inv.brokers[0].ssh_address == "192.168.1.10"
+    )
+    assert inv.ssh_user == "root" and inv.ssh_port == 22 and inv.price_per_hour_usd is None
+    with pytest.raises(InfraError, match="kind"):
+        inventory.from_output({"format_version": 2, "kind": "moon", "lab_id": "x"})
 
 
 def test_inventory_rejects_unknown_version_and_bad_shape() -> None:
