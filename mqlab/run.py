@@ -151,6 +151,7 @@ class ClusterPool:
         cluster = local.cluster_class(s.broker)(
             workdir, s.cluster.nodes, placement.brokers if placement.remote else None
         )
+        cluster.trusted_addresses = placement.client_addresses()
         where = "local" if not placement.remote else f"{placement.kind} lab {placement.name}'s"
         self.observer.phase(
             f"starting a {s.cluster.nodes}-node {s.broker} cluster on the {where} hosts"

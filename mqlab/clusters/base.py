@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mqlab import nodeconf
 from mqlab.clusters import process, tools
 from mqlab.clusters.process import ProcessRecord
 from mqlab.drivers.base import Endpoints
@@ -44,8 +45,6 @@ class LocalCluster(ABC):
     default_nodes: ClassVar[int] = 3
     start_timeout_s: ClassVar[float] = 60.0
 
-    standard_ports: ClassVar[dict[str, int]] = {}  # on hosts of their own
-
     def __init__(self, workdir: Path, nodes: int | None = None, hosts: list[Host] | None = None):
         from mqlab.fleet.hosts import LocalHost
 
@@ -57,6 +56,9 @@ class LocalCluster(ABC):
         self.procs: dict[int, ProcessRecord] = {}
         self.ports: dict[str, Any] = {}
         self.extra: dict[str, Any] = {}
+        # on hosts: where clients and the coordinator connect from (brokers with access
+        # lists, such as PostgreSQL's pg_hba.conf, let them in)
+        self.trusted_addresses: list[str] = []
 
     # -- where nodes run ------------------------------------------------------------
     @property
@@ -80,7 +82,8 @@ class LocalCluster(ABC):
     def pick_ports(self, names: list[str]) -> dict[str, list[int]]:
         """Per port name, every node's port: free loopback ports, or the standard ones."""
         if self.on_hosts:
-            return {n: [self.standard_ports[n]] * self.nodes for n in names}
+            std = nodeconf.standard_ports(self.broker, self.nodes)
+            return {n: list(std[n]) for n in names}
         free = process.free_ports(len(names) * self.nodes)
         return {n: free[k * self.nodes : (k + 1) * self.nodes] for k, n in enumerate(names)}
 
@@ -95,6 +98,18 @@ class LocalCluster(ABC):
         if not found:
             raise ClusterError(f"{h.name}: {name} not found on the host ({fix})")
         return found
+
+    def node_conf(self, index: int, data_dir: PurePosixPath | str) -> nodeconf.Node:
+        """Node ``index`` as the one home of node configuration (``mqlab.nodeconf``) sees it."""
+        return nodeconf.Node(
+            self.broker,
+            index,
+            tuple(self.addr(n) for n in range(self.nodes)),
+            {k: tuple(v) for k, v in self.ports.items() if isinstance(v, list)},
+            str(data_dir),
+            self.workdir.name,
+            {},
+        )
 
     def write(self, index: int, name: str, text: str) -> None:
         """Write a file into node ``index``'s directory on its host."""

@@ -10,6 +10,7 @@ import time
 import urllib.request
 from typing import Any
 
+from mqlab import nodeconf
 from mqlab.clusters import tools
 from mqlab.clusters.base import LocalCluster, Progress
 from mqlab.clusters.process import ProcessRecord
@@ -26,33 +27,14 @@ def _binary() -> str:
 class NatsCluster(LocalCluster):
     broker = "nats"
     start_timeout_s = 30.0
-    standard_ports = {"client": 4222, "cluster": 6222, "http": 8222}
 
     def _prepare(self, progress: Progress) -> None:
         self.ports = self.pick_ports(["client", "cluster", "http"])
         for i in range(self.nodes):
             node_dir = self.node_dir(i)
-            routes = ", ".join(
-                f'"nats-route://{self.addr(n)}:{p}"' for n, p in enumerate(self.ports["cluster"])
-            )
-            conf = f"""# written by mqlab
-server_name: "mqlab-n{i}"
-listen: "{self.addr(i)}:{self.ports["client"][i]}"
-http: "{self.addr(i)}:{self.ports["http"][i]}"
-max_payload: 8MB
-jetstream {{
-  store_dir: "{node_dir / "js"}"
-  max_memory_store: 256MB
-  max_file_store: 20GB
-}}
-cluster {{
-  name: "mqlab"
-  listen: "{self.addr(i)}:{self.ports["cluster"][i]}"
-  routes: [{routes}]
-}}
-"""
             self.hosts[i].mkdir(node_dir / "js")
-            self.write(i, "nats.conf", conf)
+            files = nodeconf.render(self.node_conf(i, node_dir / "js"))
+            self.write(i, "nats.conf", files["nats.conf"])
 
     def _start_node(self, index: int) -> ProcessRecord:
         node_dir = self.node_dir(index)

@@ -30,16 +30,19 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import psycopg
 
+from mqlab import nodeconf
 from mqlab.clusters import process
 from mqlab.clusters.base import LocalCluster, Progress
 from mqlab.clusters.process import ProcessRecord
 from mqlab.drivers.base import Endpoints, NodeEndpoint
 from mqlab.errors import ClusterError
+from mqlab.fleet.hosts import Host
+from mqlab.nodeconf import postgres as pgconf
 
 LOG = logging.getLogger(__name__)
 DB_USER = "postgres"  # the database superuser (initdb -U), whatever the OS user is
@@ -178,32 +181,16 @@ def unreachable_dir(path: Path, user: ServerUser) -> Path | None:
 # -- the launcher --------------------------------------------------------------
 def sync_standby_names(nodes: int) -> str:
     """``ANY 1 (s1, s2)`` for 3 nodes; empty (no synchronous standby) for 1."""
-    names = [f"s{i}" for i in range(1, nodes)]
-    return f"ANY 1 ({', '.join(names)})" if names else ""
+    return pgconf.sync_standby_names(nodes)
 
 
 def primary_conf(nodes: int) -> str:
-    return f"""
-# written by mqlab
-listen_addresses = '127.0.0.1'
-max_connections = 300
-wal_level = replica
-max_wal_senders = {nodes + 4}
-max_replication_slots = {nodes + 4}
-hot_standby = on
-synchronous_standby_names = '{sync_standby_names(nodes)}'
-synchronous_commit = remote_write
-fsync = on
-"""
+    """What the primary of a local ``nodes``-node cluster appends to postgresql.conf."""
+    loopback = nodeconf.Node("postgres", 0, ("127.0.0.1",) * nodes, {"pg": (5432,) * nodes}, "")
+    return pgconf.postgresql_conf(loopback)
 
 
 REPLICATION_SQL = "SELECT application_name, state, sync_state FROM pg_stat_replication"
-HBA = """# written by mqlab: trust, loopback only
-local all all trust
-local replication all trust
-host all all 127.0.0.1/32 trust
-host replication all 127.0.0.1/32 trust
-"""
 
 
 class PostgresCluster(LocalCluster):
@@ -218,11 +205,15 @@ class PostgresCluster(LocalCluster):
     def _bin(self, name: str) -> str:
         return str(Path(self.extra["bin_dir"]) / name)
 
-    def _data(self, index: int) -> Path:
-        return Path(self.extra["data_root"]) / f"n{index}"
+    def _data_root(self, index: int) -> PurePosixPath:
+        roots = self.extra.get("data_roots")
+        return PurePosixPath(roots[index] if roots else self.extra["data_root"])
 
-    def _log(self, index: int) -> Path:
-        return self.workdir / f"n{index}" / "server.log"
+    def _data(self, index: int) -> PurePosixPath:
+        return self._data_root(index) / f"n{index}"
+
+    def _log(self, index: int) -> PurePosixPath:
+        return self.node_dir(index) / "server.log"
 
     def _env(self) -> dict[str, str]:
         return {
@@ -232,16 +223,30 @@ class PostgresCluster(LocalCluster):
             "TZ": "UTC",
         }
 
-    def _run(self, cmd: list[str], what: str, timeout_s: float = 120) -> None:
+    def _run(self, cmd: list[str], what: str, timeout_s: float = 120, index: int = 0) -> None:
         """Run a PostgreSQL tool as the server user; ClusterError with its output on failure."""
         u = self._user()
+        if not self.host(index).is_local:
+            if u is not None:
+                cmd = ["setpriv", f"--reuid={u.uid}", f"--regid={u.gid}", "--clear-groups", *cmd]
+            res = self.host(index).run(
+                ["env", "-i", *(f"{k}={v}" for k, v in self._env().items()), *cmd],
+                timeout_s=timeout_s,
+                check=False,
+            )
+            if res.rc != 0:
+                raise ClusterError(
+                    f"postgres: {what} failed on {self.host(index).name}: "
+                    f"{(res.err or res.out).strip()[-800:]}"
+                )
+            return
         try:
             out = subprocess.run(
                 cmd,
                 capture_output=True,
                 text=True,
                 env=self._env(),
-                cwd=self.extra["data_root"],
+                cwd=str(self._data_root(index)),
                 timeout=timeout_s,
                 check=False,
                 user=u.uid if u else None,
@@ -255,16 +260,25 @@ class PostgresCluster(LocalCluster):
                 f"postgres: {what} failed: {(out.stderr or out.stdout).strip()[-800:]}"
             )
 
-    def _write(self, path: Path, text: str, append: bool = False) -> None:
-        with open(path, "a" if append else "w") as f:
-            f.write(text)
+    def _write(self, path: PurePosixPath, text: str, append: bool = False, index: int = 0) -> None:
         u = self._user()
+        h = self.host(index)
+        if not h.is_local:
+            tmp = f"{path}.mqlab"
+            h.write_file(tmp, text)
+            h.run(
+                f"cat {tmp} {'>>' if append else '>'} {path} && rm -f {tmp}"
+                + (f" && chown {u.uid}:{u.gid} {path}" if u else "")
+            )
+            return
+        with open(str(path), "a" if append else "w") as f:
+            f.write(text)
         if u is not None:
-            os.chown(path, u.uid, u.gid)
+            os.chown(str(path), u.uid, u.gid)
 
     def _connect(self, index: int, timeout_s: int = 2) -> psycopg.Connection[Any]:
         return psycopg.connect(
-            host="127.0.0.1",
+            host=self.addr(index),
             port=self.ports["pg"][index],
             user=DB_USER,
             dbname="postgres",
@@ -278,22 +292,25 @@ class PostgresCluster(LocalCluster):
         user = server_user()
         self.extra["user"] = {"name": user.name, "uid": user.uid, "gid": user.gid} if user else None
         self.extra["bin_dir"] = str(pg_bin_dir(user))
-        if user is not None:
+        if self.on_hosts:
+            self._prepare_hosts(user)
+        elif user is not None:
             data_root = Path(tempfile.mkdtemp(prefix="mqlab-pgdata-"))
             os.chown(data_root, user.uid, user.gid)
+            self.extra["data_root"] = str(data_root)
         else:
             data_root = self.workdir / "data"
             data_root.mkdir(parents=True, exist_ok=True)
-        self.extra["data_root"] = str(data_root)
-        if user is not None:
-            for d in (Path(self.extra["bin_dir"]), data_root):
+            self.extra["data_root"] = str(data_root)
+        if user is not None and not self.on_hosts:
+            for d in (Path(self.extra["bin_dir"]), Path(self.extra["data_root"])):
                 blocked = unreachable_dir(d, user)
                 if blocked is not None:
                     raise ClusterError(
                         f"postgres: OS user {user.name} cannot enter {blocked}; set TMPDIR to a "
                         "directory it can reach (the binaries and data go under it)"
                     )
-        self.ports = {"pg": process.free_ports(self.nodes)}
+        self.ports = self.pick_ports(["pg"])
         self.save_state()  # from here on, stop() knows the data dir to remove
         progress("initdb for the primary" + (f" (as OS user {user.name})" if user else ""))
         self._run(
@@ -312,12 +329,39 @@ class PostgresCluster(LocalCluster):
             ],
             "initdb",
         )
-        self._write(self._data(0) / "postgresql.conf", primary_conf(self.nodes), append=True)
-        self._write(self._data(0) / "pg_hba.conf", HBA)
+        primary = self.node_conf(0, self._data(0))
+        self._write(self._data(0) / "postgresql.conf", pgconf.postgresql_conf(primary), append=True)
+        self._write(self._data(0) / "pg_hba.conf", self._hba())
+
+    def _hba(self) -> str:
+        """Trust from the nodes, and on hosts from the clients and the coordinator too."""
+        addresses = [self.addr(n) for n in range(self.nodes)] + list(self.trusted_addresses)
+        return pgconf.hba(addresses, local_auth="trust")
+
+    def _prepare_hosts(self, user: ServerUser | None) -> None:
+        """Binaries where each host sees them; a data dir per host its server user owns."""
+        for i in range(self.nodes):
+            if self.host(i).run(["test", "-x", self._bin("postgres")], check=False).rc != 0:
+                raise ClusterError(
+                    f"postgres: {self._bin('postgres')} not found on {self.host(i).name} "
+                    "(install the same PostgreSQL there, or use hosts sharing this machine's files)"
+                )
+        roots = []
+        for i in range(self.nodes):
+            h = self.host(i)
+            root = h.run(["mktemp", "-d", "/tmp/mqlab-pgdata-XXXXXX"]).out.strip()
+            if user is not None:
+                h.run(["chown", f"{user.uid}:{user.gid}", root])
+            roots.append(root)
+        self.extra["data_roots"] = roots
 
     def _node_cmd(self, index: int) -> list[str]:
         data = self._data(index)
-        sockets = str(data) if len(str(data)) <= MAX_SOCKET_DIR else ""
+        listen = [] if not self.on_hosts else ["-c", f"listen_addresses={self.addr(index)}"]
+        # on hosts every node has port 5432: a socket in the data dir would travel with
+        # pg_basebackup (its lock file then stops the standby); TCP only there
+        local_socket = not self.on_hosts and len(str(data)) <= MAX_SOCKET_DIR
+        sockets = str(data) if local_socket else ""
         return [
             self._bin("postgres"),
             "-D",
@@ -328,31 +372,31 @@ class PostgresCluster(LocalCluster):
             f"unix_socket_directories={sockets}",
             "-c",
             f"cluster_name=mqlab-n{index}",
+            *listen,
         ]
 
     def _start_node(self, index: int) -> ProcessRecord:
-        if index > 0 and not self._data(index).exists():
+        h = self.host(index)
+        if index > 0 and h.run(["test", "-e", str(self._data(index))], check=False).rc != 0:
             self._base_backup(index)
         u = self._user()
-        self._log(index).parent.mkdir(parents=True, exist_ok=True)
-        _proc, rec = process.spawn(
+        h.mkdir(self._log(index).parent)
+        return h.spawn(
             self._node_cmd(index),
             self._log(index),
             env=self._env(),
-            cwd=Path(self.extra["data_root"]),
-            user=u.uid if u else None,
-            group=u.gid if u else None,
+            cwd=self._data_root(index),
+            user=(u.uid, u.gid) if u else None,
         )
-        return rec
 
     def _base_backup(self, index: int) -> None:
         self._wait_accepting(0, time.monotonic() + self.start_timeout_s)
-        slot = f"s{index}"
+        slot = pgconf.standby_name(index)
         self._run(
             [
                 self._bin("pg_basebackup"),
                 "-h",
-                "127.0.0.1",
+                self.addr(0),
                 "-p",
                 str(self.ports["pg"][0]),
                 "-U",
@@ -370,20 +414,19 @@ class PostgresCluster(LocalCluster):
                 "--no-sync",
             ],
             f"pg_basebackup for standby {slot}",
+            index=index,
         )
-        conninfo = (
-            f"host=127.0.0.1 port={self.ports['pg'][0]} user={DB_USER} application_name={slot}"
-        )
+        node = self.node_conf(index, self._data(index))
         self._write(
             self._data(index) / "postgresql.auto.conf",
-            f"# mqlab: the standby's name in synchronous_standby_names\n"
-            f"primary_conninfo = '{conninfo}'\nprimary_slot_name = '{slot}'\n",
+            pgconf.standby_settings(node, user=DB_USER),
             append=True,
+            index=index,
         )
 
     def _wait_accepting(self, index: int, deadline: float) -> None:
         while True:
-            if index in self.procs and not process.is_alive(self.procs[index]):
+            if index in self.procs and not self.host(index).is_alive(self.procs[index]):
                 raise ClusterError(f"postgres node {index} exited; see {self._log(index)}")
             try:
                 with self._connect(index) as conn:
@@ -436,7 +479,8 @@ class PostgresCluster(LocalCluster):
                 node["error"] = str(e).strip()
             nodes.append(node)
         standbys_ok = all(
-            replication.get(f"s{i}", {}) == {"state": "streaming", "sync_state": "quorum"}
+            replication.get(pgconf.standby_name(i), {})
+            == {"state": "streaming", "sync_state": "quorum"}
             for i in range(1, self.nodes)
         )
         healthy = (
@@ -451,7 +495,7 @@ class PostgresCluster(LocalCluster):
         return Endpoints(
             "postgres",
             tuple(
-                NodeEndpoint(i, "127.0.0.1", p, {"role": "primary" if i == 0 else "standby"})
+                NodeEndpoint(i, self.addr(i), p, {"role": "primary" if i == 0 else "standby"})
                 for i, p in enumerate(self.ports["pg"])
             ),
             {"user": DB_USER, "dbname": "postgres"},
@@ -474,22 +518,30 @@ class PostgresCluster(LocalCluster):
     def stop(self, remove_data: bool = True) -> None:
         # SIGINT = fast shutdown (SIGTERM would wait for clients to disconnect); standbys first
         for i in sorted(self.procs, reverse=True):
-            children = server_children(self.procs[i])
-            process.stop(self.procs[i], timeout_s=15, sig=signal.SIGINT)
-            _kill_leftovers(children)
+            h = self.host(i)
+            children = h.children(self.procs[i]) if h.is_alive(self.procs[i]) else []
+            h.stop(self.procs[i], timeout_s=15, sig=signal.SIGINT)
+            _kill_leftovers(h, children)
         for i in range(self.nodes):
-            drop_orphan_shm(self._data(i))  # nodes that were SIGKILLed earlier
+            if self.host(i).is_local:
+                drop_orphan_shm(Path(str(self._data(i))))  # nodes that were SIGKILLed earlier
         data_root = self.extra.get("data_root")
+        roots = self.extra.get("data_roots") or []
         super().stop(remove_data)
         if remove_data and data_root:
             shutil.rmtree(data_root, ignore_errors=True)
+        if remove_data:
+            for i, root in enumerate(roots):
+                self.host(i).remove_tree(root)
 
     def kill_node(self, index: int) -> None:
         """SIGKILL the postmaster and all its children at once, as a crash would."""
-        children = server_children(self.procs[index])
-        process.stop(self.procs[index], timeout_s=5, sig=signal.SIGKILL)
-        _kill_leftovers(children, grace_s=0)
-        drop_orphan_shm(self._data(index))
+        h = self.host(index)
+        children = h.children(self.procs[index])
+        h.stop(self.procs[index], timeout_s=5, sig=signal.SIGKILL)
+        _kill_leftovers(h, children, grace_s=0)
+        if h.is_local:
+            drop_orphan_shm(Path(str(self._data(index))))
         self.save_state()
 
 
@@ -543,16 +595,19 @@ def server_children(rec: ProcessRecord) -> list[ProcessRecord]:
     return out
 
 
-def _kill_leftovers(children: list[ProcessRecord], grace_s: float = 2.0) -> None:
+def _kill_leftovers(host: Host, children: list[ProcessRecord], grace_s: float = 2.0) -> None:
     """Children normally exit with their postmaster; SIGKILL any still there after ``grace_s``."""
     deadline = time.monotonic() + grace_s
-    while any(process.is_alive(c) for c in children) and time.monotonic() < deadline:
+    while children and any(host.alive(children)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for c in children:
-        if process.is_alive(c):
+    for c, alive in zip(children, host.alive(children), strict=True):
+        if alive:
             LOG.warning("postgres child pid %d outlived its postmaster; killing it", c.pid)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(c.pid, signal.SIGKILL)
+            if host.is_local:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(c.pid, signal.SIGKILL)
+            else:
+                host.run(f"kill -KILL {c.pid} 2>/dev/null; true", check=False)
 
 
 CLUSTER = PostgresCluster

@@ -8,27 +8,24 @@ the primary reports every replica connected and in sync (``master_link_status:up
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from mqlab.clusters import process
+from mqlab import nodeconf
 from mqlab.clusters.base import LocalCluster, Progress
 from mqlab.clusters.process import ProcessRecord
 from mqlab.drivers.base import Endpoints, NodeEndpoint
 from mqlab.errors import ClusterError
 
+FIX = "install the Debian packages: scripts/apt-packages.txt"
 
-def _binary() -> str:
+
+def _local_binary() -> Path | None:
     found = shutil.which("redis-server") or (
         "/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None
     )
-    if found is None:
-        raise ClusterError(
-            "redis-server not found (install the Debian packages: scripts/apt-packages.txt)"
-        )
-    return found
+    return Path(found) if found else None
 
 
 class RedisCluster(LocalCluster):
@@ -36,38 +33,21 @@ class RedisCluster(LocalCluster):
     start_timeout_s = 30.0
 
     def _prepare(self, progress: Progress) -> None:
-        self.ports = {"client": process.free_ports(self.nodes)}
+        self.ports = self.pick_ports(["client"])
         for i in range(self.nodes):
-            d = self.workdir / f"n{i}"
-            d.mkdir(parents=True, exist_ok=True)
-            lines = [
-                "# written by mqlab",
-                "bind 127.0.0.1",
-                f"port {self.ports['client'][i]}",
-                f"dir {d}",
-                "daemonize no",
-                'save ""',
-                "appendonly yes",
-                "appendfsync everysec",
-                "repl-diskless-sync yes",
-                "repl-diskless-sync-delay 0",
-                "protected-mode no",
-                "maxmemory-policy noeviction",
-            ]
-            if i > 0:
-                lines.append(f"replicaof 127.0.0.1 {self.ports['client'][0]}")
-            (d / "redis.conf").write_text("\n".join(lines) + "\n")
+            files = nodeconf.render(self.node_conf(i, self.node_dir(i)))
+            self.write(i, "redis.conf", files["redis.conf"])
 
     def _start_node(self, index: int) -> ProcessRecord:
-        d = self.workdir / f"n{index}"
-        _p, rec = process.spawn([_binary(), str(d / "redis.conf")], d / "server.log", cwd=d)
-        return rec
+        d = self.node_dir(index)
+        exe = self.binary(index, _local_binary(), "redis-server", FIX)
+        return self.host(index).spawn([exe, str(d / "redis.conf")], d / "server.log", cwd=d)
 
     def _client(self, index: int) -> Any:
         import redis
 
         return redis.Redis(
-            host="127.0.0.1",
+            host=self.addr(index),
             port=self.ports["client"][index],
             socket_timeout=2,
             socket_connect_timeout=1,
@@ -92,7 +72,8 @@ class RedisCluster(LocalCluster):
             for i, ok in enumerate(self.alive()):
                 if not ok:
                     raise ClusterError(
-                        f"redis node {i} exited; see {self.workdir / f'n{i}' / 'server.log'}"
+                        f"redis node {i} exited; see {self.node_dir(i) / 'server.log'}"
+                        f" on {self.host(i).name}"
                     )
             if self.health()["healthy"]:
                 return
@@ -131,14 +112,15 @@ class RedisCluster(LocalCluster):
         return Endpoints(
             "redis",
             tuple(
-                NodeEndpoint(i, "127.0.0.1", p, {"role": "primary" if i == 0 else "replica"})
+                NodeEndpoint(i, self.addr(i), p, {"role": "primary" if i == 0 else "replica"})
                 for i, p in enumerate(self.ports["client"])
             ),
         )
 
     def server_versions(self) -> list[str]:
-        out = subprocess.run([_binary(), "--version"], capture_output=True, text=True, check=False)
-        return [out.stdout.strip()] if out.returncode == 0 else []
+        exe = self.binary(0, _local_binary(), "redis-server", FIX)
+        out = self.host(0).run([exe, "--version"], check=False)
+        return [out.out.strip()] if out.rc == 0 else []
 
 
 CLUSTER = RedisCluster

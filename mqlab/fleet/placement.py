@@ -66,6 +66,17 @@ class Placement:
             seen.setdefault(h.name, h)
         return list(seen.values())
 
+    def client_addresses(self) -> list[str]:
+        """Where workers and the coordinator reach the brokers from."""
+        if not self.remote:
+            return []
+        out = [h.address for h in self.client_hosts()]
+        for b in self.brokers[:1]:
+            seen = b.run(["sh", "-c", 'echo "${SSH_CLIENT%% *}"'], check=False).out.strip()
+            if seen:
+                out.append(seen)  # the coordinator, as the broker hosts see it
+        return list(dict.fromkeys(out))
+
     def python(self, host: Host) -> str:
         return self.pythons.get(host.name, sys.executable)
 

@@ -131,7 +131,7 @@ def test_killed_node_takes_its_children_along(tmp_path: Path) -> None:
     try:
         children = server_children(c.procs[0])
         assert children
-        shmid = int((c._data(0) / "postmaster.pid").read_text().splitlines()[6].split()[1])
+        shmid = int(Path(str(c._data(0)), "postmaster.pid").read_text().splitlines()[6].split()[1])
         assert shmid in _shm_ids()
         c.kill_node(0)
         assert c.alive() == [False, True, True]
