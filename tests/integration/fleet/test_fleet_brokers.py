@@ -1,0 +1,90 @@
+"""Brokers on hosts of their own: PostgreSQL (primary + 2 synchronous standbys) and Redis
+(primary + 2 replicas) as 3-node clusters across 3 netns hosts, driven by workers on
+2 more hosts, each started over SSH. Needs root; the lab is removed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mqlab import run as run_mod
+from mqlab.fleet import netns
+from mqlab.results.archive.formats import read_json
+from tests.integration.conftest import processes_mentioning
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    state = tmp_path_factory.mktemp("fleet-brokers-state")
+    old = os.environ.get("MQLAB_STATE_DIR")
+    os.environ["MQLAB_STATE_DIR"] = str(state)
+    name = f"brk{os.getpid() % 100000}"
+    try:
+        netns.up(name, brokers=3, senders=1, receivers=1)
+        yield name, state
+    finally:
+        netns.down(name)
+        if old is None:
+            os.environ.pop("MQLAB_STATE_DIR", None)
+        else:
+            os.environ["MQLAB_STATE_DIR"] = old
+    assert name not in subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _scenario(tmp: Path, source: str, lab_name: str) -> Path:
+    text = (ROOT / "scenarios" / source).read_text()
+    assert 'target = "local"' in text
+    text = text.replace('target = "local"', 'target = "netns"')
+    path = tmp / source
+    path.write_text(text + f'\n[cluster.netns]\nlab = "{lab_name}"\n')
+    return path
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("source", "server"),
+    [("postgres-short.toml", "PostgreSQL"), ("redis-short.toml", "redis")],
+)
+def test_short_run_across_hosts(
+    lab: tuple[str, Path], tmp_path: Path, source: str, server: str
+) -> None:
+    name, _state = lab
+    inv = netns.find(name)
+    assert inv is not None
+    addresses = {h.name: h.private_ip for h in inv.inventory.hosts}
+    [result] = run_mod.execute_files([_scenario(tmp_path, source, name)], tmp_path / "results")
+    assert result.status == "complete", result.end_reason
+    manifest = read_json(result.run_dir / "manifest.json")
+    summary = read_json(result.run_dir / "summary.json")
+    d = summary["delivery"]
+    assert d["sent"] > 0 and d["lost"] == 0 and d["undrained"] == 0, d
+    assert d["unique_received"] == d["confirmed"], d
+    # 3 broker nodes, each on its own host at its own address
+    endpoints = manifest["cluster"].get("endpoints") or {}
+    hosts = manifest["lab"]["hosts"]
+    brokers = sorted(h for h, v in hosts.items() if "broker" in v["role"])
+    assert brokers == ["broker-0", "broker-1", "broker-2"], hosts
+    assert len({hosts[b]["address"] for b in brokers}) == 3
+    assert any(server.lower() in v.lower() for v in manifest["broker"]["server_versions"])
+    # workers ran on their own hosts, from the shipped bundle
+    for w in manifest["workers"]:
+        assert w["host"] == ("sender-0" if w["role"] == "sender" else "receiver-0"), w
+        assert w["address"] == addresses[w["host"]]
+        assert "/bundles/" in w["interpreter_prefix"], w
+        assert not w["interpreter_prefix"].startswith(str(ROOT)), w
+    assert manifest["clock"]["method"] == "ntp-style over ssh"
+    assert manifest["clock"]["bound_ms"] is not None, endpoints
+    # the cluster was stopped: nothing of the run or its broker data is left
+    assert not processes_mentioning(result.run_dir.name)
+    left = [c for _pid, c in processes_mentioning(f"/labs/{name}/") if "/clusters/" in c]
+    assert not left and not processes_mentioning("mqlab-pgdata-"), left
