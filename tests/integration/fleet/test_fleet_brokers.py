@@ -36,9 +36,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
             os.environ.pop("MQLAB_STATE_DIR", None)
         else:
             os.environ["MQLAB_STATE_DIR"] = old
-    assert name not in subprocess.run(
-        ["ip", "netns", "list"], capture_output=True, text=True, check=True
-    ).stdout
+    assert (
+        name
+        not in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True, check=True
+        ).stdout
+    )
 
 
 def _scenario(tmp: Path, source: str, lab_name: str) -> Path:
