@@ -407,7 +407,7 @@ def _worker_status(w: _Worker) -> dict[str, Any]:
         "address": w.host.address,
         "exit_code": w.returncode,
     }
-    if w.started.get("prefix"):
+    if w.started.get("prefix") and not w.host.is_local:  # local runs name no local paths
         info["interpreter_prefix"] = w.started["prefix"]
     if w.fetched:
         info["fetch_error"] = w.fetched
@@ -730,7 +730,8 @@ def _stop_workers(workers: list[_Worker], grace_s: float = STOP_GRACE_S) -> None
                     timeout_s=20,
                 )
         w.proc.kill()
-        w.exit_code = w.proc.poll() if w.host.is_local else (w.proc.poll() or -1)
+        rc = w.proc.poll()
+        w.exit_code = -1 if rc is None else rc
 
 
 def execute_files(

@@ -208,6 +208,20 @@ def for_scenario(s: Scenario, progress: Progress = _quiet) -> Placement:
             )
             owned = name
         else:
+            inv = existing.inventory
+            have = (len(inv.brokers), len(inv.senders), len(inv.receivers))
+            want = (s.cluster.nodes, s.clients.sender_nodes, s.clients.receiver_nodes)
+            have_net = (
+                float(inv.network.get("delay_ms", 0.0)),
+                float(inv.network.get("jitter_ms", 0.0)),
+            )
+            if have != want or have_net != (delay, jitter):
+                raise FleetError(
+                    f"lab {name} is up with {have[0]} broker, {have[1]} sender and {have[2]} "
+                    f"receiver hosts and netem {have_net[0]}/{have_net[1]} ms; the scenario needs "
+                    f"{want[0]}/{want[1]}/{want[2]} and {delay}/{jitter} ms "
+                    f"(mqlab lab down --name {name}, or set [cluster.netns] lab to another name)"
+                )
             progress(f"using lab {name}, already up")
         try:
             return from_inventory("netns", existing.inventory, owned)

@@ -15,7 +15,6 @@ import ipaddress
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -45,9 +44,6 @@ PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="netns labs need root"),
-    pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2"),
-    pytest.mark.skipif(not Path(netns.SSHD).exists(), reason="needs openssh-server"),
 ]
 
 
