@@ -574,25 +574,7 @@ def drop_orphan_shm(data_dir: Path, wait_s: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def server_children(rec: ProcessRecord) -> list[ProcessRecord]:
-    """The live child processes of the server ``rec`` (empty if it is not running)."""
-    if not process.is_alive(rec):
-        return []
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat(int(entry.name))
-        if fields and int(fields[1]) == rec.pid:
-            out.append(ProcessRecord(int(entry.name), int(fields[2]), int(fields[19]), "child"))
-    return out
+server_children = process.children  # PostgreSQL's backends each call setsid()
 
 
 def _kill_leftovers(host: Host, children: list[ProcessRecord], grace_s: float = 2.0) -> None:

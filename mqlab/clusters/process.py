@@ -55,6 +55,24 @@ def is_alive(rec: ProcessRecord) -> bool:
     return fields[0] != "Z" and int(fields[19]) == rec.start_ticks
 
 
+def children(rec: ProcessRecord) -> list[ProcessRecord]:
+    """The live child processes of ``rec`` (empty if it is not running): servers such as
+    PostgreSQL whose children leave the process group are found by parent PID."""
+    if not is_alive(rec):
+        return []
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == rec.pid:
+            out.append(ProcessRecord(int(entry.name), int(fields[2]), int(fields[19]), "child"))
+    return out
+
+
 def spawn(
     cmd: list[str],
     log_path: Path,

@@ -290,19 +290,7 @@ class LocalHost(Host):
         process.stop(rec, timeout_s=timeout_s, sig=sig)
 
     def children(self, rec):
-        if not process.is_alive(rec):
-            return []
-        out = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[1]) == rec.pid:
-                out.append(ProcessRecord(int(entry.name), int(fields[2]), int(fields[19]), "child"))
-        return out
+        return process.children(rec)
 
 
 # -- a host over SSH ------------------------------------------------------------------
