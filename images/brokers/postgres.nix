@@ -13,7 +13,7 @@ let pg = pkgs.postgresql_17; in
     settings = {
       wal_level = "replica";
       synchronous_commit = "remote_write";
-      # STANDBYS is replaced at boot by the standbys' application names (mqlab_1, mqlab_2)
+      # STANDBYS is replaced at boot by the standbys' application names (s1, s2: mqlab/nodeconf/postgres.py)
       synchronous_standby_names = "ANY 1 (STANDBYS)";
       max_wal_senders = 10;
       max_replication_slots = 10;
@@ -30,12 +30,14 @@ let pg = pkgs.postgresql_17; in
           initdb -D "$data" --auth-local=peer --auth-host=trust
           pg_ctl -D "$data" -o "-c listen_addresses=''' -c config_file=$data/postgresql.conf" -w start
           psql -d postgres -c "CREATE ROLE replicator WITH REPLICATION LOGIN"
-          for n in $(seq 1 $((MQLAB_CLUSTER_SIZE - 1))); do
-            psql -d postgres -c "SELECT pg_create_physical_replication_slot('mqlab_$n')"
+          for s in $(cat $conf/standbys); do
+            psql -d postgres -c "SELECT pg_create_physical_replication_slot('$s')"
           done
           pg_ctl -D "$data" -w stop
         else
           until pg_basebackup -h "$MQLAB_PEER_0" -U replicator -D "$data" -X stream -R; do sleep 2; done
+          # -R wrote its own primary_conninfo: the rendered one names this standby (s1, s2)
+          cat $conf/standby.conf >> "$data/postgresql.auto.conf"
         fi
       fi
       exec postgres -D "$data" -c config_file="$conf/postgresql.conf" -c hba_file="$conf/pg_hba.conf" -c data_directory="$data"
