@@ -296,9 +296,6 @@ def run_one(
             log = w.dir / "stderr.log"
             if log.is_file() and log.stat().st_size == 0:
                 log.unlink()
-            for leftover in ("progress.json", "ready"):
-                with contextlib.suppress(FileNotFoundError):
-                    (w.dir / leftover).unlink()
         for spec_file in (run_dir / "workers").glob("*.spec.json"):
             spec_file.unlink()
         summary = summarize_run(run_dir, results_dir=results_dir)

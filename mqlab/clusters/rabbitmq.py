@@ -19,11 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mqlab import nodeconf
 from mqlab.clusters import process
 from mqlab.clusters.base import LocalCluster, Progress
 from mqlab.clusters.process import ProcessRecord
 from mqlab.drivers.base import Endpoints, NodeEndpoint
 from mqlab.errors import ClusterError
+from mqlab.nodeconf import rabbitmq as rabbitconf
 
 RABBIT_LIB = Path("/usr/lib/rabbitmq/lib")
 EPMD = Path("/usr/bin/epmd")
@@ -41,7 +43,8 @@ def _sbin() -> Path:
 
 
 def node_name(index: int) -> str:
-    return f"mqlab-rabbit{index}@localhost"
+    """Node ``index``'s Erlang name in a local (loopback) cluster."""
+    return rabbitconf.node_name(index, ("127.0.0.1",) * (index + 1))
 
 
 class RabbitmqCluster(LocalCluster):
@@ -63,23 +66,10 @@ class RabbitmqCluster(LocalCluster):
         cookie.chmod(0o400)
         (self.workdir / "enabled_plugins").write_text("[].\n")
         (self.workdir / "rabbitmq-env.conf").write_text("# written by mqlab: no overrides\n")
-        peers = "\n".join(
-            f"cluster_formation.classic_config.nodes.{i + 1} = {node_name(i)}"
-            for i in range(self.nodes)
-        )
         for i in range(self.nodes):
             d = self.workdir / f"n{i}"
             (d / "log").mkdir(parents=True, exist_ok=True)
-            (d / "rabbitmq.conf").write_text(f"""# written by mqlab
-listeners.tcp.1 = 127.0.0.1:{self.ports["amqp"][i]}
-loopback_users = none
-cluster_formation.peer_discovery_backend = classic_config
-{peers}
-cluster_formation.discovery_retry_limit = 60
-cluster_formation.discovery_retry_interval = 1000
-log.file.level = info
-log.console = false
-""")
+            (d / "rabbitmq.conf").write_text(nodeconf.render(self._node(i))["rabbitmq.conf"])
         progress(f"starting epmd on port {self.ports['epmd']}")
         _p, rec = process.spawn(
             [str(EPMD), "-port", str(self.ports["epmd"])],
@@ -108,11 +98,8 @@ log.console = false
         )
         if index is not None:
             d = self.workdir / f"n{index}"
+            env.update(rabbitconf.env(self._node(index)))
             env.update(
-                RABBITMQ_NODENAME=node_name(index),
-                RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
-                RABBITMQ_NODE_PORT=str(self.ports["amqp"][index]),
-                RABBITMQ_DIST_PORT=str(self.ports["dist"][index]),
                 RABBITMQ_CONFIG_FILE=str(d / "rabbitmq.conf"),
                 RABBITMQ_ADVANCED_CONFIG_FILE=str(d / "advanced.config"),
                 RABBITMQ_MNESIA_BASE=str(d / "mnesia"),
@@ -120,6 +107,9 @@ log.console = false
                 RABBITMQ_PID_FILE=str(d / "rabbit.pid"),
             )
         return env
+
+    def _node(self, index: int) -> nodeconf.Node:
+        return self.node_conf(index, self.node_dir(index))
 
     def _start_node(self, index: int) -> ProcessRecord:
         d = self.workdir / f"n{index}"

@@ -28,7 +28,6 @@ from mqlab import clock, typed
 from mqlab.drivers import registry
 from mqlab.drivers.base import Endpoints
 from mqlab.results.archive import layout
-from mqlab.results.archive.formats import write_json
 from mqlab.results.archive.records import (
     WorkerRecord,
     write_delivery,
@@ -115,7 +114,6 @@ class Worker:
             if self.stop.wait(max(0.0, boundary_ms / 1000 - clock.wall_s())):
                 break
             self.recorder.tick(boundary_ms)
-            write_json(self.out / "progress.json", {"totals": self.recorder.totals})
 
     def _start_sending(self) -> None:
         """The common start: close the interval before it, so that one begins there."""
