@@ -90,8 +90,8 @@ class Placement:
 
     def runs_dir(self, host: Host, run_dir: Path) -> PurePosixPath:
         """Where workers on ``host`` keep their files during the run."""
-        if host.is_local:
-            return PurePosixPath(str(run_dir / "workers"))
+        if host.is_local:  # absolute: workers run in their own folders
+            return PurePosixPath(str(run_dir.resolve() / "workers"))
         return host.root / "runs" / run_dir.name
 
     def prepare_workers(self, progress: Progress = _quiet) -> None:

@@ -35,7 +35,9 @@ SHORT_SCENARIOS = [
 ]
 
 
-def mqlab(*args: str, env_state: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def mqlab(
+    *args: str, env_state: Path, timeout: float = 300, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MQLAB_STATE_DIR": str(env_state)}
     return subprocess.run(
         [sys.executable, "-m", "mqlab", *args],
@@ -43,7 +45,7 @@ def mqlab(*args: str, env_state: Path, timeout: float = 300) -> subprocess.Compl
         text=True,
         timeout=timeout,
         env=env,
-        cwd=ROOT,
+        cwd=cwd,
     )
 
 
@@ -151,7 +153,9 @@ def test_killing_a_nats_node_mid_run_loses_nothing(tmp_path: Path, state_dir: Pa
     scenario = tmp_path / "failover.toml"
     scenario.write_text(FAILOVER.format(node=0))
     results = tmp_path / "results"
-    proc = mqlab("run", str(scenario), "--results", str(results), env_state=state_dir)
+    # a relative results folder, as `scripts/mqlab run` uses by default: workers run in
+    # their own folders, so every path handed to them must still resolve
+    proc = mqlab("run", "failover.toml", "--results", "results", env_state=state_dir, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run] = list_runs(results)
     summary = check_archive(run.path)
