@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,16 @@ import pytest
 
 from mqlab.clusters import local
 from mqlab.clusters.base import LocalCluster
+
+
+def ctrl_c_able() -> None:
+    """``preexec_fn`` for a child that a test interrupts with SIGINT, as Ctrl-C would.
+
+    A non-interactive shell starts background commands (``cmd &``) with SIGINT ignored,
+    children inherit that, and Python keeps an inherited SIG_IGN: the child restores the
+    default so that SIGINT raises KeyboardInterrupt in it, as at a terminal.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def processes_mentioning(text: str) -> list[tuple[int, str]]:

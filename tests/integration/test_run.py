@@ -18,7 +18,7 @@ from hdrh.log import HistogramLogReader
 
 from mqlab.results.archive.formats import read_json
 from mqlab.results.archive.layout import list_runs
-from tests.integration.conftest import SharedLab, processes_mentioning
+from tests.integration.conftest import SharedLab, ctrl_c_able, processes_mentioning
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,6 +184,7 @@ def test_interrupted_run_leaves_a_partial_archive_and_no_processes(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_able,
     )
     try:
         deadline = time.monotonic() + 60

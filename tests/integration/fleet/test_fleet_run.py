@@ -33,7 +33,7 @@ from mqlab.fleet import bundle, netns, placement
 from mqlab.fleet.placement import TEST_SKEW_ENV
 from mqlab.results.archive.formats import read_json
 from mqlab.results.archive.layout import list_runs
-from tests.integration.conftest import processes_mentioning
+from tests.integration.conftest import ctrl_c_able, processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = ROOT / "scenarios" / "lab" / "quickstart-netns.toml"
@@ -381,6 +381,7 @@ def test_ctrl_c_mid_run_leaves_a_partial_archive_with_the_workers_and_nothing_ru
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own process group: only it gets the SIGINT
+        preexec_fn=ctrl_c_able,
     )
     lines: list[str] = []
     sending = threading.Event()

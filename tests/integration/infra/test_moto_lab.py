@@ -27,6 +27,7 @@ from click.testing import CliRunner
 from mqlab.infra import inventory, lifecycle
 from mqlab.infra.cli import infra
 from mqlab.infra.labs import LabDir, all_labs
+from tests.integration.conftest import ctrl_c_able
 
 from .conftest import REPO
 
@@ -250,6 +251,7 @@ def test_ctrl_c_during_up_destroys_what_it_created(lab: Lab) -> None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=ctrl_c_able,
     )
     try:
         lab_id = ""
