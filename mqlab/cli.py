@@ -15,7 +15,7 @@ from rich.table import Table
 
 from mqlab.errors import MqlabError
 
-console = Console(stderr=True)
+console = Console(stderr=True, log_path=False)  # log lines say what happens, not where
 out = Console()
 if not out.is_terminal:
     out = Console(width=160)  # tables stay readable when piped or captured

@@ -152,9 +152,12 @@ class ClusterPool:
             workdir, s.cluster.nodes, placement.brokers if placement.remote else None
         )
         cluster.trusted_addresses = placement.client_addresses()
+        cluster.reach = placement.reach
+        cluster.attached = placement.brokers_from_image
         where = "local" if not placement.remote else f"{placement.kind} lab {placement.name}'s"
+        verb = "checking the" if cluster.attached else "starting a"
         self.observer.phase(
-            f"starting a {s.cluster.nodes}-node {s.broker} cluster on the {where} hosts"
+            f"{verb} {s.cluster.nodes}-node {s.broker} cluster on the {where} hosts"
         )
         cluster.start(self.observer.phase)
         self.clusters[key] = (cluster, True)
@@ -244,11 +247,26 @@ def run_one(
         observer.phase(f"run {run_id}")
         cluster, reused = pool.get(s, placement)
         manifest["cluster"]["reused"] = reused
-        manifest["broker"]["server_versions"] = cluster.server_versions()
+        manifest["cluster"]["nodes_at"] = [
+            {
+                "index": n.index,
+                "host": cluster.hosts[n.index].name if n.index < len(cluster.hosts) else None,
+                "address": n.host,
+                "port": n.port,
+            }
+            for n in cluster.endpoints().nodes
+        ]
+        manifest["cluster"]["brokers_started_by"] = "image" if cluster.attached else "mqlab"
+        manifest["cluster"]["coordinator_reach"] = "ssh tunnel" if placement.tunnels else "direct"
+        manifest["broker"]["server_versions"] = (
+            cluster.attached_versions() if cluster.attached else cluster.server_versions()
+        )
         queue = (
             "mqlab_" + run_id.split("_")[0].replace("-", "").lower() + f"_{time.time_ns() % 10**6}"
         )
-        driver = driver_cls(s.profile.settings, cluster.endpoints(), queue)
+        # the coordinator's own client (setup, drain checks, teardown): through SSH
+        # tunnels where the lab's addresses are private; workers get the addresses
+        driver = driver_cls(s.profile.settings, placement.reachable(cluster.endpoints()), queue)
         observer.phase("setup: creating the queue")
         driver.setup()
         if not manifest["broker"]["server_versions"]:

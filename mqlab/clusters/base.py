@@ -32,10 +32,16 @@ if TYPE_CHECKING:
 LOG = logging.getLogger(__name__)
 STATE_FORMAT_VERSION = 1
 Progress = Callable[[str], None]
+#: on the lab images (images/base.nix): the broker, its version and pins
+IMAGE_INFO = "/etc/mqlab/broker.json"
 
 
 def _quiet(_msg: str) -> None:
     pass
+
+
+def _direct(address: str, port: int) -> tuple[str, int]:
+    return address, port
 
 
 class LocalCluster(ABC):
@@ -59,6 +65,13 @@ class LocalCluster(ABC):
         # on hosts: where clients and the coordinator connect from (brokers with access
         # lists, such as PostgreSQL's pg_hba.conf, let them in)
         self.trusted_addresses: list[str] = []
+        # where the coordinator connects to reach a node's (address, port): the address
+        # itself, or an SSH tunnel when the lab's addresses are private (AWS)
+        self.reach: Callable[[str, int], tuple[str, int]] = _direct
+        # the nodes are started by the lab's images at boot (AWS), not by mqlab: start()
+        # only checks them, stop() leaves them running
+        self.attached = False
+        self.image: list[dict[str, Any]] = []
 
     # -- where nodes run ------------------------------------------------------------
     @property
@@ -147,6 +160,9 @@ class LocalCluster(ABC):
     def start(self, progress: Progress = _quiet) -> None:
         """Bring the cluster up; on any failure (or Ctrl-C) stop what was started."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.attached:
+            self._attach(progress)
+            return
         for i in range(self.nodes):
             self.hosts[i].mkdir(self.node_dir(i))
         try:
@@ -159,7 +175,52 @@ class LocalCluster(ABC):
             self.stop()
             raise
 
+    # -- brokers the lab's images run -------------------------------------------------
+    def _attach(self, progress: Progress) -> None:
+        """Check the cluster the lab's images started at boot: the image on every host
+        is this broker's, every node listens on its standard ports, and the broker's own
+        health check passes."""
+        std = nodeconf.standard_ports(self.broker, self.nodes)
+        self.ports = {n: list(v) for n, v in std.items()}
+        self.image = []
+        for i in range(self.nodes):
+            h = self.host(i)
+            res = h.run(["cat", IMAGE_INFO], check=False)
+            try:
+                info = json.loads(res.out) if res.rc == 0 else None
+            except ValueError:
+                info = None
+            if not isinstance(info, dict):
+                raise ClusterError(
+                    f"{h.name}: no {IMAGE_INFO} (not an mqlab broker image; "
+                    "build the lab with `mqlab infra up`)"
+                )
+            if info.get("broker") != self.broker:
+                raise ClusterError(
+                    f"{h.name}: its image runs {info.get('broker')!r}, not {self.broker} "
+                    "(the lab was built for another scenario: `mqlab infra up` this one)"
+                )
+            self.image.append(info)
+        progress(f"checking the {self.broker} cluster the lab's images started")
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            health = self.health()
+            if health.get("healthy"):
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"{self.broker} cluster on the lab's broker hosts not healthy after "
+                    f"{self.start_timeout_s:.0f} s: {health}"
+                )
+            time.sleep(1)
+
+    def attached_versions(self) -> list[str]:
+        return sorted({f"{self.broker} {i.get('version')}" for i in self.image})
+
     def stop(self, remove_data: bool = True) -> None:
+        if self.attached:  # the lab's images own the nodes: `mqlab infra down` ends them
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            return
         for i, rec in self.procs.items():
             self.hosts[i].stop(rec)
         self._after_stop()
@@ -189,6 +250,9 @@ class LocalCluster(ABC):
         self.save_state()
 
     def alive(self) -> list[bool]:
+        if self.attached:  # not our processes: a node is alive while its host listens
+            first = next(iter(nodeconf.STANDARD_PORTS[self.broker]))
+            return [self.host(i).listening([self.ports[first][i]])[0] for i in range(self.nodes)]
         out = [False] * self.nodes
         by_host: dict[int, list[int]] = {}
         for i in range(self.nodes):

@@ -44,7 +44,8 @@ class NatsCluster(LocalCluster):
         )
 
     def _jsz(self, index: int) -> dict[str, Any] | None:
-        url = f"http://{self.addr(index)}:{self.ports['http'][index]}/jsz"
+        host, port = self.reach(self.addr(index), self.ports["http"][index])
+        url = f"http://{host}:{port}/jsz"
         try:
             with urllib.request.urlopen(url, timeout=1) as r:
                 data: dict[str, Any] = json.loads(r.read())

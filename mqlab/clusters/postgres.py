@@ -277,9 +277,10 @@ class PostgresCluster(LocalCluster):
             os.chown(str(path), u.uid, u.gid)
 
     def _connect(self, index: int, timeout_s: int = 2) -> psycopg.Connection[Any]:
+        host, port = self.reach(self.addr(index), self.ports["pg"][index])
         return psycopg.connect(
-            host=self.addr(index),
-            port=self.ports["pg"][index],
+            host=host,
+            port=port,
             user=DB_USER,
             dbname="postgres",
             connect_timeout=timeout_s,
@@ -350,6 +351,7 @@ class PostgresCluster(LocalCluster):
         for i in range(self.nodes):
             h = self.host(i)
             root = h.run(["mktemp", "-d", "/tmp/mqlab-pgdata-XXXXXX"]).out.strip()
+            h.own(root)
             if user is not None:
                 h.run(["chown", f"{user.uid}:{user.gid}", root])
             roots.append(root)

@@ -46,9 +46,10 @@ class RedisCluster(LocalCluster):
     def _client(self, index: int) -> Any:
         import redis
 
+        host, port = self.reach(self.addr(index), self.ports["client"][index])
         return redis.Redis(
-            host=self.addr(index),
-            port=self.ports["client"][index],
+            host=host,
+            port=port,
             socket_timeout=2,
             socket_connect_timeout=1,
         )

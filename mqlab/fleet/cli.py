@@ -10,7 +10,7 @@ from rich.table import Table
 
 from mqlab.fleet import netns
 
-ERR = Console(stderr=True)
+ERR = Console(stderr=True, log_path=False)
 OUT = Console()
 if not OUT.is_terminal:
     OUT = Console(width=160)  # tables stay readable when piped or captured

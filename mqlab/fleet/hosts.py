@@ -173,6 +173,31 @@ class Host(ABC):
     def remove_tree(self, path: PurePosixPath | str) -> None:
         self.run(["rm", "-rf", "--one-file-system", str(path)], check=False)
 
+    def own(self, path: PurePosixPath | str) -> None:
+        """Record ``path``, made by mqlab on this host outside its root, in ``<root>/owned``:
+        removing the lab (``mqlab lab down``) removes it even after mqlab crashed."""
+        if self.is_local:
+            return
+        line = shlex.quote(str(path))
+        self.run(f"mkdir -p {shlex.quote(str(self.root))} && echo {line} >> {self.root}/owned")
+
+    def listening(self, ports: list[int]) -> list[bool]:
+        """Whether something on this host listens on each TCP port (any address)."""
+        res = self.run(["ss", "-Hltn"], check=False)
+        bound = set()
+        for line in res.out.splitlines():
+            fields = line.split()
+            if len(fields) >= 4:
+                _addr, _, port = fields[3].rpartition(":")
+                if port.isdigit():
+                    bound.add(int(port))
+        return [p in bound for p in ports]
+
+    def forward(self, address: str, port: int) -> tuple[str, int]:
+        """Where the coordinator connects to reach ``address:port`` as this host does:
+        the address itself here, a loopback tunnel over SSH on ``SshHost``."""
+        return address, port
+
     def close(self) -> None:  # noqa: B027 - optional
         """Drop connections."""
 
@@ -365,6 +390,7 @@ class SshHost(Host):
         self.root = PurePosixPath(root)
         self._conn: Any = None
         self._lock = threading.Lock()
+        self._forwards: dict[tuple[str, int], _Forward] = {}
 
     # -- the connection -------------------------------------------------------------
     def connection(self) -> Any:
@@ -403,7 +429,21 @@ class SshHost(Host):
             self._conn = conn
             return conn
 
+    def forward(self, address: str, port: int) -> tuple[str, int]:
+        """A loopback port here that reaches ``address:port`` from this host, through an
+        SSH ``direct-tcpip`` channel per connection (how a coordinator outside a lab's
+        private network reaches its brokers). Kept until ``close``."""
+        with self._lock:
+            fw = self._forwards.get((address, port))
+            if fw is None:
+                fw = self._forwards[(address, port)] = _Forward(self, address, port)
+        return "127.0.0.1", fw.port
+
     def close(self) -> None:
+        with self._lock:
+            forwards, self._forwards = list(self._forwards.values()), {}
+        for fw in forwards:
+            fw.close()
         with self._lock:
             if self._conn is not None:
                 with contextlib.suppress(Exception):
@@ -580,3 +620,64 @@ class SshHost(Host):
             for pid, f in _parse_stats(res.out).items()
             if int(f[1]) == rec.pid
         ]
+
+
+class _Forward:
+    """A listening loopback socket whose connections are tunnelled through ``host``'s SSH
+    connection to ``address:port`` (what ``ssh -L`` does), each with two copy threads."""
+
+    def __init__(self, host: SshHost, address: str, port: int):
+        import socket
+
+        self.host = host
+        self.target = (address, port)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = int(self.sock.getsockname()[1])
+        self.closed = False
+        self.open: list[Any] = []
+        threading.Thread(
+            target=self._accept, name=f"forward-{host.name}-{port}", daemon=True
+        ).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, peer = self.sock.accept()
+            except OSError:
+                return
+            try:
+                chan = self.host.connection().transport.open_channel(
+                    "direct-tcpip", self.target, peer, timeout=CONNECT_TIMEOUT_S
+                )
+            except Exception as e:  # noqa: BLE001 - the client sees a closed connection
+                LOG.debug("%s: tunnel to %s:%s failed: %s", self.host.name, *self.target, e)
+                client.close()
+                continue
+            self.open += [client, chan]
+            for src, dst in ((client, chan), (chan, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: Any, dst: Any) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except Exception:  # noqa: BLE001, S110 - either side went away: close both
+            pass
+        for end in (src, dst):
+            with contextlib.suppress(Exception):
+                end.close()
+
+    def close(self) -> None:
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        for end in self.open:
+            with contextlib.suppress(Exception):
+                end.close()
+        self.open = []

@@ -913,10 +913,28 @@ def _teardown(name: str, journal: Journal | None) -> bool:
     for f in journal.files if journal else []:
         if not f.is_relative_to(d):
             f.unlink(missing_ok=True)
+    for path in owned_paths(d):
+        shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(d, ignore_errors=True)
     _check_gone(name)
     _release(name)
     return True
+
+
+HOST_TMP = "/tmp"  # noqa: S108 - where mqlab makes dirs on hosts (``mktemp -d``)
+
+
+def owned_paths(d: Path) -> list[Path]:
+    """What mqlab made on the lab's hosts outside their roots (``Host.own``): only temp
+    dirs named ``mqlab-*`` count, whatever else a host's ``owned`` file says."""
+    out = []
+    tmp = Path(HOST_TMP)
+    for f in sorted(d.glob("hosts/*/owned")):
+        for line in f.read_text(errors="replace").splitlines():
+            p = Path(line.strip())
+            if p.is_absolute() and p.parent == tmp and p.name.startswith("mqlab-"):
+                out.append(p)
+    return out
 
 
 def _check_gone(name: str) -> None:

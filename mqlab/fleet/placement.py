@@ -15,6 +15,7 @@ On every host that is not this machine, workers run from the shipped worker bund
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from mqlab.drivers.base import Endpoints
 from mqlab.errors import FleetError, ScenarioError
 from mqlab.fleet.hosts import Host, LocalHost, SshHost
 from mqlab.infra.inventory import Inventory
@@ -49,6 +51,8 @@ class Placement:
     owned_lab: str | None = None  # a netns lab made for this run: removed by close()
     pythons: dict[str, str] = field(default_factory=dict)  # host name -> worker interpreter
     bundle: Any = None  # mqlab.fleet.bundle.Bundle on remote placements
+    nix_worker: Any = None  # mqlab.fleet.nixworker.NixWorker when Nix hosts got the closure
+    bundle_of: dict[str, str] = field(default_factory=dict)  # host name -> bundle hash
 
     @property
     def remote(self) -> bool:
@@ -77,6 +81,38 @@ class Placement:
                 out.append(seen)  # the coordinator, as the broker hosts see it
         return list(dict.fromkeys(out))
 
+    @property
+    def tunnels(self) -> bool:
+        """The coordinator reaches the lab's private addresses only through SSH: on AWS,
+        and on any lab whose hosts are reached over SSH at other addresses."""
+        if self.kind == "aws":
+            return True
+        inv = self.inventory
+        return inv is not None and any(h.ssh_address != h.private_ip for h in inv.hosts)
+
+    @property
+    def brokers_from_image(self) -> bool:
+        """The lab's images start the broker nodes at boot (AWS); mqlab only checks them."""
+        return self.kind == "aws"
+
+    def reach(self, address: str, port: int) -> tuple[str, int]:
+        """Where the coordinator connects to reach ``address:port`` of the lab."""
+        if not self.tunnels:
+            return address, port
+        hosts = [*self.brokers, *self.senders, *self.receivers]
+        via = next((h for h in hosts if h.address == address), hosts[0])
+        return via.forward(address, port)
+
+    def reachable(self, endpoints: Endpoints) -> Endpoints:
+        """``endpoints`` as the coordinator connects to them (workers get the originals)."""
+        if not self.tunnels:
+            return endpoints
+        nodes = []
+        for n in endpoints.nodes:
+            host, port = self.reach(n.host, n.port)
+            nodes.append(dataclasses.replace(n, host=host, port=port))
+        return dataclasses.replace(endpoints, nodes=tuple(nodes))
+
     def python(self, host: Host) -> str:
         return self.pythons.get(host.name, sys.executable)
 
@@ -99,12 +135,28 @@ class Placement:
         if not self.remote:
             return
         from mqlab.clusters import local
-        from mqlab.fleet import bundle
+        from mqlab.fleet import bundle, nixworker
 
-        self.bundle = bundle.build(local.state_dir() / "bundles", progress)
-        for h in self.client_hosts():
-            self.pythons[h.name] = bundle.ensure_on(h, self.bundle, progress)
-            bundle.verify_on(h, self.bundle)
+        hosts = self.client_hosts()
+        nix_hosts = {h.name for h in hosts if nixworker.is_nix_host(h)}
+        if nix_hosts:
+            flake = Path(__file__).resolve().parents[2]
+            if (flake / "flake.nix").is_file():
+                self.nix_worker, why = nixworker.build(flake)
+            else:
+                why = f"no flake.nix at {flake} (mqlab is not run from a checkout)"
+            if self.nix_worker is None:
+                progress(f"Nix hosts {', '.join(sorted(nix_hosts))} get the uv.lock bundle: {why}")
+        if self.nix_worker is None or len(nix_hosts) < len(hosts):
+            self.bundle = bundle.build(local.state_dir() / "bundles", progress)
+        for h in hosts:
+            if self.nix_worker is not None and h.name in nix_hosts:
+                self.pythons[h.name] = nixworker.ensure_on(h, self.nix_worker, progress)
+                self.bundle_of[h.name] = self.nix_worker.hash
+            else:
+                self.pythons[h.name] = bundle.ensure_on(h, self.bundle, progress)
+                bundle.verify_on(h, self.bundle)
+                self.bundle_of[h.name] = self.bundle.hash
 
     def lab_manifest(self) -> dict[str, Any]:
         hosts: dict[str, dict[str, Any]] = {}
@@ -117,8 +169,10 @@ class Placement:
                 entry = hosts.setdefault(h.name, {"roles": [], "address": h.address})
                 if role not in entry["roles"]:
                     entry["roles"].append(role)
-        for entry in hosts.values():
+        for name, entry in hosts.items():
             entry["role"] = "+".join(entry.pop("roles"))
+            if name in self.bundle_of:
+                entry["bundle"] = self.bundle_of[name]
         inv = self.inventory
         return {
             "kind": self.kind,
@@ -133,6 +187,7 @@ class Placement:
                 "python": self.bundle.python,
                 "pins": list(self.bundle.pins),
             },
+            "nix_worker": None if self.nix_worker is None else self.nix_worker.manifest(),
         }
 
     def close(self, progress: Progress = _quiet) -> None:

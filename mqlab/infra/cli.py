@@ -20,7 +20,7 @@ from mqlab.infra import lifecycle
 from mqlab.infra.labs import LabSpec, parse_rfc3339, spec_from_scenarios
 
 F = TypeVar("F", bound=Callable[..., Any])
-ERR = Console(stderr=True)
+ERR = Console(stderr=True, log_path=False)
 OUT = Console()
 if not OUT.is_terminal:
     OUT = Console(width=160)  # tables stay readable when piped or captured

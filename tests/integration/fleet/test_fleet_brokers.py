@@ -1,6 +1,7 @@
-"""Brokers on hosts of their own: PostgreSQL (primary + 2 synchronous standbys) and Redis
-(primary + 2 replicas) as 3-node clusters across 3 netns hosts, driven by workers on
-2 more hosts, each started over SSH. Needs root; the lab is removed at the end.
+"""Brokers on hosts of their own: PostgreSQL (primary + 2 synchronous standbys), Redis
+(primary + 2 replicas) and RabbitMQ (quorum queues, long node names, one epmd per host)
+as 3-node clusters across 3 netns hosts, driven by workers on 2 more hosts, each
+started over SSH. Needs root; the lab is removed at the end.
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from mqlab import nodeconf
 from mqlab import run as run_mod
+from mqlab.clusters import process
+from mqlab.clusters.postgres import PostgresCluster
 from mqlab.fleet import netns
+from mqlab.fleet.placement import hosts_of
 from mqlab.results.archive.formats import read_json
 from tests.integration.conftest import processes_mentioning
 
@@ -53,10 +58,14 @@ def _scenario(tmp: Path, source: str, lab_name: str) -> Path:
     return path
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize(
     ("source", "server"),
-    [("postgres-short.toml", "PostgreSQL"), ("redis-short.toml", "redis")],
+    [
+        ("postgres-short.toml", "PostgreSQL"),
+        ("redis-short.toml", "redis"),
+        ("rabbitmq-short.toml", "RabbitMQ"),
+    ],
 )
 def test_short_run_across_hosts(
     lab: tuple[str, Path], tmp_path: Path, source: str, server: str
@@ -73,11 +82,14 @@ def test_short_run_across_hosts(
     assert d["sent"] > 0 and d["lost"] == 0 and d["undrained"] == 0, d
     assert d["unique_received"] == d["confirmed"], d
     # 3 broker nodes, each on its own host at its own address
-    endpoints = manifest["cluster"].get("endpoints") or {}
     hosts = manifest["lab"]["hosts"]
     brokers = sorted(h for h, v in hosts.items() if "broker" in v["role"])
     assert brokers == ["broker-0", "broker-1", "broker-2"], hosts
     assert len({hosts[b]["address"] for b in brokers}) == 3
+    # node i of the cluster served from broker host i, at that host's address
+    assert [(n["host"], n["address"]) for n in manifest["cluster"]["nodes_at"]] == [
+        (b, hosts[b]["address"]) for b in brokers
+    ], manifest["cluster"]
     assert any(server.lower() in v.lower() for v in manifest["broker"]["server_versions"])
     # workers ran on their own hosts, from the shipped bundle
     for w in manifest["workers"]:
@@ -86,7 +98,7 @@ def test_short_run_across_hosts(
         assert "/bundles/" in w["interpreter_prefix"], w
         assert not w["interpreter_prefix"].startswith(str(ROOT)), w
     assert manifest["clock"]["method"] == "ntp-style over ssh"
-    assert manifest["clock"]["bound_ms"] is not None, endpoints
+    assert manifest["clock"]["bound_ms"] is not None, manifest["clock"]
     # the cluster was stopped: nothing of the run or its broker data is left
     assert not processes_mentioning(result.run_dir.name)
     left = [c for _pid, c in processes_mentioning(f"/labs/{name}/") if "/clusters/" in c]
@@ -96,3 +108,34 @@ def test_short_run_across_hosts(
         c for _pid, c in processes_mentioning("mqlab-pgdata-") if any(a in c for a in brokers_at)
     ]
     assert not left, left
+    # nothing listens on the broker hosts any more (RabbitMQ's epmd included)
+    std = nodeconf.STANDARD_PORTS[manifest["broker"]["name"]]
+    listening = [
+        (a, port) for a in brokers_at for port in std.values() if process.port_open(a, port)
+    ]
+    assert not listening, listening
+
+
+@pytest.mark.timeout(240)
+def test_lab_down_after_a_crash_removes_the_brokers_and_their_data(
+    lab: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The coordinator dies with a PostgreSQL cluster up on the lab (its stop never runs):
+    `lab down` ends the servers and removes their data dirs outside the lab's folder.
+    Runs last in this module: it takes the lab down."""
+    name, _state = lab
+    up = netns.find(name)
+    assert up is not None
+    brokers, _s, _r = hosts_of(up.inventory)
+    cluster = PostgresCluster(tmp_path / "crashed", 3, brokers)
+    cluster.trusted_addresses = [up.inventory.network["coordinator_ip"]]
+    cluster.start()
+    roots = [Path(r) for r in cluster.extra["data_roots"]]
+    assert len(roots) == 3 and all(r.is_dir() for r in roots)
+    assert all(cluster.alive())
+    for h in brokers:
+        h.close()  # what a killed coordinator leaves: servers and data, no stop
+    assert netns.down(name)
+    assert not [r for r in roots if r.exists()]
+    at = [h.address for h in brokers]
+    assert not [c for _p, c in processes_mentioning("mqlab-pgdata-") if any(a in c for a in at)]

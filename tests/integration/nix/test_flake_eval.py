@@ -3,7 +3,7 @@
 What this proves: the flake's outputs, the set of images, the broker modules'
 settings, the Python dependency mapping and the revision wiring evaluate as
 intended. What it cannot prove: that nixpkgs' real options and package names
-match (only `nix flake check` on a networked runner does; see the README, section "Nix").
+match (only `nix flake check` on a networked runner does; see docs/nix.md).
 """
 
 from __future__ import annotations

@@ -307,3 +307,17 @@ def test_labs_of_another_state_dir_are_not_ours(
     monkeypatch.setenv("MQLAB_STATE_DIR", str(other))
     assert netns.foreign_owner("ours") == mine / "labs" / "ours"
     assert netns.list_labs() == ["gone", "theirs"]
+
+
+def test_owned_paths_are_only_mqlab_temp_dirs(tmp_path: Path) -> None:
+    (tmp_path / "hosts" / "broker-0").mkdir(parents=True)
+    (tmp_path / "hosts" / "broker-1").mkdir(parents=True)
+    (tmp_path / "hosts" / "broker-0" / "owned").write_text(
+        "/tmp/mqlab-pgdata-a1\n/etc\n/tmp/other\nrelative/mqlab-x\n/tmp/mqlab-x/../../etc\n\n"
+    )
+    (tmp_path / "hosts" / "broker-1" / "owned").write_text("/tmp/mqlab-pgdata-b2\n")
+    assert netns.owned_paths(tmp_path) == [
+        Path("/tmp/mqlab-pgdata-a1"),
+        Path("/tmp/mqlab-pgdata-b2"),
+    ]
+    assert netns.owned_paths(tmp_path / "nothing") == []

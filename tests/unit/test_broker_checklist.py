@@ -1,0 +1,108 @@
+"""CONTRIBUTING.md's add-a-broker checklist, kept true: the driver registry, the node
+configurations, the images, the profiles, the short scenarios, the contract-suite
+targets and the Python dependencies agree about which brokers exist."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import tomllib
+from pathlib import Path
+
+from mqlab import nodeconf
+from mqlab.drivers import registry
+from tests.integration.drivers.targets import TARGETS
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKERS = registry.BROKERS
+DRIVEN = [b for b in BROKERS.values() if b.driver_module is not None]
+LOCAL = [b for b in DRIVEN if b.local_cluster is not None]
+
+
+def _profiles() -> dict[str, str]:
+    """profile name -> broker, from scenarios/profiles/."""
+    out = {}
+    for p in sorted((ROOT / "scenarios" / "profiles").glob("*.toml")):
+        out[p.stem] = tomllib.loads(p.read_text())["broker"]
+    return out
+
+
+def _python_deps() -> dict[str, str]:
+    text = (ROOT / "nix" / "python-deps.nix").read_text()
+    return dict(re.findall(r'^\s*([\w.-]+) = \{ role = "([\w-]+)"', text, re.M))
+
+
+def test_every_driven_broker_has_its_driver_module() -> None:
+    for b in DRIVEN:
+        module = importlib.import_module(f"mqlab.drivers.{b.driver_module}")
+        assert module.DRIVER is registry.driver_class(b.name), b.name
+        assert module.DRIVER.client_libraries, f"{b.name}: name the client library"
+
+
+def test_every_local_broker_has_a_launcher_a_contract_target_and_a_short_scenario() -> None:
+    profiles = _profiles()
+    local_scenarios: dict[str, list[str]] = {}
+    for p in sorted((ROOT / "scenarios").glob("*.toml")):
+        raw = tomllib.loads(p.read_text())
+        if raw.get("cluster", {}).get("target", "local") == "local" and "profile" in raw:
+            local_scenarios.setdefault(profiles[raw["profile"]], []).append(p.name)
+    for b in LOCAL:
+        module = importlib.import_module(f"mqlab.clusters.{b.local_cluster}")
+        assert module.CLUSTER.broker, b.name
+        same = {
+            o.name
+            for o in LOCAL
+            if (o.driver_module, o.local_cluster) == (b.driver_module, b.local_cluster)
+        }
+        assert any(t.broker in same for t in TARGETS.values()), (
+            f"{b.name}: add a Target in tests/integration/drivers/targets.py"
+        )
+        assert local_scenarios.get(b.name), f"{b.name}: add scenarios/{b.name}-short.toml"
+
+
+def test_every_profile_names_a_driven_broker_and_every_driven_broker_has_one() -> None:
+    profiles = _profiles()
+    driven = {b.name for b in DRIVEN}
+    assert set(profiles.values()) <= driven, profiles
+    assert driven <= set(profiles.values()), driven - set(profiles.values())
+
+
+def test_self_hosted_brokers_have_an_image_and_a_node_configuration() -> None:
+    hosted = set(registry.self_hosted_brokers())
+    images = {p.stem for p in (ROOT / "images" / "brokers").glob("*.nix")}
+    assert images == hosted
+    assert set(nodeconf.BROKERS) == hosted
+    assert set(nodeconf.STANDARD_PORTS) == hosted
+    for b in hosted:
+        assert (ROOT / "mqlab" / "nodeconf" / f"{b}.py").is_file(), b
+
+
+def test_driver_client_libraries_are_in_the_worker_closure_and_pinned() -> None:
+    deps = _python_deps()
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    declared = " ".join(pyproject["project"]["dependencies"]).lower()
+    lock = (ROOT / "uv.lock").read_text()
+    for b in DRIVEN:
+        lib = registry.driver_class(b.name).client_libraries[0]
+        assert deps.get(lib) == "worker", f"{b.name}: {lib} needs role worker in python-deps.nix"
+        assert lib in declared, f"{b.name}: {lib} missing from pyproject.toml"
+        assert f'name = "{lib}"' in lock, f"{b.name}: {lib} missing from uv.lock (run uv lock)"
+
+
+def test_the_checklist_names_each_place() -> None:
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    for place in [
+        "mqlab/drivers/registry.py",
+        "mqlab/drivers/",
+        "mqlab/clusters/",
+        "mqlab/nodeconf/",
+        "images/brokers/",
+        "scenarios/profiles/",
+        "scenarios/",
+        "tests/integration/drivers/targets.py",
+        "nix/python-deps.nix",
+        "pyproject.toml",
+        "scripts/apt-packages.txt",
+        "mqlab/results/report/reference.py",
+    ]:
+        assert place in text, place

@@ -1,0 +1,22 @@
+"""What the CLI logs says what happens, without the source file and line it came from."""
+
+from __future__ import annotations
+
+from mqlab import cli
+from mqlab.fleet import cli as lab_cli
+from mqlab.infra import cli as infra_cli
+
+
+def test_phase_lines_name_no_source_file() -> None:
+    with cli.console.capture() as cap:
+        cli._CliObserver().phase("starting a 3-node nats cluster on the local hosts")
+    text = cap.get()
+    assert "starting a 3-node nats cluster on the local hosts" in text
+    assert ".py:" not in text, text
+
+
+def test_every_cli_error_console_logs_without_paths() -> None:
+    for console in (cli.console, lab_cli.ERR, infra_cli.ERR):
+        with console.capture() as cap:
+            console.log("lab removed")
+        assert "lab removed" in cap.get() and ".py:" not in cap.get(), cap.get()
