@@ -382,4 +382,28 @@ def _echo_reference(matches: list[Any], name: str, source: str) -> None:
             click.echo("published configurations for this broker: " + "; ".join(m.other_configs))
 
 
-DATA_COMMANDS: list[click.Command] = [summarize, query, report, compare]
+@click.command()
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=".mqlab/site",
+    show_default=True,
+    help="folder to write the site into (rewritten on each run)",
+)
+@results_option
+@_user_errors
+def site(out_dir: str, results_dir: str) -> None:
+    """Write the runs under --results as a static website: an index of runs, a page per
+    run (plots, delivery, scenario, manifest), and a comparison page with the mqperf 2021
+    published figures. Open the index.html it prints from disk or serve the folder."""
+    from mqlab.results.site import write_site
+
+    result = write_site(results_dir, out_dir)
+    for line in result.warnings:
+        click.echo(f"warning: {line}", err=True)
+    click.echo(f"site of {result.runs} run(s) written; open:", err=True)
+    click.echo(str(result.index.resolve()))
+
+
+DATA_COMMANDS: list[click.Command] = [summarize, query, report, compare, site]

@@ -283,6 +283,9 @@ def run_one(
     except MqlabError as e:
         end_reason = f"failed: {e}"
         LOG.error("%s", e)
+    except Exception as e:  # a bug in mqlab: the archive says the run failed, the traceback shows
+        end_reason = f"failed: internal error {type(e).__name__}: {e}"
+        raise
     finally:
         try:
             _stop_workers(workers)

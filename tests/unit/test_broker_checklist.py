@@ -106,3 +106,21 @@ def test_the_checklist_names_each_place() -> None:
         "mqlab/results/report/reference.py",
     ]:
         assert place in text, place
+
+
+def test_every_launcher_is_built_the_way_the_run_builds_it(tmp_path: Path) -> None:
+    """run.ClusterPool builds every launcher as cls(workdir, nodes, hosts or None)."""
+    from mqlab.errors import ClusterError
+    from mqlab.fleet.hosts import LocalHost, SshHost
+
+    remote = [SshHost(f"broker-{i}", f"10.9.9.{i + 10}", root="/tmp/x") for i in range(3)]
+    for b in LOCAL:
+        cls = importlib.import_module(f"mqlab.clusters.{b.local_cluster}").CLUSTER
+        assert cls(tmp_path / b.name, 3, None).nodes >= 1, b.name
+        assert all(h.is_local for h in cls(tmp_path / b.name, 3, [LocalHost()] * 3).hosts)
+        try:
+            on_hosts = cls(tmp_path / b.name, 3, remote)
+        except ClusterError as e:  # a launcher that runs locally only says so in one line
+            assert "\n" not in str(e) and "local" in str(e), (b.name, e)
+        else:
+            assert [h.name for h in on_hosts.hosts] == [h.name for h in remote[: on_hosts.nodes]]

@@ -29,8 +29,8 @@ from mqlab.results.summary.tables import (
 LOG = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2
-TIMELINE_PNG = "timeline.png"
-PERCENTILES_PNG = "latency_percentiles.png"
+TIMELINE_PNG = plots.TIMELINE_PNG
+PERCENTILES_PNG = plots.PERCENTILES_PNG
 MAX_PROBLEMS_SHOWN = 20
 # the mqperf table; "send latency" is the latency of one send() call (a batch)
 MQPERF_HEADER = (
@@ -402,29 +402,7 @@ def report_run(run_dir: Path | str) -> Path:
     except ArchiveError as err:
         LOG.warning("%s", err)
         scenario = {}
-    hists = {
-        r["metric"]: r["histogram"]
-        for r in latency
-        if r["window_index"] is None and r["histogram"] and r["count"]
-    }
-    images = []
-    if timeline:
-        plots.plot_timeline(
-            timeline,
-            run_dir / TIMELINE_PNG,
-            run["measure_start_ms"],
-            run["warmup_end_ms"],
-            f"Per second: {run['run_id']}",
-            send_end_ms=run["send_end_ms"],
-        )
-        images.append(TIMELINE_PNG)
-    if hists:
-        plots.plot_latency_distribution(
-            {m: hists[m] for m in METRICS if m in hists},
-            run_dir / PERCENTILES_PNG,
-            f"Latency by percentile: {run['run_id']}",
-        )
-        images.append(PERCENTILES_PNG)
+    images = plots.plot_run(run, latency, timeline, run_dir)  # the site draws the same
     out = run_dir / "report.md"
     out.write_text(run_markdown(run, windows, images, problems, scenario, run_dir))
     return out

@@ -21,8 +21,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from hdrh.histogram import HdrHistogram  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
+from mqlab.results.archive.layout import METRICS  # noqa: E402
+
 LOG = logging.getLogger(__name__)
 
+TIMELINE_PNG = "timeline.png"
+PERCENTILES_PNG = "latency_percentiles.png"
 MAX_NINES = 6  # the percentile axis ends at 99.9999
 TICKS = (0.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999)
 PNG_METADATA = {"Software": "mqlab", "format_version": "2"}
@@ -196,3 +200,44 @@ def plot_sweep(
         ax.legend()
     fig.tight_layout()
     _save(fig, path)
+
+
+def overall_histograms(latency: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """The measured period's histogram of each metric that has values (rows of the
+    ``latency`` table whose ``window_index`` is null), in the order of ``METRICS``."""
+    hists = {
+        r["metric"]: r["histogram"]
+        for r in latency
+        if r["window_index"] is None and r["histogram"] and r["count"]
+    }
+    return {m: hists[m] for m in METRICS if m in hists}
+
+
+def plot_run(
+    run: dict[str, Any],
+    latency: Sequence[dict[str, Any]],
+    timeline: Sequence[dict[str, Any]],
+    out_dir: Path,
+) -> list[str]:
+    """The plots of one run (a ``runs`` row with its ``latency`` and ``timeline`` rows),
+    as the run's report shows them: ``timeline.png`` when the timeline has rows and
+    ``latency_percentiles.png`` when a metric has values, written into ``out_dir``.
+    Returns the names of the files written."""
+    images = []
+    if timeline:
+        plot_timeline(
+            timeline,
+            out_dir / TIMELINE_PNG,
+            run["measure_start_ms"],
+            run["warmup_end_ms"],
+            f"Per second: {run['run_id']}",
+            send_end_ms=run["send_end_ms"],
+        )
+        images.append(TIMELINE_PNG)
+    hists = overall_histograms(latency)
+    if hists:
+        plot_latency_distribution(
+            hists, out_dir / PERCENTILES_PNG, f"Latency by percentile: {run['run_id']}"
+        )
+        images.append(PERCENTILES_PNG)
+    return images

@@ -1,0 +1,89 @@
+"""The committed run archives under results/ are real, complete and true: every file is in
+git, each archive re-summarizes from its raw worker logs to the summary it carries, and
+the figures the README quotes are those of the archive it names."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from mqlab.cli import MQPERF_COLUMNS, mqperf_row
+from mqlab.results.summary.job import summarize_run
+
+ROOT = Path(__file__).resolve().parents[3]
+RESULTS = ROOT / "results"
+RUNS = sorted(p.parent for p in RESULTS.glob("*/manifest.json"))
+DERIVED = ("summary", "summary.json", "report.md", "*.png")  # what summarize and report write
+
+
+def _tracked(under: Path) -> set[str]:
+    out = subprocess.run(
+        ["git", "ls-files", "--", str(under.relative_to(ROOT))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {line for line in out.splitlines() if line}
+
+
+def _resummarized(run: Path, tmp: Path) -> dict:
+    copy = tmp / "results" / run.name
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns(*DERIVED))
+    return summarize_run(copy, results_dir=tmp / "results")
+
+
+def test_there_is_the_quickstart_and_a_short_run_per_local_broker() -> None:
+    brokers = set()
+    for run in RUNS:
+        brokers.add(json.loads((run / "manifest.json").read_text())["broker"]["name"])
+    assert {"nats", "postgres", "redis", "rabbitmq", "kafka", "redpanda", "sqs"} <= brokers
+    size = sum(f.stat().st_size for run in RUNS for f in run.rglob("*") if f.is_file())
+    assert size < 2_500_000, f"committed archives take {size:,} bytes"
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_every_file_of_a_committed_archive_is_in_git(run: Path) -> None:
+    on_disk = {
+        str(f.relative_to(ROOT))
+        for f in run.rglob("*")
+        if f.is_file() and "__pycache__" not in str(f)
+    }
+    missing = on_disk - _tracked(run)
+    assert not missing, f"not in git (an ignore rule?): {sorted(missing)[:5]}"
+    for name in ("manifest.json", "scenario.toml", "summary.json", "report.md"):
+        assert (run / name).is_file(), name
+    assert list((run / "workers").glob("*/*.hlog")), "raw HdrHistogram logs"
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_a_committed_archive_re_summarizes_to_the_summary_it_carries(
+    run: Path, tmp_path: Path
+) -> None:
+    fresh = _resummarized(run, tmp_path)
+    committed = json.loads((run / "summary.json").read_text())
+    assert fresh == committed
+
+
+def test_the_readme_quotes_the_archive_it_names(tmp_path: Path) -> None:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## What a result looks like", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`(results/[^`/]+)/`", section)
+    assert named, "the README names the committed run it shows"
+    run = ROOT / named[0]
+    assert run in RUNS, run
+    block = section.split("```", 2)[1].strip().splitlines()
+    header, row = block[1], block[2]
+    assert re.split(r"\s{2,}", header.strip()) == [title for _k, title in MQPERF_COLUMNS]
+    quoted = re.split(r"\s{2,}", row.strip())
+    fresh = _resummarized(run, tmp_path)
+    scenario = tomllib.loads((run / "scenario.toml").read_text())
+    expected = mqperf_row(scenario, fresh, quoted[0], fresh["status"])
+    assert quoted == [str(expected[k]) for k, _title in MQPERF_COLUMNS]
+    assert run.name.endswith("_" + quoted[0]), (run.name, quoted[0])
