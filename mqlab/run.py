@@ -643,7 +643,8 @@ def _measure(
         else None
     )
     faults = sorted(s.faults, key=lambda f: f.at_s)
-    pending_restarts: list[tuple[float, int]] = []
+    # (when, action, node) of the second halves of faults: restart_node, resume_node
+    pending_restarts: list[tuple[float, str, int]] = []
     t0 = time.monotonic()
     hard_deadline = t0 + w.max_run_s + 60
     drain_deadline: float | None = None
@@ -657,14 +658,10 @@ def _measure(
         while faults and elapsed >= faults[0].at_s:
             f = faults.pop(0)
             _apply_fault(f, cluster, manifest, observer, pending_restarts, t0)
-        for at, node in list(pending_restarts):
-            if elapsed >= at:
-                pending_restarts.remove((at, node))
-                observer.phase(f"fault: restarting node {node}")
-                cluster.restart_node(node)
-                manifest["faults"].append(
-                    {"action": "restart_node", "node": node, "at_ms": int(time.time() * 1000)}
-                )
+        for pending in list(pending_restarts):
+            if elapsed >= pending[0]:
+                pending_restarts.remove(pending)
+                _end_fault(pending[1], pending[2], cluster, manifest, observer)
         totals = _totals(workers)
         failed = [x for x in workers if x.done and x.returncode != 0]
         if failed:
@@ -694,8 +691,8 @@ def _measure(
             return "max_run_s exceeded"
         observer.progress(elapsed, totals, expected)
         time.sleep(0.1)
-    for _at, node in pending_restarts:
-        cluster.restart_node(node)
+    for _at, action, node in pending_restarts:
+        _end_fault(action, node, cluster, manifest, observer)
     observer.progress(time.monotonic() - t0, _totals(workers), expected)
     return "completed"
 
@@ -705,7 +702,7 @@ def _apply_fault(
     cluster: LocalCluster,
     manifest: dict[str, Any],
     observer: Observer,
-    pending: list[tuple[float, int]],
+    pending: list[tuple[float, str, int]],
     t0: float,
 ) -> None:
     at_ms = int(time.time() * 1000)
@@ -713,10 +710,35 @@ def _apply_fault(
         observer.phase(f"fault: killing node {f.node}")
         cluster.kill_node(f.node)
         if f.restart_after_s is not None:
-            pending.append((f.at_s + f.restart_after_s, f.node))
+            pending.append((f.at_s + f.restart_after_s, "restart_node", f.node))
+    elif f.action == "pause_node":
+        observer.phase(f"fault: pausing node {f.node} for {f.duration_s:g} s")
+        cluster.pause_node(f.node)
+        pending.append((f.at_s + f.duration_s, "resume_node", f.node))
+    elif f.action == "crash_all":
+        observer.phase("fault: killing every node at once")
+        cluster.crash_all()
+        after = f.restart_after_s or 0.0
+        pending.extend((f.at_s + after, "restart_node", i) for i in range(cluster.nodes))
     else:
         cluster.restart_node(f.node)
-    manifest["faults"].append({**dataclasses.asdict(f), "at_ms": at_ms})
+    entry = {**dataclasses.asdict(f), "at_ms": at_ms}
+    if f.action == "crash_all":
+        entry["nodes"] = cluster.nodes
+    manifest["faults"].append(entry)
+
+
+def _end_fault(
+    action: str, node: int, cluster: LocalCluster, manifest: dict[str, Any], observer: Observer
+) -> None:
+    """The second half of a fault: a killed node restarted, a paused node resumed."""
+    if action == "resume_node":
+        observer.phase(f"fault: resuming node {node}")
+        cluster.resume_node(node)
+    else:
+        observer.phase(f"fault: restarting node {node}")
+        cluster.restart_node(node)
+    manifest["faults"].append({"action": action, "node": node, "at_ms": int(time.time() * 1000)})
 
 
 def _stop_workers(workers: list[_Worker], grace_s: float = STOP_GRACE_S) -> None:

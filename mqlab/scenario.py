@@ -95,9 +95,12 @@ class Clients:
 @dataclass(frozen=True)
 class Fault:
     at_s: float = spec(min=0, help="seconds after senders start")
-    action: str = spec(choices=("kill_node", "restart_node"))
-    node: int = spec(0, min=0)
-    restart_after_s: float | None = spec(None, min=0)
+    action: str = spec(choices=("kill_node", "restart_node", "pause_node", "crash_all"))
+    node: int = spec(0, min=0, help="the node (kill_node, restart_node, pause_node)")
+    restart_after_s: float | None = spec(
+        None, min=0, help="kill_node, crash_all: restart after this long (crash_all: 0 if unset)"
+    )
+    duration_s: float | None = spec(None, min=0, help="pause_node: resume after this long")
 
 
 @dataclass(frozen=True)
@@ -433,6 +436,20 @@ def _cross_checks(
             f"use nodes >= {replicas} or a profile with fewer replicas",
         )
     for i, f in enumerate(faults):
+        if f.action == "pause_node" and f.duration_s is None:
+            raise ScenarioError(
+                path,
+                f"faults[{i}].duration_s",
+                "pause_node needs how long the node stays frozen",
+                "set duration_s = 5 (seconds)",
+            )
+        if f.duration_s is not None and f.action != "pause_node":
+            raise ScenarioError(
+                path,
+                f"faults[{i}].duration_s",
+                f"{f.action} takes no duration_s",
+                "use restart_after_s for kill_node and crash_all",
+            )
         if f.node >= cluster.nodes:
             raise ScenarioError(
                 path,

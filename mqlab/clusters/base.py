@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -238,9 +239,21 @@ class LocalCluster(ABC):
 
     def kill_node(self, index: int) -> None:
         """Hard-kill node ``index`` (SIGKILL its process group): a crash, for fault tests."""
-        import signal
-
         self.hosts[index].stop(self.procs[index], timeout_s=5, sig=signal.SIGKILL)
+        self.save_state()
+
+    def pause_node(self, index: int) -> None:
+        """Freeze node ``index`` (SIGSTOP to its process group): a stalled, not dead, node."""
+        self.hosts[index].signal(self.procs[index], signal.SIGSTOP)
+
+    def resume_node(self, index: int) -> None:
+        self.hosts[index].signal(self.procs[index], signal.SIGCONT)
+
+    def crash_all(self) -> None:
+        """Hard-kill every node at once (a process crash: the page cache survives it)."""
+        for i in range(self.nodes):
+            if i in self.procs:
+                self.hosts[i].stop(self.procs[i], timeout_s=5, sig=signal.SIGKILL)
         self.save_state()
 
     def restart_node(self, index: int) -> None:

@@ -173,6 +173,11 @@ class Host(ABC):
     def remove_tree(self, path: PurePosixPath | str) -> None:
         self.run(["rm", "-rf", "--one-file-system", str(path)], check=False)
 
+    def signal(self, rec: ProcessRecord, sig: int) -> None:
+        """Send ``sig`` to the process group of ``rec`` if it still runs (pause, resume)."""
+        if self.is_alive(rec):
+            self.run(f"kill -{int(sig)} -- -{rec.pgid} 2>/dev/null; true", check=False)
+
     def own(self, path: PurePosixPath | str) -> None:
         """Record ``path``, made by mqlab on this host outside its root, in ``<root>/owned``:
         removing the lab (``mqlab lab down``) removes it even after mqlab crashed."""
@@ -313,6 +318,11 @@ class LocalHost(Host):
 
     def stop(self, rec, timeout_s=10.0, sig=signal.SIGTERM):
         process.stop(rec, timeout_s=timeout_s, sig=sig)
+
+    def signal(self, rec, sig):  # no shell: dash's kill takes no "--" before a process group
+        if process.is_alive(rec):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(rec.pgid, sig)
 
     def children(self, rec):
         return process.children(rec)

@@ -178,3 +178,40 @@ def test_project_scenarios_all_validate() -> None:
     assert files
     for p in files:
         assert load_scenario(p), p
+
+
+@pytest.mark.parametrize(
+    ("fault", "key", "words"),
+    [
+        ('action = "pause_node"\nnode = 1', "faults[0].duration_s", "needs how long"),
+        ('action = "kill_node"\nduration_s = 3', "faults[0].duration_s", "takes no duration_s"),
+        ('action = "freeze_time"', "faults[0].action", "not allowed"),
+        ('action = "pause_node"\nnode = 3\nduration_s = 1', "faults[0].node", "does not exist"),
+    ],
+)
+def test_bad_faults_name_file_key_and_fix(folder: Path, fault: str, key: str, words: str) -> None:
+    path = write(folder, BASE + f"[[faults]]\nat_s = 2\n{fault}\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    text = str(info.value)
+    assert text.startswith(str(path)) and key in text and words in text, text
+    assert "\n" not in text
+
+
+def test_pause_and_crash_all_faults_load_and_round_trip(folder: Path) -> None:
+    text = BASE + (
+        '[[faults]]\nat_s = 2\naction = "pause_node"\nnode = 1\nduration_s = 3\n'
+        '[[faults]]\nat_s = 6\naction = "crash_all"\nrestart_after_s = 1\n'
+    )
+    [s] = load_scenario(write(folder, text))
+    assert [(f.action, f.node, f.duration_s, f.restart_after_s) for f in s.faults] == [
+        ("pause_node", 1, 3.0, None),
+        ("crash_all", 0, None, 1.0),
+    ]
+    import tomllib
+
+    archived = tomllib.loads(to_toml(s))["faults"]  # the scenario as run, in the archive
+    assert [(f["action"], f.get("duration_s"), f.get("restart_after_s")) for f in archived] == [
+        ("pause_node", 3.0, None),
+        ("crash_all", None, 1.0),
+    ]

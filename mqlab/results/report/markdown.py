@@ -389,6 +389,15 @@ def run_markdown(
     return "\n".join(lines) + "\n"
 
 
+def _manifest_faults(run_dir: Path) -> list[dict[str, Any]]:
+    try:
+        faults = json.loads((run_dir / "manifest.json").read_text()).get("faults") or []
+    except (OSError, ValueError) as err:
+        LOG.warning("%s: no faults drawn (%s)", run_dir / "manifest.json", err)
+        return []
+    return list(faults)
+
+
 def report_run(run_dir: Path | str) -> Path:
     """Write ``report.md``, ``timeline.png`` and ``latency_percentiles.png`` into the run."""
     run_dir = Path(run_dir)
@@ -402,7 +411,8 @@ def report_run(run_dir: Path | str) -> Path:
     except ArchiveError as err:
         LOG.warning("%s", err)
         scenario = {}
-    images = plots.plot_run(run, latency, timeline, run_dir)  # the site draws the same
+    faults = _manifest_faults(run_dir)
+    images = plots.plot_run(run, latency, timeline, run_dir, faults)  # the site draws the same
     out = run_dir / "report.md"
     out.write_text(run_markdown(run, windows, images, problems, scenario, run_dir))
     return out

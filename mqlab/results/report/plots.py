@@ -31,6 +31,9 @@ MAX_NINES = 6  # the percentile axis ends at 99.9999
 TICKS = (0.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999)
 PNG_METADATA = {"Software": "mqlab", "format_version": "2"}
 WARMUP_STYLE = {"color": "grey", "alpha": 0.15, "linewidth": 0}
+FAULT_STYLE = {"color": "C3", "alpha": 0.12, "linewidth": 0, "hatch": "//"}
+# a fault's first half and what ends it (manifest["faults"] actions)
+FAULT_ENDS = {"kill_node": "restart_node", "pause_node": "resume_node"}
 # percentile curves: a metric and its variant share a hue family, variants dashed, so
 # curves that coincide (send_call_us and send_msg_us in a closed loop) stay visible
 CURVE_STYLE: dict[str, dict[str, Any]] = {
@@ -89,6 +92,40 @@ def plot_latency_distribution(histograms: dict[str, str], path: Path, title: str
     _save(fig, path)
 
 
+def fault_windows(faults: Sequence[dict[str, Any]]) -> list[tuple[int, int | None, str]]:
+    """(start ms, end ms or None while it lasted to the end, label) of each fault of a
+    run's manifest: a killed node until its restart, a paused node until it resumed, a
+    crash of every node until the last restart that followed it; a lone restart is an
+    instant."""
+    out: list[list[Any]] = []
+    open_by_node: dict[Any, list[Any]] = {}
+    crash: list[Any] | None = None
+    down: set[Any] = set()  # nodes of the crash not restarted yet
+    for f in sorted(faults, key=lambda f: f.get("at_ms") or 0):
+        action, node, at = f.get("action"), f.get("node"), f.get("at_ms")
+        if at is None:
+            continue
+        if action in FAULT_ENDS:
+            window = [at, None, f"{action.removesuffix('_node')} node {node}"]
+            out.append(window)
+            open_by_node[node] = window
+            crash = None
+        elif action == "crash_all":
+            crash = [at, None, "crash of every node"]
+            out.append(crash)
+            down = set(range(int(f.get("nodes") or 1)))
+        elif action in ("restart_node", "resume_node"):
+            opened = open_by_node.pop(node) if node in open_by_node else None
+            if opened is not None:
+                opened[1] = at
+            elif crash is not None and node in down:
+                crash[1] = at
+                down.discard(node)
+            else:
+                out.append([at, at, f"restart node {node}"])
+    return [(w[0], w[1], w[2]) for w in out]
+
+
 def plot_timeline(
     rows: Sequence[dict[str, Any]],
     path: Path,
@@ -96,6 +133,7 @@ def plot_timeline(
     warmup_end_ms: int,
     title: str,
     send_end_ms: int | None = None,
+    faults: Sequence[dict[str, Any]] = (),
 ) -> None:
     """The ``timeline`` table of one run, three panels sharing the time axis (seconds since
     ``start_ms``, the senders' start): send vs receive msgs/s; processing latency p50/p99
@@ -166,6 +204,22 @@ def plot_timeline(
                 label="last confirmed send" if i == 0 else None,
             )
         ax.grid(True, alpha=0.3)
+    end_s = xs[-1] if xs else 0.0
+    for k, (a, b, label) in enumerate(fault_windows(faults)):
+        x0 = (a - start_ms) / 1000
+        x1 = end_s if b is None else max((b - start_ms) / 1000, x0 + 0.1)
+        for i, ax in enumerate((rate_ax, lat_ax, back_ax)):
+            ax.axvspan(x0, x1, **FAULT_STYLE, label="fault" if i == 0 and k == 0 else None)
+        rate_ax.annotate(
+            label,
+            (x0, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, -2),
+            textcoords="offset points",
+            va="top",
+            fontsize="x-small",
+            color="C3",
+        )
     rate_ax.legend(loc="best", fontsize="small", framealpha=0.85)
     if drawn:
         lat_ax.legend(loc="best", fontsize="small", framealpha=0.85)
@@ -218,6 +272,7 @@ def plot_run(
     latency: Sequence[dict[str, Any]],
     timeline: Sequence[dict[str, Any]],
     out_dir: Path,
+    faults: Sequence[dict[str, Any]] = (),
 ) -> list[str]:
     """The plots of one run (a ``runs`` row with its ``latency`` and ``timeline`` rows),
     as the run's report shows them: ``timeline.png`` when the timeline has rows and
@@ -232,6 +287,7 @@ def plot_run(
             run["warmup_end_ms"],
             f"Per second: {run['run_id']}",
             send_end_ms=run["send_end_ms"],
+            faults=faults,
         )
         images.append(TIMELINE_PNG)
     hists = overall_histograms(latency)

@@ -67,7 +67,11 @@ def write_site(results_dir: Path | str, out_dir: Path | str) -> SiteResult:
         images: list[str] = []
         if r.run is not None:
             images = plots.plot_run(
-                r.run, r.tables.get("latency", []), r.tables.get("timeline", []), run_dir
+                r.run,
+                r.tables.get("latency", []),
+                r.tables.get("timeline", []),
+                run_dir,
+                (r.listed.info.manifest or {}).get("faults") or [],
             )
         _write(run_dir / "index.html", pages.run_page(r, images, matches.get(r.run_id)))
     _write(out / "compare.html", pages.compare_page(found.runs, matches))

@@ -1,0 +1,103 @@
+"""Faults under load on a real local NATS JetStream R3 cluster: a paused node (SIGSTOP,
+then SIGCONT) and a crash of every node at once (SIGKILL, then restart)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mqlab import run as run_mod
+from mqlab.clusters import process
+from mqlab.clusters.nats import NatsCluster
+from mqlab.results.archive.formats import read_json
+from mqlab.results.report import markdown, plots
+
+pytestmark = pytest.mark.integration
+
+
+def _state(pid: int) -> str:
+    """The scheduler state letter of ``pid`` (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.timeout(120)
+def test_pause_freezes_a_node_and_crash_all_kills_every_node(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    cluster = NatsCluster(tmp_path / "nats", 3)
+    cluster.start()
+    try:
+        paused = cluster.procs[1]
+        cluster.pause_node(1)
+        assert _state(paused.pid) == "T"
+        assert all(_state(cluster.procs[i].pid) != "T" for i in (0, 2))
+        cluster.resume_node(1)
+        assert _state(paused.pid) != "T"
+        before = dict(cluster.procs)
+        cluster.crash_all()
+        assert not any(process.is_alive(r) for r in before.values())
+        for i in range(3):
+            cluster.restart_node(i)
+        assert all(cluster.alive())
+        assert {r.pid for r in cluster.procs.values()}.isdisjoint(r.pid for r in before.values())
+    finally:
+        cluster.stop()
+
+
+SCENARIO = """
+format_version = 1
+name = "nats-faults"
+profile = "nats-r3"
+[cluster]
+nodes = 3
+[workload]
+message_bytes = 512
+duration_s = 14
+warmup_s = 0
+[clients]
+sender_nodes = 1
+receiver_nodes = 1
+threads = 2
+[[faults]]
+at_s = 2
+action = "pause_node"
+node = 1
+duration_s = 3
+[[faults]]
+at_s = 7
+action = "crash_all"
+restart_after_s = 1
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_run_through_a_pause_and_a_crash_of_every_node_loses_nothing(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    path = tmp_path / "faults.toml"
+    path.write_text(SCENARIO)
+    [result] = run_mod.execute_files([path], tmp_path / "results")
+    assert result.status == "complete", result.end_reason
+    manifest = read_json(result.run_dir / "manifest.json")
+    actions = [(f["action"], f["node"]) for f in manifest["faults"]]
+    assert actions == [
+        ("pause_node", 1),
+        ("resume_node", 1),
+        ("crash_all", 0),
+        ("restart_node", 0),
+        ("restart_node", 1),
+        ("restart_node", 2),
+    ], actions
+    at = [f["at_ms"] for f in manifest["faults"]]
+    assert 2_500 <= at[1] - at[0] <= 4_000 and 500 <= at[3] - at[2] <= 2_500, at
+    d = read_json(result.run_dir / "summary.json")["delivery"]
+    # a process crash keeps the page cache: every confirmed message is still there
+    assert d["confirmed"] > 0 and d["lost"] == 0 and d["undrained"] == 0, d
+    assert d["confirmed"] <= d["unique_received"] <= d["sent"], d
+    # the report shades both faults on the timeline
+    windows = plots.fault_windows(manifest["faults"])
+    assert [w[2] for w in windows] == ["pause node 1", "crash of every node"]
+    assert all(w[1] is not None for w in windows)
+    report = markdown.report_run(result.run_dir)
+    assert (result.run_dir / plots.TIMELINE_PNG).stat().st_size > 0 and report.is_file()

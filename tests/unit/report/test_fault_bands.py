@@ -1,0 +1,64 @@
+"""Faults on the timeline: which spans the report shades, from a manifest's fault log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mqlab.results.report import plots
+
+
+def test_each_fault_lasts_until_what_ends_it() -> None:
+    log = [
+        {"action": "kill_node", "node": 0, "at_ms": 1_000},
+        {"action": "pause_node", "node": 2, "at_ms": 1_500, "duration_s": 1},
+        {"action": "resume_node", "node": 2, "at_ms": 2_500},
+        {"action": "restart_node", "node": 0, "at_ms": 4_000},
+        {"action": "crash_all", "node": 0, "nodes": 3, "at_ms": 6_000},
+        {"action": "restart_node", "node": 0, "at_ms": 7_000},
+        {"action": "restart_node", "node": 1, "at_ms": 7_020},
+        {"action": "restart_node", "node": 2, "at_ms": 7_050},
+        {"action": "restart_node", "node": 1, "at_ms": 9_000},  # a scenario's lone restart
+        {"action": "kill_node", "node": 1, "at_ms": 9_500},  # never restarted
+    ]
+    assert plots.fault_windows(list(reversed(log))) == [
+        (1_000, 4_000, "kill node 0"),
+        (1_500, 2_500, "pause node 2"),
+        (6_000, 7_050, "crash of every node"),
+        (9_000, 9_000, "restart node 1"),
+        (9_500, None, "kill node 1"),
+    ]
+
+
+def test_no_faults_no_windows_and_entries_without_a_time_are_ignored() -> None:
+    assert plots.fault_windows([]) == []
+    assert plots.fault_windows([{"action": "kill_node", "node": 0}]) == []
+
+
+def test_the_timeline_with_faults_differs_from_the_one_without(tmp_path: Path) -> None:
+    rows = [
+        {
+            "second_ms": 1_000 * s,
+            "sent": 100,
+            "confirmed": 100,
+            "received": 0 if 3 <= s < 5 else 100,
+            "failed": 0,
+            "backlog": 0,
+            "sender_lag_ms": 0,
+            **{
+                f"{m}_{f}": 1_000
+                for m in ("processing_us", "send_msg_us", "send_call_us")
+                for f in ("p50", "p99", "count")
+            },
+        }
+        for s in range(10)
+    ]
+    for col, _label in plots.RATE_SERIES:
+        for r in rows:
+            r.setdefault(col, 0)
+    plain, shaded = tmp_path / "plain.png", tmp_path / "shaded.png"
+    plots.plot_timeline(rows, plain, 0, 0, "t")
+    plots.plot_timeline(
+        rows, shaded, 0, 0, "t", faults=[{"action": "pause_node", "node": 1, "at_ms": 3_000}]
+    )
+    assert plain.stat().st_size > 0 and shaded.stat().st_size > 0
+    assert plain.read_bytes() != shaded.read_bytes()
