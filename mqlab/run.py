@@ -657,7 +657,7 @@ def _measure(
         elapsed = now - t0
         while faults and elapsed >= faults[0].at_s:
             f = faults.pop(0)
-            _apply_fault(f, cluster, manifest, observer, pending_restarts, t0)
+            _apply_fault(f, cluster, driver, manifest, observer, pending_restarts)
         for pending in list(pending_restarts):
             if elapsed >= pending[0]:
                 pending_restarts.remove(pending)
@@ -700,17 +700,24 @@ def _measure(
 def _apply_fault(
     f: Any,
     cluster: LocalCluster,
+    driver: Driver,
     manifest: dict[str, Any],
     observer: Observer,
     pending: list[tuple[float, str, int]],
-    t0: float,
 ) -> None:
     at_ms = int(time.time() * 1000)
-    if f.action == "kill_node":
-        observer.phase(f"fault: killing node {f.node}")
-        cluster.kill_node(f.node)
+    node = f.node
+    if f.action == "kill_leader":
+        try:
+            node = cluster.leader(driver)
+        except MqlabError as e:
+            raise ClusterError(f"kill_leader: cannot tell the leader ({e})") from None
+    if f.action in ("kill_node", "kill_leader"):
+        leader = " (the leader)" if f.action == "kill_leader" else ""
+        observer.phase(f"fault: killing node {node}{leader}")
+        cluster.kill_node(node)
         if f.restart_after_s is not None:
-            pending.append((f.at_s + f.restart_after_s, "restart_node", f.node))
+            pending.append((f.at_s + f.restart_after_s, "restart_node", node))
     elif f.action == "pause_node":
         observer.phase(f"fault: pausing node {f.node} for {f.duration_s:g} s")
         cluster.pause_node(f.node)
@@ -722,7 +729,7 @@ def _apply_fault(
         pending.extend((f.at_s + after, "restart_node", i) for i in range(cluster.nodes))
     else:
         cluster.restart_node(f.node)
-    entry = {**dataclasses.asdict(f), "at_ms": at_ms}
+    entry = {**dataclasses.asdict(f), "node": node, "at_ms": at_ms}
     if f.action == "crash_all":
         entry["nodes"] = cluster.nodes
     manifest["faults"].append(entry)

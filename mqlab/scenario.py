@@ -95,7 +95,9 @@ class Clients:
 @dataclass(frozen=True)
 class Fault:
     at_s: float = spec(min=0, help="seconds after senders start")
-    action: str = spec(choices=("kill_node", "restart_node", "pause_node", "crash_all"))
+    action: str = spec(
+        choices=("kill_node", "kill_leader", "restart_node", "pause_node", "crash_all")
+    )
     node: int = spec(0, min=0, help="the node (kill_node, restart_node, pause_node)")
     restart_after_s: float | None = spec(
         None, min=0, help="kill_node, crash_all: restart after this long (crash_all: 0 if unset)"
@@ -436,6 +438,13 @@ def _cross_checks(
             f"use nodes >= {replicas} or a profile with fewer replicas",
         )
     for i, f in enumerate(faults):
+        if f.action == "kill_leader" and profile.broker == "sqs":
+            raise ScenarioError(
+                path,
+                f"faults[{i}].action",
+                "sqs has no leader node to kill",
+                "use kill_node, or a broker with a leader",
+            )
         if f.action == "pause_node" and f.duration_s is None:
             raise ScenarioError(
                 path,

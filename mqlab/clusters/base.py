@@ -242,6 +242,11 @@ class LocalCluster(ABC):
         self.hosts[index].stop(self.procs[index], timeout_s=5, sig=signal.SIGKILL)
         self.save_state()
 
+    def leader(self, driver: Any) -> int:
+        """The node that leads ``driver``'s queue now. By default node 0, the primary of
+        primary/replica clusters (PostgreSQL, Redis) and the only node of stand-ins."""
+        return 0
+
     def pause_node(self, index: int) -> None:
         """Freeze node ``index`` (SIGSTOP to its process group): a stalled, not dead, node."""
         self.hosts[index].signal(self.procs[index], signal.SIGSTOP)

@@ -16,6 +16,7 @@ from mqlab.clusters.base import LocalCluster, Progress
 from mqlab.clusters.process import ProcessRecord
 from mqlab.drivers.base import Endpoints, NodeEndpoint
 from mqlab.errors import ClusterError
+from mqlab.nodeconf import nats as natsconf
 
 FIX = "install the locked environment: scripts/bootstrap"
 
@@ -91,6 +92,14 @@ class NatsCluster(LocalCluster):
             and all(n["cluster_size"] == self.nodes for n in nodes)
         )
         return {"healthy": healthy, "leader": leader, "nodes": nodes}
+
+    def leader(self, driver: Any) -> int:
+        """The node leading the driver's stream (JetStream names its server)."""
+        name = driver.stream_replicas()["leader"]
+        names = [natsconf.server_name(i) for i in range(self.nodes)]
+        if name not in names:
+            raise ClusterError(f"nats: stream leader {name!r} is none of {names}")
+        return names.index(str(name))
 
     def endpoints(self) -> Endpoints:
         return Endpoints(

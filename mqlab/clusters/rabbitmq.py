@@ -282,6 +282,18 @@ class RabbitmqCluster(LocalCluster):
         finally:
             conn.close()
 
+    def leader(self, driver: Any) -> int:
+        """The node leading the driver's quorum queue (``rabbitmq-queues quorum_status``)."""
+        for i in range(self.nodes):
+            try:
+                name = self.quorum_members(driver.queue, index=i)["leader"]
+            except (ClusterError, ValueError):
+                continue  # ask another node
+            names = [self.name(n) for n in range(self.nodes)]
+            if name in names:
+                return names.index(name)
+        raise ClusterError(f"rabbitmq: no node names a leader of quorum queue {driver.queue}")
+
     def health(self) -> dict[str, Any]:
         alive = self.alive()
         nodes = [

@@ -46,6 +46,9 @@ class SqsCluster(LocalCluster):
             )
         super().__init__(workdir, 1)
 
+    def leader(self, driver: Any) -> int:
+        raise ClusterError("sqs has no leader node (a kill_leader fault cannot apply)")
+
     def _prepare(self, progress: Progress) -> None:
         self.ports = {"http": process.free_ports(1)}
 

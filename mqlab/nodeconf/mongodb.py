@@ -6,7 +6,17 @@ Ports: ``mongo``. ``data_dir`` is ``storage.dbPath``. mongod also listens on
 
 from __future__ import annotations
 
+import json
+
 from mqlab.nodeconf import LOOPBACK, Node
+
+
+def _w(concern: object) -> str:
+    """A write concern's ``w`` as JavaScript: a number of members stays a number, a name
+    ("majority", a custom tag set) is a string."""
+    if isinstance(concern, int) and not isinstance(concern, bool):
+        return str(concern)
+    return json.dumps(str(concern))
 
 
 def render(node: Node) -> dict[str, str]:
@@ -27,6 +37,6 @@ def render(node: Node) -> dict[str, str]:
             f'rs.initiate({{_id: "{rs}", writeConcernMajorityJournalDefault: true, '
             f"members: [{members}]}});\n"
             f"db.adminCommand({{setDefaultRWConcern: 1, defaultWriteConcern: {{w: "
-            f'"{concern}", j: true}}}});\n'
+            f"{_w(concern)}, j: true}}}});\n"
         ),
     }

@@ -49,13 +49,15 @@ class FixedRate(Schedule):
     ``start_ns + k / rate``, and a batch goes at the slot of its first message."""
 
     def __init__(self, rate_per_s: float, start_ns: int | None = None):
+        self.rate_per_s = rate_per_s
         self.ns_per_msg = 1e9 / rate_per_s
         self.start_ns = start_ns if start_ns is not None else time.monotonic_ns()
         self.scheduled = 0  # messages handed out so far (read by the ticker for the lag)
         self.done = False
 
     def slot(self, k: int) -> int:
-        return self.start_ns + int(k * self.ns_per_msg)
+        # k * 1e9 / rate, not k * (1e9 / rate): the latter rounds whole seconds down by 1 ns
+        return self.start_ns + int(k * 1e9 / self.rate_per_s)
 
     def next_batch(self, n: int, stop: threading.Event, end_ns: int | None) -> int | None:
         intended = self.slot(self.scheduled)
@@ -86,7 +88,7 @@ class FixedRate(Schedule):
         if due_n <= self.scheduled:
             return np.empty(0, np.int64)
         k = np.arange(self.scheduled, due_n, dtype=np.int64)
-        return self.start_ns + (k * self.ns_per_msg).astype(np.int64)
+        return self.start_ns + (k * 1e9 / self.rate_per_s).astype(np.int64)  # as slot()
 
     def finish(self) -> None:
         self.done = True

@@ -60,7 +60,11 @@ sender_nodes = 1
 receiver_nodes = 1
 threads = 2
 [[faults]]
-at_s = 2
+at_s = 1
+action = "kill_leader"
+restart_after_s = 1
+[[faults]]
+at_s = 3
 action = "pause_node"
 node = 1
 duration_s = 3
@@ -81,6 +85,8 @@ def test_a_run_through_a_pause_and_a_crash_of_every_node_loses_nothing(
     assert result.status == "complete", result.end_reason
     manifest = read_json(result.run_dir / "manifest.json")
     actions = [(f["action"], f["node"]) for f in manifest["faults"]]
+    assert actions[0][0] == "kill_leader" and actions[1] == ("restart_node", actions[0][1])
+    actions = actions[2:]
     assert actions == [
         ("pause_node", 1),
         ("resume_node", 1),
@@ -89,7 +95,7 @@ def test_a_run_through_a_pause_and_a_crash_of_every_node_loses_nothing(
         ("restart_node", 1),
         ("restart_node", 2),
     ], actions
-    at = [f["at_ms"] for f in manifest["faults"]]
+    at = [f["at_ms"] for f in manifest["faults"]][2:]
     assert 2_500 <= at[1] - at[0] <= 4_000 and 500 <= at[3] - at[2] <= 2_500, at
     d = read_json(result.run_dir / "summary.json")["delivery"]
     # a process crash keeps the page cache: every confirmed message is still there
@@ -97,7 +103,58 @@ def test_a_run_through_a_pause_and_a_crash_of_every_node_loses_nothing(
     assert d["confirmed"] <= d["unique_received"] <= d["sent"], d
     # the report shades both faults on the timeline
     windows = plots.fault_windows(manifest["faults"])
-    assert [w[2] for w in windows] == ["pause node 1", "crash of every node"]
+    assert [w[2] for w in windows] == [
+        f"kill leader (node {manifest['faults'][0]['node']})",
+        "pause node 1",
+        "crash of every node",
+    ]
     assert all(w[1] is not None for w in windows)
     report = markdown.report_run(result.run_dir)
     assert (result.run_dir / plots.TIMELINE_PNG).stat().st_size > 0 and report.is_file()
+
+
+def _jsz_leader(cluster: NatsCluster, stream: str) -> set[str]:
+    """The stream's leader as each node's monitoring endpoint reports it (not the driver)."""
+    import json
+    import urllib.request
+
+    seen = set()
+    for i in range(cluster.nodes):
+        url = f"http://127.0.0.1:{cluster.ports['http'][i]}/jsz?accounts=true&streams=true"
+        with urllib.request.urlopen(url, timeout=2) as r:
+            data = json.loads(r.read())
+        for acc in data.get("account_details") or []:
+            for st in acc.get("stream_detail") or []:
+                if st.get("name") == stream and (st.get("cluster") or {}).get("leader"):
+                    seen.add(st["cluster"]["leader"])
+    return seen
+
+
+@pytest.mark.timeout(120)
+def test_kill_leader_kills_the_node_leading_the_stream(tmp_path: Path, state_dir: Path) -> None:
+    import time
+
+    from mqlab.drivers.nats import NatsDriver, Settings
+    from mqlab.nodeconf import nats as natsconf
+
+    cluster = NatsCluster(tmp_path / "nats", 3)
+    cluster.start()
+    driver = NatsDriver(Settings(), cluster.endpoints(), "leadertest")
+    try:
+        driver.setup()
+        leader = cluster.leader(driver)
+        assert _jsz_leader(cluster, driver.stream) == {natsconf.server_name(leader)}
+        cluster.kill_node(leader)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the two others elect a new leader
+            try:
+                moved = cluster.leader(driver)
+            except Exception:  # noqa: BLE001 - no leader during the election
+                moved = leader
+            if moved != leader:
+                break
+            time.sleep(0.5)
+        assert moved != leader
+    finally:
+        driver.close()
+        cluster.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -168,6 +169,19 @@ def test_killing_a_nats_node_mid_run_loses_nothing(tmp_path: Path, state_dir: Pa
     assert d["confirmed"] <= d["unique_received"] <= d["sent"], d
 
 
+def _counted(counts_csv: Path, column: str) -> int:
+    """The sum of ``column`` over the rows a worker's counts.csv holds so far (it writes
+    and flushes one row per second while it runs)."""
+    try:
+        text = counts_csv.read_text()
+    except FileNotFoundError:
+        return 0
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines = lines[:-1]  # a row still being written
+    return sum(int(r[column]) for r in csv.DictReader(lines))
+
+
 def test_interrupted_run_leaves_a_partial_archive_and_no_processes(
     tmp_path: Path, state_dir: Path
 ) -> None:
@@ -177,34 +191,57 @@ def test_interrupted_run_leaves_a_partial_archive_and_no_processes(
     )
     results = tmp_path / "results"
     env = {**os.environ, "MQLAB_STATE_DIR": str(state_dir)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mqlab", "run", str(scenario), "--results", str(results)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=ctrl_c_able,
-    )
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with out.open("w") as out_f, err.open("w") as err_f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mqlab", "run", str(scenario), "--results", str(results)],
+            env=env,
+            cwd=ROOT,
+            stdout=out_f,
+            stderr=err_f,
+            text=True,
+            preexec_fn=ctrl_c_able,
+        )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait until senders are measuring
-            if list(results.glob("*/workers/sender-00/counts.csv")):
-                break
-            time.sleep(0.2)
-        time.sleep(3)
+        # wait (bounded) until the workers' own counters show messages confirmed and
+        # received, then interrupt: the run is in the middle of measuring
+        confirmed = received = 0
+        deadline = time.monotonic() + 120
+        while confirmed < 100 or received < 100:
+            if proc.poll() is not None:
+                pytest.fail(f"mqlab run ended before it was interrupted: {err.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"no progress within 120 s (confirmed {confirmed}, received {received}): "
+                    + err.read_text()[-2000:]
+                )
+            time.sleep(0.2)  # poll interval of the progress check, not a wait for an event
+            confirmed = sum(
+                _counted(p, "confirmed") for p in results.glob("*/workers/sender-*/counts.csv")
+            )
+            received = sum(
+                _counted(p, "received") for p in results.glob("*/workers/receiver-*/counts.csv")
+            )
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err[-2000:]
+        if proc.poll() is None:  # a failed wait: still let mqlab stop its cluster itself
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 1, err.read_text()[-2000:]
     [run] = list_runs(results)
     manifest = read_json(run.path / "manifest.json")
     assert manifest["status"] == "partial" and manifest["end_reason"] == "interrupted"
     summary = read_json(run.path / "summary.json")
-    assert summary["delivery"]["confirmed"] > 0  # what was collected is kept
-    assert read_json(run.path / "workers" / "sender-00" / "worker.json")["status"] == "interrupted"
+    # what was collected is kept: at least what the workers had counted before the SIGINT
+    d = summary["delivery"]
+    assert d["confirmed"] >= confirmed and d["received"] >= received, (d, confirmed, received)
+    for worker in ("sender-00", "receiver-00"):
+        assert read_json(run.path / "workers" / worker / "worker.json")["status"] == "interrupted"
     assert not processes_mentioning(str(state_dir))
 
 

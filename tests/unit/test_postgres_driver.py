@@ -6,7 +6,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -146,12 +145,25 @@ def test_watchdog_cancels_after_the_deadline_only() -> None:
     assert not dog.thread.is_alive()
 
 
-def test_watchdog_never_armed_never_cancels() -> None:
+def test_watchdog_disarmed_or_rearmed_before_its_deadline_never_cancels() -> None:
+    """A statement that returned in time (disarm) or the next one (arm again, with the
+    full timeout) is never cancelled by the earlier deadline; closing an armed watchdog
+    ends its thread without cancelling."""
     conn = _SlowConn()
     dog = _Watchdog(conn)  # type: ignore[arg-type]
-    time.sleep(0.1)
-    dog.close()
-    assert not conn.cancelled.is_set()
+    try:
+        dog.arm(0.1)
+        assert dog.disarm() is False
+        # well past the 0.1 s deadline: nothing was cancelled
+        assert not conn.cancelled.wait(0.5)
+        dog.arm(0.1)
+        dog.arm(30)  # the next statement: its own deadline replaces the 0.1 s one
+        assert not conn.cancelled.wait(0.5)
+        assert dog.disarm() is False
+        dog.arm(30)  # armed while closing: the deadline is far off
+    finally:
+        dog.close()
+    assert not dog.thread.is_alive() and not conn.cancelled.is_set()
 
 
 def test_unreachable_dir_finds_the_closed_ancestor(tmp_path: Path) -> None:

@@ -215,3 +215,13 @@ def test_pause_and_crash_all_faults_load_and_round_trip(folder: Path) -> None:
         ("pause_node", 3.0, None),
         ("crash_all", None, 1.0),
     ]
+
+
+def test_kill_leader_on_a_broker_without_leaders_is_refused(folder: Path) -> None:
+    (folder / "profiles" / "q.toml").write_text(
+        'format_version = 1\nbroker = "sqs"\ndescription = "x"\n[settings]\n'
+    )
+    text = BASE.replace('profile = "p3"', 'profile = "q"').replace("nodes = 3", "nodes = 1")
+    path = write(folder, text + '[[faults]]\nat_s = 1\naction = "kill_leader"\n')
+    with pytest.raises(ScenarioError, match=r"faults\[0\].action.*sqs has no leader"):
+        load_scenario(path)

@@ -33,7 +33,16 @@ PNG_METADATA = {"Software": "mqlab", "format_version": "2"}
 WARMUP_STYLE = {"color": "grey", "alpha": 0.15, "linewidth": 0}
 FAULT_STYLE = {"color": "C3", "alpha": 0.12, "linewidth": 0, "hatch": "//"}
 # a fault's first half and what ends it (manifest["faults"] actions)
-FAULT_ENDS = {"kill_node": "restart_node", "pause_node": "resume_node"}
+FAULT_ENDS = {
+    "kill_node": "restart_node",
+    "kill_leader": "restart_node",
+    "pause_node": "resume_node",
+}
+FAULT_LABELS = {
+    "kill_node": "kill node {node}",
+    "kill_leader": "kill leader (node {node})",
+    "pause_node": "pause node {node}",
+}
 # percentile curves: a metric and its variant share a hue family, variants dashed, so
 # curves that coincide (send_call_us and send_msg_us in a closed loop) stay visible
 CURVE_STYLE: dict[str, dict[str, Any]] = {
@@ -106,7 +115,7 @@ def fault_windows(faults: Sequence[dict[str, Any]]) -> list[tuple[int, int | Non
         if at is None:
             continue
         if action in FAULT_ENDS:
-            window = [at, None, f"{action.removesuffix('_node')} node {node}"]
+            window = [at, None, FAULT_LABELS[action].format(node=node)]
             out.append(window)
             open_by_node[node] = window
             crash = None

@@ -49,6 +49,8 @@ def test_driver_queue_has_a_leader_and_two_followers(cluster: RabbitmqCluster) -
         assert members["leader"] in {node_name(i) for i in range(3)}
         assert len(members["followers"]) == 2
         assert members["leader"] not in members["followers"]
+        # kill_leader's choice: the node RabbitMQ names as the queue's leader
+        assert node_name(cluster.leader(driver)) == members["leader"]
         s = driver.sender()
         sent = envelope.encode_batch(1, 0, 10, time.time_ns(), envelope.PayloadPool(64, seed=3))
         s.send(sent)  # returns after the publisher confirms

@@ -8,12 +8,14 @@ import shutil
 import subprocess
 import sys
 import threading
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 from mqlab.drivers.registry import self_hosted_brokers
 
@@ -141,6 +143,230 @@ def test_every_self_hosted_broker_has_a_render_recipe(broker: str) -> None:
     files = render(broker, settings)
     assert files and all(isinstance(v, str) and v for v in files.values())
     assert any("10.0.1.11" in v or "10.0.1.12" in v for v in files.values())
+
+
+# -- the brokers without a driver yet: each file's content, parsed where it can be --------
+# the durability settings their images bake in (images/brokers/<broker>.nix)
+ARTEMIS = {
+    "persistence-enabled": True,
+    "journal-type": "ASYNCIO",
+    "journal-sync-transactional": True,
+    "journal-sync-non-transactional": True,
+}
+EVENTSTORE = {
+    "Insecure": True,
+    "RunProjections": "None",
+    "SkipDbVerify": False,
+    "UnsafeDisableFlushToDisk": False,
+}
+MONGODB = {"replSetName": "mqlab", "defaultWriteConcern": "majority", "mqlab.members": 3}
+PULSAR = {
+    "managedLedgerDefaultEnsembleSize": 3,
+    "managedLedgerDefaultWriteQuorum": 3,
+    "managedLedgerDefaultAckQuorum": 2,
+    "brokerDeduplicationEnabled": False,
+    "allowAutoTopicCreation": False,
+    "mqlab.replicas": 3,
+}
+ROCKETMQ = {
+    "enableDLegerCommitLog": True,
+    "flushDiskType": "SYNC_FLUSH",
+    "brokerRole": "ASYNC_MASTER",
+    "autoCreateTopicEnable": False,
+}
+
+
+def properties(text: str) -> dict[str, str]:
+    """A Java properties file of ``key=value`` lines (comments and blank lines skipped);
+    a key given twice fails, since the broker would silently take one of them."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        assert sep, f"not key=value: {line!r}"
+        assert key.strip() not in out, f"{key} twice"
+        out[key.strip()] = value.strip()
+    assert text.endswith("\n")
+    return out
+
+
+AC = "{urn:activemq:core}"
+
+
+def _artemis(index: int) -> ET.Element:
+    files = render("artemis", ARTEMIS, index=index)
+    assert set(files) == {"broker.xml"}
+    root = ET.fromstring(files["broker.xml"])
+    assert root.tag == "{urn:activemq}configuration"
+    core = root.find(f"{AC}core")
+    assert core is not None
+    return core
+
+
+def test_render_artemis_broker_xml() -> None:
+    core = _artemis(1)
+    text = {e.tag.removeprefix(AC): e.text for e in core if len(e) == 0}
+    assert text == {
+        "name": "mqlab-1",
+        "paging-directory": "/var/lib/mqlab/artemis/paging",
+        "bindings-directory": "/var/lib/mqlab/artemis/bindings",
+        "journal-directory": "/var/lib/mqlab/artemis/journal",
+        "large-messages-directory": "/var/lib/mqlab/artemis/large",
+        "persistence-enabled": "true",
+        "journal-type": "ASYNCIO",
+        "journal-sync-transactional": "true",
+        "journal-sync-non-transactional": "true",
+    }
+    connectors = {c.get("name"): c.text for c in core.iterfind(f"{AC}connectors/{AC}connector")}
+    assert connectors == {
+        "n0": "tcp://10.0.1.10:61616",
+        "n1": "tcp://10.0.1.11:61616",
+        "n2": "tcp://10.0.1.12:61616",
+    }
+    acceptors = [(a.get("name"), a.text) for a in core.iterfind(f"{AC}acceptors/{AC}acceptor")]
+    assert acceptors == [("all", "tcp://10.0.1.11:61616")]  # its own address only
+    (replication,) = core.iterfind(f"{AC}ha-policy/{AC}replication")
+    assert [(e.tag.removeprefix(AC), e.findtext(f"{AC}group-name")) for e in replication] == [
+        ("backup", "mqlab")
+    ]
+    (cc,) = core.iterfind(f"{AC}cluster-connections/{AC}cluster-connection")
+    assert cc.get("name") == "mqlab" and cc.findtext(f"{AC}connector-ref") == "n1"
+    statics = [e.text for e in cc.iterfind(f"{AC}static-connectors/{AC}connector-ref")]
+    assert statics == ["n0", "n2"]  # the other two nodes
+
+
+def test_render_artemis_node_0_is_the_replication_primary() -> None:
+    core = _artemis(0)
+    assert core.findtext(f"{AC}name") == "mqlab-0"
+    (replication,) = core.iterfind(f"{AC}ha-policy/{AC}replication")
+    assert [e.tag.removeprefix(AC) for e in replication] == ["primary"]
+    (acceptor,) = core.iterfind(f"{AC}acceptors/{AC}acceptor")
+    assert acceptor.text == "tcp://10.0.1.10:61616"
+    cc = core.find(f"{AC}cluster-connections/{AC}cluster-connection")
+    assert cc is not None
+    statics = [e.text for e in cc.iterfind(f"{AC}static-connectors/{AC}connector-ref")]
+    assert cc.findtext(f"{AC}connector-ref") == "n0" and statics == ["n1", "n2"]
+
+
+def test_render_eventstore_conf() -> None:
+    files = render("eventstore", EVENTSTORE, index=1)
+    assert set(files) == {"eventstore.conf"}
+    text = files["eventstore.conf"]
+    assert text.startswith("---\n")
+    assert yaml.safe_load(text) == {
+        "Insecure": True,
+        "RunProjections": "None",
+        "SkipDbVerify": False,
+        "UnsafeDisableFlushToDisk": False,
+        "Db": "/var/lib/mqlab/eventstore",
+        "ClusterSize": 3,
+        "HttpPort": 2113,
+        "DiscoverViaDns": False,
+        "GossipSeed": "10.0.1.10:2113,10.0.1.12:2113",  # the other two nodes
+        "NodeIp": "10.0.1.11",
+        "ReplicationIp": "10.0.1.11",
+        "NodeHostAdvertiseAs": "10.0.1.11",
+        "ReplicationHostAdvertiseAs": "10.0.1.11",
+    }
+    other = yaml.safe_load(render("eventstore", EVENTSTORE, index=0)["eventstore.conf"])
+    assert other["GossipSeed"] == "10.0.1.11:2113,10.0.1.12:2113"
+    assert other["NodeIp"] == other["NodeHostAdvertiseAs"] == "10.0.1.10"
+
+
+INIT_JS = (
+    'rs.initiate({_id: "mqlab", writeConcernMajorityJournalDefault: true, members: ['
+    '{_id: 0, host: "10.0.1.10:27017"}, {_id: 1, host: "10.0.1.11:27017"}, '
+    '{_id: 2, host: "10.0.1.12:27017"}]});\n'
+    'db.adminCommand({setDefaultRWConcern: 1, defaultWriteConcern: {w: "majority", j: true}});\n'
+)
+
+
+def test_render_mongodb_conf_and_replica_set_init() -> None:
+    files = render("mongodb", MONGODB, index=1)
+    assert set(files) == {"mongod.conf", "init.js"}
+    assert yaml.safe_load(files["mongod.conf"]) == {
+        "storage": {"dbPath": "/var/lib/mqlab/mongodb"},
+        "net": {"bindIp": "127.0.0.1,10.0.1.11", "port": 27017},
+        "replication": {"replSetName": "mqlab"},
+    }
+    assert files["init.js"] == INIT_JS  # every member, majority, journaled
+    assert "mqlab.members" not in "".join(files.values())
+    named = render("mongodb", {"replSetName": "rs7"}, index=0)
+    assert yaml.safe_load(named["mongod.conf"])["replication"] == {"replSetName": "rs7"}
+    assert named["init.js"].startswith('rs.initiate({_id: "rs7", ')
+
+
+def test_render_mongodb_numeric_write_concern_stays_a_number() -> None:
+    init = render("mongodb", {"defaultWriteConcern": 2}, index=0)["init.js"]
+    assert "defaultWriteConcern: {w: 2, j: true}" in init
+
+
+def test_render_pulsar_broker_bookie_and_zookeeper() -> None:
+    files = render("pulsar", PULSAR, index=2)
+    assert set(files) == {"broker.conf", "bookkeeper.conf", "zookeeper.conf", "myid"}
+    zk = "10.0.1.10:2181,10.0.1.11:2181,10.0.1.12:2181"
+    assert properties(files["broker.conf"]) == {
+        "managedLedgerDefaultEnsembleSize": "3",
+        "managedLedgerDefaultWriteQuorum": "3",
+        "managedLedgerDefaultAckQuorum": "2",
+        "brokerDeduplicationEnabled": "false",
+        "allowAutoTopicCreation": "false",
+        "metadataStoreUrl": f"zk:{zk}",
+        "configurationMetadataStoreUrl": f"zk:{zk}",
+        "advertisedAddress": "10.0.1.12",
+        "brokerServicePort": "6650",
+        "webServicePort": "8080",
+        "clusterName": "mqlab",
+    }
+    assert properties(files["bookkeeper.conf"]) == {
+        "metadataServiceUri": "zk://10.0.1.10:2181;10.0.1.11:2181;10.0.1.12:2181/ledgers",
+        "advertisedAddress": "10.0.1.12",
+        "bookiePort": "3181",
+        "journalDirectories": "/var/lib/mqlab/pulsar/journal",
+        "ledgerDirectories": "/var/lib/mqlab/pulsar/ledgers",
+        "journalSyncData": "true",
+    }
+    zookeeper = {
+        "dataDir": "/var/lib/mqlab/pulsar/zookeeper",
+        "clientPort": "2181",
+        "initLimit": "10",
+        "syncLimit": "5",
+        "server.1": "10.0.1.10:2888:3888",
+        "server.2": "10.0.1.11:2888:3888",
+        "server.3": "10.0.1.12:2888:3888",
+    }
+    assert properties(files["zookeeper.conf"]) == zookeeper
+    assert files["myid"] == "3\n"  # ZooKeeper ids count from 1: server.3 is this node
+    # every node: the same ensemble, its own id
+    for i in range(3):
+        node = render("pulsar", PULSAR, index=i)
+        assert properties(node["zookeeper.conf"]) == zookeeper
+        assert node["myid"] == f"{i + 1}\n"
+        assert properties(node["broker.conf"])["advertisedAddress"] == PEERS[i]
+
+
+def test_render_rocketmq_dledger_broker() -> None:
+    files = render("rocketmq", ROCKETMQ, index=1)
+    assert set(files) == {"broker.conf"}
+    assert properties(files["broker.conf"]) == {
+        "enableDLegerCommitLog": "true",
+        "flushDiskType": "SYNC_FLUSH",
+        "brokerRole": "ASYNC_MASTER",
+        "autoCreateTopicEnable": "false",
+        "brokerClusterName": "mqlab",
+        "brokerName": "mqlab-broker",
+        "brokerIP1": "10.0.1.11",
+        "listenPort": "10911",
+        "namesrvAddr": "10.0.1.10:9876;10.0.1.11:9876;10.0.1.12:9876",
+        "storePathRootDir": "/var/lib/mqlab/rocketmq",
+        "dLegerGroup": "mqlab-broker",
+        "dLegerPeers": "n0-10.0.1.10:40911;n1-10.0.1.11:40911;n2-10.0.1.12:40911",
+        "dLegerSelfId": "n1",
+    }
+    for i in (0, 2):
+        conf = properties(render("rocketmq", ROCKETMQ, index=i)["broker.conf"])
+        assert (conf["dLegerSelfId"], conf["brokerIP1"]) == (f"n{i}", PEERS[i])
 
 
 class _Imds(BaseHTTPRequestHandler):

@@ -20,11 +20,18 @@ from mqlab.results.summary.job import summarize_run
 from .archive import START_MS, TinyRun, write_tiny_run
 from .conftest import WINDOW_S, Lab
 
+# the tiny run delivers 793 distinct messages: 2 sender ids x 50 msgs/s x 8 s = 800 sent,
+# 4 failed, 2 lost and 1 left in the broker
+DELIVERED = 793
 
-def _priced_multi_host(results: Path, budget_ms: float) -> TinyRun:
+
+def _priced_multi_host(results: Path, budget_ms: float, minutes: int = 40) -> TinyRun:
+    """A run on an aws lab at $1.53 an hour that took ``minutes`` (manifest times)."""
     run = write_tiny_run(results, start_ms=START_MS + 3_600_000)
     path = run.run_dir / layout.MANIFEST
     doc = json.loads(path.read_text())
+    doc["started_at"] = "2025-11-22T11:00:00.000+00:00"
+    doc["ended_at"] = f"2025-11-22T11:{minutes:02d}:00.000+00:00"
     before = {
         "client-1": ClockEstimate(0.8, 0.11, 0.22, 40),
         "client-2": ClockEstimate(-2.5, 0.07, 0.14, 40),
@@ -61,10 +68,13 @@ def test_report_shows_the_clock_bound_offsets_and_the_cost(tmp_path: Path) -> No
     assert "| client-1 | +0.800 | 0.110 | 0.1 |" in text
     assert "| client-2 | -2.500 | 0.070 | 0.1 |" in text
     assert "Problem" not in text
-    cost = summary["cost_usd"]
-    assert cost == pytest.approx(1.53 * summary["run_hours"], abs=1e-6)
-    line = next(ln for ln in text.splitlines() if ln.startswith("- lab `eu-3x` (aws) at $1.53/h"))
-    assert f"cost ${cost:,.4f}" in line and "per million messages delivered" in line
+    assert summary["delivery"]["unique_received"] == DELIVERED
+    # 40 min at $1.53/h = $1.02; $1.02 / 793 x 1e6 = $1,286.2547...; $1 and more: cents
+    assert summary["cost_usd"] == pytest.approx(1.02, abs=1e-9)
+    assert (
+        "- lab `eu-3x` (aws) at $1.53/h: cost $1.02 over 40.0 min, $1,286.25 per million "
+        "messages delivered"
+    ) in text.splitlines()
     assert "## Input problems" not in text
 
 
@@ -89,11 +99,11 @@ def test_a_local_run_shows_no_clock_section_and_no_cost(lab: Lab) -> None:
 
 
 def test_run_and_ls_tables_show_the_cost_of_a_priced_run(tmp_path: Path) -> None:
-    run = _priced_multi_host(tmp_path / "results", budget_ms=5.0)
+    # 10 min at $1.53/h = $0.255; $0.255 / 793 x 1e6 = $321.5636822...
+    run = _priced_multi_host(tmp_path / "results", budget_ms=5.0, minutes=10)
     summary = _summary(run.run_dir)
     row = cli.mqperf_row(layout.read_scenario(run.run_dir), summary, "x", "complete")
-    assert row["cost"] == f"{summary['cost_usd']:,.4f}"
-    assert row["cost_per_m"] == f"{summary['cost_per_million_delivered_usd']:,.4f}"
+    assert (row["cost"], row["cost_per_m"]) == ("0.2550", "321.5637")
     headers = [c.header for c in cli.mqperf_table([row]).columns]
     assert headers[8:10] == ["Lost", "Undrained"] and headers[-3:] == [
         "Cost $",
@@ -102,8 +112,7 @@ def test_run_and_ls_tables_show_the_cost_of_a_priced_run(tmp_path: Path) -> None
     ]
     (listed,) = listing.list_runs(tmp_path / "results")
     d = listing.row(listed)
-    assert d["cost_usd"] == summary["cost_usd"] and d["price_per_hour_usd"] == 1.53
-    per_m = summary["cost_per_million_delivered_usd"]
-    per_m_text = f"${per_m:,.4f}" if per_m < 1 else f"${per_m:,.2f}"
-    assert listing.cells(d)[-1] == f"${summary['cost_usd']:,.4f} ({per_m_text}/M)"
+    assert d["cost_usd"] == pytest.approx(0.255, abs=1e-9) and d["price_per_hour_usd"] == 1.53
+    # below $1 to 1/100 cent, from $1 on to the cent
+    assert listing.cells(d)[-1] == "$0.2550 ($321.56/M)"
     assert len(listing.cells(d)) == len(listing.COLUMNS)

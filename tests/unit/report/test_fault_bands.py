@@ -19,6 +19,8 @@ def test_each_fault_lasts_until_what_ends_it() -> None:
         {"action": "restart_node", "node": 2, "at_ms": 7_050},
         {"action": "restart_node", "node": 1, "at_ms": 9_000},  # a scenario's lone restart
         {"action": "kill_node", "node": 1, "at_ms": 9_500},  # never restarted
+        {"action": "kill_leader", "node": 2, "at_ms": 9_600},
+        {"action": "restart_node", "node": 2, "at_ms": 9_900},
     ]
     assert plots.fault_windows(list(reversed(log))) == [
         (1_000, 4_000, "kill node 0"),
@@ -26,6 +28,7 @@ def test_each_fault_lasts_until_what_ends_it() -> None:
         (6_000, 7_050, "crash of every node"),
         (9_000, 9_000, "restart node 1"),
         (9_500, None, "kill node 1"),
+        (9_600, 9_900, "kill leader (node 2)"),
     ]
 
 
