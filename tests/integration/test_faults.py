@@ -97,7 +97,15 @@ def test_a_run_through_a_pause_and_a_crash_of_every_node_loses_nothing(
     ], actions
     at = [f["at_ms"] for f in manifest["faults"]][2:]
     assert 2_500 <= at[1] - at[0] <= 4_000 and 500 <= at[3] - at[2] <= 2_500, at
-    d = read_json(result.run_dir / "summary.json")["delivery"]
+    summary = read_json(result.run_dir / "summary.json")
+    d = summary["delivery"]
+    # what each fault cost, one row per fault, in summary.json and the faults table
+    costs = summary["faults"]
+    assert [c["action"] for c in costs] == ["kill_leader", "pause_node", "crash_all"]
+    assert all(c["end_ms"] is not None and c["start_ms"] < c["end_ms"] for c in costs)
+    gaps = summary["longest_gap_s"]
+    assert gaps["send"] >= max(c["unavailable_send_s"] for c in costs)
+    assert gaps["receive"] >= max(c["unavailable_receive_s"] for c in costs)
     # a process crash keeps the page cache: every confirmed message is still there
     assert d["confirmed"] > 0 and d["lost"] == 0 and d["undrained"] == 0, d
     assert d["confirmed"] <= d["unique_received"] <= d["sent"], d

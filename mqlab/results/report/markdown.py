@@ -16,7 +16,8 @@ from typing import Any
 from mqlab.errors import ArchiveError
 from mqlab.results.archive.layout import METRICS, read_scenario
 from mqlab.results.report import plots, unknown
-from mqlab.results.summary import catalog
+from mqlab.results.summary import catalog, tables
+from mqlab.results.summary import faults as fault_figures
 from mqlab.results.summary.figures import FIGURES
 from mqlab.results.summary.tables import (
     CLOCK_PROBLEM,
@@ -64,12 +65,23 @@ DELIVERY_MEANING = {
     "reordered": "first deliveries out of place (per receiver thread)",
     "redelivered": "deliveries the broker flagged as redelivered",
     "foreign": "messages without an mqlab header (not counted elsewhere)",
+    "recovered": "received though send() raised or never returned (Jepsen's recovered)",
+    "unexpected": "received with a seq its sender never handed to send()",
 }
 TIMELINE_NOTE = (
     "In a closed-loop run the senders send as fast as the broker confirms, so messages "
     "wait in the broker's backlog (bottom panel) and processing latency is mostly that "
     "queueing time, not the broker's delivery time."
 )
+
+
+def _percent(x: float | None) -> str:
+    """A share of the attempts: exact zero as 0 %, tiny shares not rounded away."""
+    if x is None:
+        return unknown.UNKNOWN
+    if x == 0:
+        return "0 %"
+    return f"{x * 100:.3g} %"
 
 
 def _ms(us: float | int | None) -> str:
@@ -281,6 +293,13 @@ def _delivery(run: dict[str, Any], reasons: dict[str, str]) -> list[str]:
         ],
         "lrl",
     )
+    share = tables.fractions(run)
+    lines += [
+        "",
+        f"**Of the {_num(run['delivery_sent'])} messages sent** (Jepsen's total-queue figures): "
+        + ", ".join(f"{k} {_percent(share[k])}" for k in tables.CHECKER)
+        + ".",
+    ]
     undrained = run["delivery_undrained"]
     lines.append("")
     if undrained is None:
@@ -365,8 +384,10 @@ def run_markdown(
     problems: list[dict[str, Any]] | None = None,
     scenario: dict[str, Any] | None = None,
     run_dir: Path | None = None,
+    faults: Sequence[dict[str, Any]] | None = (),
 ) -> str:
-    """The report of one ``runs`` row (with its windows, problems and written images)."""
+    """The report of one ``runs`` row (with its windows, problems, faults and written
+    images)."""
     reasons = unknown.reasons(run)
     worst = [w["processing_us_p95"] for w in windows if w["processing_us_count"]]
     lines = _header(run, scenario or {})
@@ -376,6 +397,7 @@ def run_markdown(
     if clocks:
         lines += ["", *clocks]
     lines += ["", *_delivery(run, reasons), ""]
+    lines += [*_faults(run, faults), ""]
     lines += _latency(run, reasons)
     if TIMELINE_PNG in images:
         lines += ["", "## Timeline", "", TIMELINE_NOTE, "", f"![timeline]({TIMELINE_PNG})"]
@@ -387,6 +409,67 @@ def run_markdown(
     if extra:
         lines += ["", *extra]
     return "\n".join(lines) + "\n"
+
+
+def _seconds(v: int | None) -> str:
+    return unknown.UNKNOWN if v is None else f"{v:,} s"
+
+
+def _faults(run: dict[str, Any], faults: Sequence[dict[str, Any]] | None) -> list[str]:
+    """What each fault cost (the ``faults`` table; None: the summary has none), and the
+    run's longest gaps."""
+    if faults is None:
+        return [
+            "## Faults",
+            "",
+            f"{unknown.UNKNOWN}: the summary predates fault figures "
+            "(run `mqlab summarize` on this run).",
+        ]
+    gaps = (
+        f"Longest stretch without a confirmed send: {_seconds(run.get('longest_gap_send_s'))}; "
+        f"without a received message: {_seconds(run.get('longest_gap_receive_s'))}."
+    )
+    if not faults:
+        return ["## Faults", "", "None injected. " + gaps]
+    go = run["measure_start_ms"]
+
+    def at(ms: int | None) -> str:
+        return "end of run" if ms is None else f"{(ms - go) / 1000:,.1f} s"
+
+    rows = [
+        [
+            f["label"],
+            at(f["start_ms"]),
+            at(f["end_ms"]),
+            _seconds(f["unavailable_send_s"]),
+            _seconds(f["unavailable_receive_s"]),
+            _seconds(f["send_p99_recovered_s"]),
+            _seconds(f["processing_p99_recovered_s"]),
+            _num(f["failed"]),
+        ]
+        for f in faults
+    ]
+    header = (
+        "fault",
+        "from",
+        "to",
+        "no sends confirmed",
+        "nothing received",
+        "send p99 back",
+        "processing p99 back",
+        "failed sends",
+    )
+    return [
+        "## Faults",
+        "",
+        *_table(header, rows, "lrrrrrrr"),
+        "",
+        f"Times are since the senders started; figures are whole seconds of the timeline "
+        f'from the fault\'s own second. "p99 back": until the per-second p99 is within '
+        f"{fault_figures.RECOVERY_FACTOR:g}x its median over the {fault_figures.BASELINE_S} "
+        f"s before the fault for {fault_figures.STEADY_S} s (unknown: no level before, or "
+        f"never back). {gaps}",
+    ]
 
 
 def _manifest_faults(run_dir: Path) -> list[dict[str, Any]]:
@@ -414,7 +497,12 @@ def report_run(run_dir: Path | str) -> Path:
     faults = _manifest_faults(run_dir)
     images = plots.plot_run(run, latency, timeline, run_dir, faults)  # the site draws the same
     out = run_dir / "report.md"
-    out.write_text(run_markdown(run, windows, images, problems, scenario, run_dir))
+    try:
+        fault_rows = catalog.read_run_table(run_dir, "faults").to_pylist()
+    except ArchiveError as err:
+        LOG.warning("%s", err)
+        fault_rows = None
+    out.write_text(run_markdown(run, windows, images, problems, scenario, run_dir, fault_rows))
     return out
 
 

@@ -61,12 +61,18 @@ def write_run_tables(run_dir: Path | str, tables: dict[str, pa.Table]) -> None:
 def read_run_table(run_dir: Path | str, table: str) -> pa.Table:
     path = run_file(run_dir, table)
     if not path.is_file():
+        if run_file(run_dir, "runs").is_file():  # summarized before this table existed
+            raise ArchiveError(
+                f"{run_dir}: summarized by an older mqlab (no {table} table); "
+                f"run `mqlab summarize {run_dir}`"
+            )
         raise ArchiveError(f"{run_dir}: not summarized yet (run `mqlab summarize {run_dir}`)")
     data = pq.read_table(path)
     version = (data.schema.metadata or {}).get(b"format_version")
     if version not in ACCEPTED_VERSIONS:
         check_version(path, int(version) if version and version.isdigit() else version)
-    return data
+    # a summary written before a column existed reads with it null (unknown, never 0)
+    return conform(data, SCHEMAS[table]) if table in SCHEMAS else data
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -125,8 +131,19 @@ def rebuild_catalog(results_dir: Path | str) -> int:
     """Rebuild the catalog from every run's own Parquet; returns the number of runs."""
     per_run = []
     for d in sorted(Path(results_dir).iterdir()):
-        if run_file(d, "runs").is_file():
-            per_run.append({t: pq.read_table(run_file(d, t)) for t in TABLES})
+        if not run_file(d, "runs").is_file():
+            continue
+        missing = [t for t in TABLES if not run_file(d, t).is_file()]
+        if missing:
+            LOG.warning(
+                "%s: summarized by an older mqlab (no %s table): left out of the catalog; "
+                "run `mqlab summarize %s`",
+                d,
+                ", ".join(missing),
+                d,
+            )
+            continue
+        per_run.append({t: pq.read_table(run_file(d, t)) for t in TABLES})
     for name in TABLES:
         catalog_file(results_dir, name).unlink(missing_ok=True)
     update_catalog(results_dir, per_run)

@@ -33,7 +33,7 @@ def window_ms_of(window_s: float) -> int:
 def write_run_outputs(run_dir: Path | str, tbls: dict[str, pa.Table]) -> dict[str, Any]:
     """Write a run's Parquet tables and its ``summary.json``; returns the summary."""
     catalog.write_run_tables(run_dir, tbls)
-    summary = tables.as_summary(tbls["runs"].to_pylist()[0])
+    summary = tables.as_summary(tbls["runs"].to_pylist()[0], tbls["faults"].to_pylist())
     write_json(Path(run_dir) / layout.SUMMARY, summary)
     return summary
 

@@ -67,11 +67,16 @@ class RunMeta:
     lab_name: str = ""
     price_per_hour_usd: float | None = None
     workers: list[tuple[str, str]] = field(default_factory=list)  # (worker id, role)
+    faults: str = "[]"  # JSON: the manifest's fault log
+
+    def fault_log(self) -> list[dict[str, Any]]:
+        return list(json.loads(self.faults or "[]"))
 
     def row(self) -> dict[str, Any]:
         """The run's columns of the ``runs`` table (reasons go to ``context_unknown``)."""
         d = asdict(self)
         d.pop("workers")
+        d.pop("faults")
         d.pop("clock_unknown")
         return d
 
@@ -152,6 +157,9 @@ def read_run(run_dir: Path | str) -> RunMeta:
         lab_name=man.lab.name,
         price_per_hour_usd=man.lab.price_per_hour_usd,
         workers=workers,
+        faults=json.dumps(
+            [f for f in (man.raw.get("faults") or []) if isinstance(f, dict)], sort_keys=True
+        ),
     )
 
 

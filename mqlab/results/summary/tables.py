@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from pyroaring import BitMap64
 from mqlab.results.archive import codecs, layout
 from mqlab.results.archive.formats import FORMAT_VERSION
 from mqlab.results.archive.layout import METRICS
+from mqlab.results.summary import faults as fault_figures
 from mqlab.results.summary.figures import FIGURES
 from mqlab.results.summary.partials import TIMELINE_FIGURES, TIMELINE_METRICS, WHOLE, Key, Span
 from mqlab.results.summary.plan import RunMeta
@@ -51,11 +53,15 @@ DELIVERY = (
     "reordered",
     "redelivered",
     "foreign",
+    "recovered",
+    "unexpected",
 )
+# Jepsen's total-queue figures, each also as a fraction of the attempts (messages sent)
+CHECKER = ("lost", "unexpected", "duplicated", "recovered")
 SENT_FIELDS = ("sent", "confirmed", "failed", "unsent")
 RECEIVED_FIELDS = ("received", "first_received", "redelivered", "reordered")
 OUT_OF_RANGE = ("below_zero", "above_max")
-TABLES = ("runs", "windows", "timeline", "latency", "delivery", "problems")
+TABLES = ("runs", "windows", "timeline", "latency", "delivery", "problems", "faults")
 ROLES = (("sender", "send"), ("receiver", "receive"))
 
 
@@ -120,6 +126,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             *_TP_FIELDS,
             *_PERIOD_FIELDS,
             pa.field("sender_lag_ms_max", pa.int64()),
+            pa.field("longest_gap_send_s", pa.int64()),
+            pa.field("longest_gap_receive_s", pa.int64()),
             *_LAT_FIELDS,
             *[pa.field(f"{m}_{o}", pa.int64()) for m in METRICS for o in OUT_OF_RANGE],
             *[pa.field(f"delivery_{d}", pa.int64()) for d in DELIVERY],
@@ -182,6 +190,24 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("file", pa.string()),
             pa.field("line", pa.int64()),
             pa.field("problem", pa.string()),
+        ],
+        metadata=_META,
+    ),
+    # one row per fault of the run (mqlab.results.summary.faults)
+    "faults": pa.schema(
+        [
+            pa.field("run_id", pa.string()),
+            pa.field("fault_index", pa.int64()),
+            pa.field("action", pa.string()),
+            pa.field("node", pa.int64()),
+            pa.field("label", pa.string()),
+            pa.field("start_ms", pa.int64()),
+            pa.field("end_ms", pa.int64()),
+            pa.field("unavailable_send_s", pa.int64()),
+            pa.field("unavailable_receive_s", pa.int64()),
+            pa.field("send_p99_recovered_s", pa.int64()),
+            pa.field("processing_p99_recovered_s", pa.int64()),
+            pa.field("failed", pa.int64()),
         ],
         metadata=_META,
     ),
@@ -265,6 +291,13 @@ def delivery_figures(
         unknown.update(
             dict.fromkeys((*RECEIVED_FIELDS, "unique_received", "duplicated", "foreign"), why)
         )
+    if no_sent or no_dlv:
+        unknown.update(
+            dict.fromkeys(
+                ("recovered", "unexpected"),
+                "; ".join(dict.fromkeys(unknown[k] for k in ("sent", "received") if k in unknown)),
+            )
+        )
     und_seqs: dict[int, BitMap64] = {}
     if und is None:
         unknown["undrained"] = "undrained.json missing or unreadable"
@@ -300,13 +333,27 @@ def delivery_figures(
         row["duplicated"] = row["received"] - len(seen)
         row["undrained"] = len(held) if identified else None
         row["lost"] = len(unaccounted - held)
+        attempted = BitMap64()  # seqs 0 .. sent-1: every message handed to send()
+        attempted.add_range(0, int(row["sent"]))
+        # delivered though its send failed or never returned (Jepsen's "recovered"), and
+        # delivered though never sent (Jepsen's "unexpected")
+        row["recovered"] = len((seen & attempted) - confirmed)
+        row["unexpected"] = len(seen - attempted)
         rows.append(row)
     if und is not None and und["count"] and not identified and "lost" not in unknown:
         unknown["lost"] = (
             f"{und['count']} messages still in the broker could not be identified (it cannot "
             f"be read without consuming them); lost is between 0 and {unaccounted_total}"
         )
-    summed = (*SENT_FIELDS, *RECEIVED_FIELDS, "unique_received", "duplicated", "lost")
+    summed = (
+        *SENT_FIELDS,
+        *RECEIVED_FIELDS,
+        "unique_received",
+        "duplicated",
+        "lost",
+        "recovered",
+        "unexpected",
+    )
     totals: dict[str, int | None] = dict.fromkeys(DELIVERY, 0)
     for row in rows:
         for f in summed:
@@ -475,6 +522,9 @@ def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict
             }
         )
     rows["timeline"] = _timeline(results, rid)
+    rows["faults"] = [
+        {"run_id": rid, **f} for f in fault_figures.figures(meta.fault_log(), rows["timeline"])
+    ]
     for key, figs in results.items():
         if key[0] == "lat" and key[1] == rid:
             w = key[3]
@@ -500,6 +550,8 @@ def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict
         "window_s": window_ms / 1000,
         **_throughput(results, rid, WHOLE, meta.message_bytes),
         **_periods(results, rid),
+        "longest_gap_send_s": fault_figures.longest_gap_s(rows["timeline"], "confirmed"),
+        "longest_gap_receive_s": fault_figures.longest_gap_s(rows["timeline"], "received"),
         **_latency_flat(results, rid, WHOLE),
         **oor,
         **{f"delivery_{d}": totals[d] for d in DELIVERY},
@@ -515,8 +567,20 @@ def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict
     return {t: pa.Table.from_pylist(rows[t], schema=SCHEMAS[t]) for t in TABLES}
 
 
-def as_summary(run: dict[str, Any]) -> dict[str, Any]:
-    """``summary.json`` of one ``runs`` row (the same figures, nested)."""
+def fractions(run: dict[str, Any]) -> dict[str, float | None]:
+    """Each of Jepsen's figures over the attempts (messages sent); None when unknown or
+    nothing was sent."""
+    sent = run.get("delivery_sent")
+    out: dict[str, float | None] = {}
+    for k in CHECKER:
+        v = run.get(f"delivery_{k}")
+        out[k] = None if v is None or not sent else v / sent
+    return out
+
+
+def as_summary(run: dict[str, Any], faults: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """``summary.json`` of one ``runs`` row and its ``faults`` rows (the same figures,
+    nested)."""
     return {
         "format_version": FORMAT_VERSION,
         "run_id": run["run_id"],
@@ -530,9 +594,15 @@ def as_summary(run: dict[str, Any]) -> dict[str, Any]:
         },
         "throughput": {n: run[n] for n in THROUGHPUT},
         "sender_lag_ms_max": run["sender_lag_ms_max"],
+        "longest_gap_s": {
+            "send": run.get("longest_gap_send_s"),
+            "receive": run.get("longest_gap_receive_s"),
+        },
+        "faults": [{k: v for k, v in f.items() if k != "run_id"} for f in faults],
         "latency_us": {m: {f: run[f"{m}_{f}"] for f in FIGURES} for m in METRICS},
         "latency_out_of_range": {m: {o: run[f"{m}_{o}"] for o in OUT_OF_RANGE} for m in METRICS},
         "delivery": {d: run[f"delivery_{d}"] for d in DELIVERY},
+        "delivery_fractions": fractions(run),
         "unknown": json.loads(run["unknown"] or "{}"),
         "problems": {"bad_lines": run["bad_lines"], "missing_files": run["missing_files"]},
         "clock_bound_ms": run.get("clock_bound_ms"),

@@ -26,6 +26,8 @@ EDGE_CASES = SyntheticSpec(
     cross_delivered_per_sender=2,
     reordered_per_receiver=4,
     foreign_per_receiver=5,
+    recovered_per_sender=1,
+    unexpected_per_sender=2,
     out_of_range=(("processing_us", 2, 1), ("send_msg_us", 1, 0)),
 )
 

@@ -88,6 +88,7 @@ def test_summarize_run_writes_summary_json_parquet_and_the_catalog(tmp_path: Pat
     assert json.loads((r.run_dir / layout.SUMMARY).read_text()) == summary
     assert sorted(p.name for p in (r.run_dir / layout.SUMMARY_DIR).iterdir()) == [
         "delivery.parquet",
+        "faults.parquet",
         "latency.parquet",
         "problems.parquet",
         "run.parquet",

@@ -208,6 +208,12 @@ def test_delivery_figures_equal_raw_records(edge_run: SyntheticRun) -> None:
     assert totals["reordered"] == 4 * 2 and totals["redelivered"] == 3 * n
     assert totals["foreign"] == 5 * 2 + 1  # on the receivers + still in the broker
     assert totals["failed"] == 2 * n and totals["unsent"] == 3 * n
+    # Jepsen's total-queue figures: 1 failed send per sender arrived anyway, 2 seqs per
+    # sender arrived that were never sent; each also as a share of the attempts
+    assert totals["recovered"] == 1 * n and totals["unexpected"] == 2 * n
+    share = summary["delivery_fractions"]
+    for k in ("lost", "unexpected", "duplicated", "recovered"):
+        assert share[k] == pytest.approx(totals[k] / totals["sent"], rel=1e-12), k
     rows = {r["sender_id"]: r for r in tbls["delivery"].to_pylist()}
     assert sorted(rows) == sorted(per_sender)
     for sid, want in per_sender.items():
@@ -239,7 +245,7 @@ def test_lost_counts_seqs_still_in_the_broker_as_not_lost(tmp_path: Path) -> Non
         ),
         (
             SyntheticSpec(omit=("workers/sender-00/sent.json",)),
-            {"lost", "sent", "confirmed", "failed", "unsent"},
+            {"lost", "sent", "confirmed", "failed", "unsent", "recovered", "unexpected"},
             "sent.json of sender-00 missing",
         ),
         (
@@ -253,6 +259,8 @@ def test_lost_counts_seqs_still_in_the_broker_as_not_lost(tmp_path: Path) -> Non
                 "redelivered",
                 "reordered",
                 "foreign",
+                "recovered",
+                "unexpected",
             },
             "delivery.json of receiver-01 missing",
         ),

@@ -1,0 +1,117 @@
+"""What a fault cost, on timelines whose answers are counted by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mqlab.results.summary import faults
+
+
+def _row(second: int, confirmed: int = 100, received: int = 100, **kw: Any) -> dict[str, Any]:
+    row = {
+        "second_ms": 1_000_000 + second * 1000,
+        "confirmed": confirmed,
+        "received": received,
+        "failed": 0,
+        "send_msg_us_count": confirmed,
+        "send_msg_us_p99": 10_000,
+        "processing_us_count": received,
+        "processing_us_p99": 20_000,
+    }
+    row.update(kw)
+    return row
+
+
+T0 = 1_000_000  # the timeline's first second (ms)
+
+
+def _timeline() -> list[dict[str, Any]]:
+    rows = [_row(s) for s in range(20)]
+    for s in (5, 6, 7):  # nothing confirmed, sends failing
+        rows[s] = _row(s, confirmed=0, received=0 if s else 100, failed=2)
+    rows[8] = _row(8, received=0)
+    # send p99 after the fault: 50 ms (over 2 x 10 ms), then 15 ms for good
+    rows[8]["send_msg_us_p99"] = 50_000
+    rows[9]["send_msg_us_p99"] = 50_000
+    for s in range(10, 20):
+        rows[s]["send_msg_us_p99"] = 15_000
+    # processing p99: 30 ms (within 2 x 20 ms) from the first second with values
+    for s in range(9, 20):
+        rows[s]["processing_us_p99"] = 30_000
+    return rows
+
+
+def test_the_cost_of_one_fault_counted_by_hand() -> None:
+    log = [
+        {"action": "kill_leader", "node": 2, "at_ms": T0 + 5_300},
+        {"action": "restart_node", "node": 2, "at_ms": T0 + 8_100},
+    ]
+    [f] = faults.figures(log, _timeline())
+    assert f == {
+        "fault_index": 0,
+        "action": "kill_leader",
+        "node": 2,
+        "label": "kill leader (node 2)",
+        "start_ms": T0 + 5_300,
+        "end_ms": T0 + 8_100,
+        "unavailable_send_s": 3,  # seconds 5, 6, 7
+        "unavailable_receive_s": 4,  # seconds 5 .. 8
+        "send_p99_recovered_s": 5,  # second 10: 15 ms <= 20 ms there and after
+        "processing_p99_recovered_s": 4,  # second 9, the first with values after the fault
+        "failed": 6,  # 2 in each of seconds 5, 6, 7 (the fault lasts into second 8)
+    }
+    assert faults.longest_gap_s(_timeline(), "confirmed") == 3
+    assert faults.longest_gap_s(_timeline(), "received") == 4
+
+
+def test_no_level_before_the_fault_or_none_after_is_unknown_not_zero() -> None:
+    rows = _timeline()
+    log = [{"action": "pause_node", "node": 0, "at_ms": T0}]  # nothing before second 0
+    [f] = faults.figures(log, rows)
+    assert f["send_p99_recovered_s"] is None and f["end_ms"] is None
+    for r in rows[10:]:
+        r["send_msg_us_p99"] = 99_000  # never back within 2 x 10 ms
+    [g] = faults.figures([{"action": "pause_node", "node": 0, "at_ms": T0 + 5_000}], rows)
+    assert g["send_p99_recovered_s"] is None
+    assert g["failed"] == 6  # to the end of the run: it was never resumed
+
+
+def test_windows_pair_each_fault_with_what_ends_it() -> None:
+    log = [
+        {"action": "partition", "partition": "node_from_brokers", "node": 1, "at_ms": 100},
+        {"action": "crash_all", "node": 0, "nodes": 2, "at_ms": 200},
+        {"action": "heal", "at_ms": 300},
+        {"action": "restart_node", "node": 0, "at_ms": 400},
+        {"action": "restart_node", "node": 1, "at_ms": 450},
+        {"action": "restart_node", "node": 1, "at_ms": 900},
+    ]
+    got = [(w["label"], w["start_ms"], w["end_ms"]) for w in faults.windows(log)]
+    assert got == [
+        ("partition node_from_brokers (node 1)", 100, 300),
+        ("crash of every node", 200, 450),
+        ("restart node 1", 900, 900),
+    ]
+
+
+def test_a_run_without_gaps_or_faults() -> None:
+    rows = [_row(s) for s in range(5)]
+    assert faults.figures([], rows) == []
+    assert faults.longest_gap_s(rows, "confirmed") == 0
+    assert faults.longest_gap_s([], "received") == 0
+    # a missing second inside the run counts as a second without any
+    assert faults.longest_gap_s([rows[0], rows[3]], "confirmed") == 2
+
+
+def test_the_report_states_each_fault_and_the_gaps() -> None:
+    from mqlab.results.report import markdown
+
+    log = [
+        {"action": "kill_leader", "node": 2, "at_ms": T0 + 5_300},
+        {"action": "restart_node", "node": 2, "at_ms": T0 + 8_100},
+    ]
+    run = {"measure_start_ms": T0, "longest_gap_send_s": 3, "longest_gap_receive_s": 4}
+    text = "\n".join(markdown._faults(run, faults.figures(log, _timeline())))
+    assert "| kill leader (node 2) | 5.3 s | 8.1 s | 3 s | 4 s | 5 s | 4 s | 6 |" in text
+    assert "without a confirmed send: 3 s; without a received message: 4 s." in text
+    assert "None injected." in "\n".join(markdown._faults(run, []))
+    assert "predates fault figures" in "\n".join(markdown._faults(run, None))
