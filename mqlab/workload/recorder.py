@@ -58,6 +58,7 @@ class SenderStats:
         self.failed_us = array.array("q")  # failed send() calls: time until the failure
         self.unsent_us = array.array("q")  # never-sent messages: stop time - intended time
         self.confirmed = BitMap64()  # touched only by the owning thread until the end
+        self.marks: list[list[int]] = []  # [second ms, first seq sent in it]
         self.sent_total = 0
         self.confirmed_total = 0
         self.failed_total = 0
@@ -67,9 +68,17 @@ class SenderStats:
         self.in_flight: tuple[int, int] | None = None  # (intended mono ns, n) of a send call
         self._seen = (0, 0, 0, 0)
 
-    def sending(self, n: int, intended_ns: int) -> None:
+    def sending(
+        self, n: int, intended_ns: int, seq: int | None = None, wall_ms: int | None = None
+    ) -> None:
+        """``n`` messages from ``seq`` on handed to send() at ``wall_ms``: the first seq
+        of each wall-clock second is marked (which messages went out when)."""
         self.sent_total += n
         self.in_flight = (intended_ns, n)
+        if seq is not None and wall_ms is not None:
+            second = wall_ms // 1000 * 1000
+            if not self.marks or self.marks[-1][0] != second:
+                self.marks.append([second, seq])
 
     def confirmed_batch(self, first_seq: int, n: int, call_us: int, wall_ms: int) -> None:
         self.in_flight = None
@@ -116,6 +125,7 @@ class SenderStats:
             self.failed_total,
             self.unsent_total,
             self.confirmed,
+            list(self.marks),
         )
 
 

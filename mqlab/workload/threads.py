@@ -84,7 +84,7 @@ def run_sender(
                 if intended is None:
                     break
                 batch = envelope.encode_batch(sid, seq, n, intended + wall_offset_ns, pool)
-                stats.sending(n, intended)
+                stats.sending(n, intended, seq, (time.monotonic_ns() + wall_offset_ns) // 1_000_000)
                 try:
                     client.send(batch)
                 except Exception as exc:  # noqa: BLE001 - any broker failure counts, then retry

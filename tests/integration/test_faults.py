@@ -103,6 +103,9 @@ def test_a_run_through_a_pause_and_a_crash_of_every_node_loses_nothing(
     costs = summary["faults"]
     assert [c["action"] for c in costs] == ["kill_leader", "pause_node", "crash_all"]
     assert all(c["end_ms"] is not None and c["start_ms"] < c["end_ms"] for c in costs)
+    # the messages sent while each fault lasted (the senders' per-second seq marks)
+    assert sum(c["sent"] for c in costs) > 0 and all(c["sent"] is not None for c in costs)
+    assert [c["lost"] for c in costs] == [0, 0, 0], costs
     gaps = summary["longest_gap_s"]
     assert gaps["send"] >= max(c["unavailable_send_s"] for c in costs)
     assert gaps["receive"] >= max(c["unavailable_receive_s"] for c in costs)

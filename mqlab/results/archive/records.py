@@ -32,15 +32,21 @@ class SentSender:
     failed: int = 0  # send() raised
     unsent: int = 0  # scheduled before the stop but never handed to send() (fixed rate)
     confirmed_seqs: BitMap64 = field(default_factory=BitMap64)
+    # [wall-clock second (ms), first seq handed to send() in it], one per second with a
+    # send; None in archives written before marks existed
+    marks: list[list[int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "sent": self.sent,
             "confirmed": self.confirmed,
             "failed": self.failed,
             "unsent": self.unsent,
             "confirmed_bitmap": encode_bitmap(self.confirmed_seqs),
         }
+        if self.marks is not None:
+            out["marks"] = [[int(s), int(q)] for s, q in self.marks]
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SentSender:
@@ -50,6 +56,7 @@ class SentSender:
             int(d["failed"]),
             int(d["unsent"]),
             decode_bitmap(d["confirmed_bitmap"]),
+            [[int(s), int(q)] for s, q in d["marks"]] if d.get("marks") is not None else None,
         )
 
 

@@ -446,6 +446,9 @@ def _faults(run: dict[str, Any], faults: Sequence[dict[str, Any]] | None) -> lis
             _seconds(f["send_p99_recovered_s"]),
             _seconds(f["processing_p99_recovered_s"]),
             _num(f["failed"]),
+            _num(f.get("sent")),
+            _num(f.get("lost")),
+            _num(f.get("recovered")),
         ]
         for f in faults
     ]
@@ -458,17 +461,23 @@ def _faults(run: dict[str, Any], faults: Sequence[dict[str, Any]] | None) -> lis
         "send p99 back",
         "processing p99 back",
         "failed sends",
+        "sent in it",
+        "of them lost",
+        "recovered",
     )
     return [
         "## Faults",
         "",
-        *_table(header, rows, "lrrrrrrr"),
+        *_table(header, rows, "lrrrrrrrrrr"),
         "",
         f"Times are since the senders started; figures are whole seconds of the timeline "
         f'from the fault\'s own second. "p99 back": until the per-second p99 is within '
         f"{fault_figures.RECOVERY_FACTOR:g}x its median over the {fault_figures.BASELINE_S} "
         f"s before the fault for {fault_figures.STEADY_S} s (unknown: no level before, or "
-        f"never back). {gaps}",
+        f'never back). "Sent in it": messages handed to send() in the fault\'s seconds '
+        "(from each sender's per-second seq marks); of them lost: confirmed, never "
+        "received, not left in the broker; recovered: received though their send failed. "
+        f"{gaps}",
     ]
 
 

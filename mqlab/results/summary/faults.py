@@ -7,7 +7,8 @@ ended lasts to the end of the run. The figures are whole seconds of the ``timeli
 table (one row per wall-clock second), so they are exact to the second:
 
 - ``unavailable_send_s`` / ``unavailable_receive_s``: the seconds from the fault's own
-  second on, one after the other, in which no send was confirmed / nothing was received;
+  second on (from the next one when its own second had some, from before the fault),
+  one after the other, in which no send was confirmed / nothing was received;
 - ``send_p99_recovered_s`` / ``processing_p99_recovered_s``: seconds from the fault's
   second until the per-second p99 is back within ``RECOVERY_FACTOR`` times its level
   before the fault (the median p99 of up to ``BASELINE_S`` seconds before the fault's
@@ -96,7 +97,11 @@ def _second(ms: int) -> int:
 
 
 def _quiet_run(rows: Sequence[dict[str, Any]], start: int, column: str) -> int:
-    """Consecutive seconds from ``start`` on whose ``column`` is 0."""
+    """Consecutive seconds from ``start`` on whose ``column`` is 0; when the fault's own
+    second had some (before the fault struck), from the next second on."""
+    own = next((r for r in rows if r["second_ms"] == start), None)
+    if own is not None and own[column]:
+        start += 1000
     n = 0
     for r in rows:
         if r["second_ms"] < start:

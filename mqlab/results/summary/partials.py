@@ -349,13 +349,22 @@ def _merge_records(kind: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     bitmap = "confirmed_bitmap" if kind == "snt" else "bitmap"
     out: dict[str, Any] = {}
     union = BitMap64()
+    marks: dict[int, int] | None = {}
     for p in parts:
         for k, v in p.items():
-            if k != bitmap:
+            if k not in (bitmap, "marks"):
                 out[k] = out.get(k, 0) + int(v)
         union |= codecs.decode_bitmap(p[bitmap])
+        if kind == "snt":
+            if p.get("marks") is None or marks is None:
+                marks = None  # a record from before marks: per-fault figures unknown
+            else:
+                for second, seq in p["marks"]:
+                    marks[int(second)] = min(int(seq), marks.get(int(second), int(seq)))
     out[bitmap] = codecs.encode_bitmap(union)
     out["records"] = len(parts)
+    if kind == "snt":
+        out["marks"] = None if marks is None else [[s, q] for s, q in sorted(marks.items())]
     return out
 
 

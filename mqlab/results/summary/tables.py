@@ -208,6 +208,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("send_p99_recovered_s", pa.int64()),
             pa.field("processing_p99_recovered_s", pa.int64()),
             pa.field("failed", pa.int64()),
+            # messages handed to send() in the fault's seconds, and what became of them
+            pa.field("sent", pa.int64()),
+            pa.field("lost", pa.int64()),
+            pa.field("recovered", pa.int64()),
         ],
         metadata=_META,
     ),
@@ -371,6 +375,61 @@ def delivery_figures(
     return totals, rows, unknown
 
 
+def fault_messages(
+    results: dict[Key, Any],
+    meta: RunMeta,
+    fault_rows: Sequence[dict[str, Any]],
+    unknown: dict[str, str],
+) -> list[dict[str, int | None]]:
+    """Per fault: the messages handed to send() in its seconds (from the senders' marks,
+    the first seq of every second), how many of them were lost and how many recovered
+    (as in the run's totals, restricted to those seqs). Unknown (None) where the run's
+    own figure is unknown or a sender has no marks (archives from before marks)."""
+    rid = meta.run_id
+    sids = sorted({k[2] for k in results if k[0] in ("snt", "rcv") and k[1] == rid})
+    snt = {sid: results.get(("snt", rid, sid)) for sid in sids}
+    no_marks = any(s is not None and s.get("marks") is None for s in snt.values())
+    und = results.get(("und", rid))
+    held = (
+        {int(s): codecs.decode_bitmap(b) for s, b in und["senders"].items()}
+        if und is not None and und.get("count") is not None
+        else {}
+    )
+    out: list[dict[str, int | None]] = []
+    for f in fault_rows:
+        if no_marks or "sent" in unknown:
+            out.append({"sent": None, "lost": None, "recovered": None})
+            continue
+        start = f["start_ms"] // 1000 * 1000
+        end = None if f["end_ms"] is None else f["end_ms"] // 1000 * 1000
+        sent_n, lost, recovered = 0, 0, 0
+        for sid in sids:
+            s = snt[sid]
+            if s is None:
+                continue
+            marks = sorted(s["marks"])
+            lo = next((q for sec, q in marks if sec >= start), None)
+            if lo is None:
+                continue
+            hi = next((q for sec, q in marks if end is not None and sec > end), s["sent"])
+            window = BitMap64()
+            window.add_range(lo, hi)
+            sent_n += hi - lo
+            r = results.get(("rcv", rid, sid))
+            seen = codecs.decode_bitmap(r["bitmap"]) if r else BitMap64()
+            confirmed = codecs.decode_bitmap(s["confirmed_bitmap"]) & window
+            lost += len(confirmed - seen - held.get(sid, BitMap64()))
+            recovered += len((seen & window) - confirmed)
+        out.append(
+            {
+                "sent": sent_n,
+                "lost": None if "lost" in unknown else lost,
+                "recovered": None if "recovered" in unknown else recovered,
+            }
+        )
+    return out
+
+
 def out_of_range(results: dict[Key, Any], meta: RunMeta) -> dict[str, int | None]:
     wrk = results.get(("wrk", meta.run_id), {})
     out: dict[str, int | None] = {}
@@ -522,9 +581,9 @@ def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict
             }
         )
     rows["timeline"] = _timeline(results, rid)
-    rows["faults"] = [
-        {"run_id": rid, **f} for f in fault_figures.figures(meta.fault_log(), rows["timeline"])
-    ]
+    fault_rows = fault_figures.figures(meta.fault_log(), rows["timeline"])
+    messages = fault_messages(results, meta, fault_rows, unknown)
+    rows["faults"] = [{"run_id": rid, **f, **m} for f, m in zip(fault_rows, messages, strict=True)]
     for key, figs in results.items():
         if key[0] == "lat" and key[1] == rid:
             w = key[3]

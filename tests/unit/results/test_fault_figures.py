@@ -111,7 +111,50 @@ def test_the_report_states_each_fault_and_the_gaps() -> None:
     ]
     run = {"measure_start_ms": T0, "longest_gap_send_s": 3, "longest_gap_receive_s": 4}
     text = "\n".join(markdown._faults(run, faults.figures(log, _timeline())))
-    assert "| kill leader (node 2) | 5.3 s | 8.1 s | 3 s | 4 s | 5 s | 4 s | 6 |" in text
+    assert "| kill leader (node 2) | 5.3 s | 8.1 s | 3 s | 4 s | 5 s | 4 s | 6 | unknown" in text
     assert "without a confirmed send: 3 s; without a received message: 4 s." in text
     assert "None injected." in "\n".join(markdown._faults(run, []))
     assert "predates fault figures" in "\n".join(markdown._faults(run, None))
+
+
+def test_the_messages_of_a_fault_lost_and_recovered_counted_by_hand() -> None:
+    from types import SimpleNamespace
+
+    from pyroaring import BitMap64
+
+    from mqlab.results.archive.codecs import encode_bitmap
+    from mqlab.results.summary.tables import fault_messages
+
+    def bm(seqs: Any) -> str:
+        return encode_bitmap(BitMap64(seqs))
+
+    # sender 1 hands out 10 seqs a second from second 0 (seqs 0..49 over 5 s);
+    # the fault lasts from 2.5 s to 3.2 s: its seconds 2 and 3 hold seqs 20..39
+    marks = [[T0 + s * 1000, s * 10] for s in range(5)]
+    confirmed = set(range(50)) - {25, 26, 27}  # 3 sends failed in the fault
+    received = set(range(50)) - {21, 22, 23, 26, 27, 45}  # 25 recovered; 21-23, 45 missing
+    results = {
+        ("snt", "r", 1): {"sent": 50, "confirmed_bitmap": bm(confirmed), "marks": marks},
+        ("rcv", "r", 1): {"bitmap": bm(received)},
+        ("und", "r"): {"count": 1, "senders": {"1": bm([23])}},  # 23 still in the broker
+    }
+    rows = [{"start_ms": T0 + 2_500, "end_ms": T0 + 3_200}, {"start_ms": T0, "end_ms": None}]
+    got = fault_messages(results, SimpleNamespace(run_id="r"), rows, {})
+    assert got == [
+        {"sent": 20, "lost": 2, "recovered": 1},  # lost 21, 22 (23 is undrained); 25 back
+        {"sent": 50, "lost": 3, "recovered": 1},  # the whole run: 45 lost too
+    ]
+    # an archive without marks, or with sends unknown: unknown, never 0
+    del results[("snt", "r", 1)]["marks"]
+    assert fault_messages(results, SimpleNamespace(run_id="r"), rows[:1], {}) == [
+        {"sent": None, "lost": None, "recovered": None}
+    ]
+
+
+def test_a_busy_first_second_does_not_hide_the_outage_after_it() -> None:
+    rows = [_row(s) for s in range(10)]
+    for s in (4, 5, 6):
+        rows[s] = _row(s, confirmed=0, received=0)
+    # struck at 3.8 s: second 3 was busy before it, seconds 4-6 are quiet
+    [f] = faults.figures([{"action": "crash_all", "nodes": 3, "at_ms": T0 + 3_800}], rows)
+    assert (f["unavailable_send_s"], f["unavailable_receive_s"]) == (3, 3)

@@ -181,3 +181,24 @@ def test_counters_are_interval_differences() -> None:
     *_arrays, second = s.swap()
     assert first["confirmed"] == 7 and second["confirmed"] == 0
     assert list(itertools.islice(s.confirmed, 4)) == [0, 1, 2, 3]
+
+
+def test_marks_hold_the_first_seq_handed_to_send_in_each_second() -> None:
+    s = SenderStats(2)
+    for seq, n, wall_ms in (
+        (0, 4, 7_000_100),
+        (4, 2, 7_000_900),
+        (6, 5, 7_001_000),
+        (11, 1, 7_003_999),
+    ):
+        s.sending(n, 0, seq, wall_ms)
+    rec = s.sent_record()
+    assert rec.marks == [[7_000_000, 0], [7_001_000, 6], [7_003_000, 11]]
+    assert SenderStats(3).sent_record().marks == []  # none sent: no marks, yet known
+    from mqlab.results.archive import records
+
+    again = records.SentSender.from_json(rec.to_json())
+    assert again.marks == rec.marks
+    old = rec.to_json()
+    del old["marks"]  # an archive from before marks
+    assert records.SentSender.from_json(old).marks is None
