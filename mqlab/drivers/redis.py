@@ -19,6 +19,18 @@
   pending entries plus the entries it has not read yet (XINFO GROUPS lag).
   ``in_flight`` is the group's pending count (XPENDING). ``identify`` reads the
   entries with XRANGE (and the pending ones by id), which consumes nothing.
+- failover: when the endpoints name Redis Sentinels (``extra``: ``sentinels``, a list
+  of ``[host, port]``, and ``master``, the name they monitor), every client asks them
+  for the primary whenever it connects (redis-py's ``Sentinel.master_for``), so after a
+  failover the next call goes to the new primary. Calls are not retried by redis-py
+  then: a send, receive or ack that fails during the failover raises (the worker counts
+  it and tries again), and a receiver whose call failed re-reads its own pending
+  entries from the primary it reaches next (they may have been delivered by the old
+  one, or acked there without the ack reaching the new one). Without sentinels the
+  driver talks to the node whose role is ``primary``. A node whose endpoint carries
+  ``address`` (``host:port``, as the sentinels name it) is reached at the endpoint's
+  own host and port when the sentinels name it (the same, unless the coordinator
+  reaches the nodes through tunnels).
 """
 
 from __future__ import annotations
@@ -35,6 +47,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from mqlab.drivers.base import IDENTIFY_PREFIX_BYTES, Delivery, Driver, Receiver, Remaining, Sender
 from mqlab.errors import DriverError
@@ -85,6 +100,28 @@ def scan(
         start = b"(" + page[-1][0]
 
 
+class _Sentinel(Sentinel):
+    """redis-py's Sentinel, with the primary it names reached where the endpoints say."""
+
+    def __init__(self, sentinels: Any, reach: dict[tuple[str, int], tuple[str, int]], **kw: Any):
+        super().__init__(sentinels, **kw)
+        self.reach = reach
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        host, port = super().discover_master(service_name)
+        return self.reach.get((str(host), int(port)), (host, port))
+
+
+def close_client(r: redis.Redis) -> None:
+    """Close ``r`` and, for a client of the primary the sentinels name, its sentinel clients."""
+    pool = r.connection_pool
+    try:
+        r.close()
+    finally:
+        if isinstance(pool, SentinelConnectionPool):
+            pool.sentinel_manager.close()
+
+
 def key_names(queue: str, streams: int) -> list[bytes]:
     if streams == 1:
         return [queue.encode()]
@@ -118,7 +155,7 @@ class RedisSender(Sender):
             )
 
     def close(self) -> None:
-        self.r.close()
+        close_client(self.r)
 
 
 class RedisReceiver(Receiver):
@@ -206,7 +243,14 @@ class RedisReceiver(Receiver):
             )
             return self._deliveries(reply, False)
         except redis.RedisError as e:
+            self._after_failure()
             raise DriverError(f"redis: receive failed: {e}") from e
+
+    def _after_failure(self) -> None:
+        """Following sentinels, a failed call may mean a new primary: read the own pending
+        entries from it again (it may hold deliveries whose reply or ack was lost)."""
+        if self.driver.sentinels:
+            self.backlog = {k: b"0" for k in self.keys}
 
     def _ack_ids(self, items: Sequence[tuple[bytes, bytes]]) -> None:
         by_key: dict[bytes, list[bytes]] = {}
@@ -225,11 +269,12 @@ class RedisReceiver(Receiver):
         try:
             self._ack_ids([d.handle for d in deliveries])
         except redis.RedisError as e:
+            self._after_failure()
             raise DriverError(f"redis: ack failed: {e}") from e
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self.r.close()
+            close_client(self.r)
         self.driver.release_name(self.name)
 
 
@@ -250,16 +295,49 @@ class RedisDriver(Driver):
         self._prefix = f"{socket.gethostname()}-{os.getpid()}"
         primaries = [n for n in endpoints.nodes if n.extra.get("role", "primary") == "primary"]
         self.primary = (primaries or list(endpoints.nodes))[0]
+        extra = endpoints.extra or {}
+        self.sentinels = [(str(h), int(p)) for h, p in extra.get("sentinels") or []]
+        self.master_name = str(extra.get("master") or "mqlab")
+        # a node as the sentinels name it -> where this process connects to it
+        self.reach: dict[tuple[str, int], tuple[str, int]] = {}
+        for n in endpoints.nodes:
+            if n.extra.get("address"):
+                host, _, port = str(n.extra["address"]).rpartition(":")
+                self.reach[(host, int(port))] = (n.host, n.port)
 
     def connect(self, timeout_s: float | None = None) -> redis.Redis:
+        """A client of the primary: the one the sentinels name at each connect when the
+        endpoints have sentinels (close it with ``close_client``), else the ``primary``."""
         s: Settings = self.settings
-        return redis.Redis(
-            host=self.primary.host,
-            port=self.primary.port,
+        if not self.sentinels:
+            return redis.Redis(
+                host=self.primary.host,
+                port=self.primary.port,
+                socket_timeout=timeout_s or s.socket_timeout_s,
+                socket_connect_timeout=5,
+                health_check_interval=0,
+            )
+        # one Sentinel per client: its list of sentinels is reordered as it is asked,
+        # which is not safe across threads
+        manager = _Sentinel(
+            self.sentinels,
+            self.reach,
+            # a sentinel that sees no other cannot be part of a majority: not asked
+            min_other_sentinels=len(self.sentinels) // 2,
+            sentinel_kwargs={
+                "socket_timeout": 2,
+                "socket_connect_timeout": 2,
+                "retry": Retry(NoBackoff(), 0),
+            },
+        )
+        client: redis.Redis = manager.master_for(
+            self.master_name,
             socket_timeout=timeout_s or s.socket_timeout_s,
             socket_connect_timeout=5,
             health_check_interval=0,
+            retry=Retry(NoBackoff(), 0),  # a failed call raises: no hidden retries
         )
+        return client
 
     def _admin(self) -> redis.Redis:
         return self.connect(10)
@@ -276,7 +354,7 @@ class RedisDriver(Driver):
         except redis.RedisError as e:
             raise DriverError(f"redis: cannot create stream {self.keys[0]!r}: {e}") from e
         finally:
-            r.close()
+            close_client(r)
 
     def teardown(self) -> None:
         r = self._admin()
@@ -284,7 +362,7 @@ class RedisDriver(Driver):
             for i in range(0, len(self.keys), 500):
                 r.delete(*self.keys[i : i + 500])
         finally:
-            r.close()
+            close_client(r)
 
     @property
     def redelivery_timeout_s(self) -> float:
@@ -321,7 +399,7 @@ class RedisDriver(Driver):
         except redis.RedisError as e:
             raise DriverError(f"redis: cannot read what {self.keys[0]!r} holds: {e}") from e
         finally:
-            r.close()
+            close_client(r)
         return Remaining(count, found if identify else None, in_flight)
 
     def _group(self, r: redis.Redis, key: bytes) -> dict[str, Any] | None:

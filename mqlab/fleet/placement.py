@@ -111,7 +111,10 @@ class Placement:
         for n in endpoints.nodes:
             host, port = self.reach(n.host, n.port)
             nodes.append(dataclasses.replace(n, host=host, port=port))
-        return dataclasses.replace(endpoints, nodes=tuple(nodes))
+        extra = dict(endpoints.extra)
+        if extra.get("sentinels"):  # Redis Sentinel: the coordinator asks them too
+            extra["sentinels"] = [list(self.reach(str(h), int(p))) for h, p in extra["sentinels"]]
+        return dataclasses.replace(endpoints, nodes=tuple(nodes), extra=extra)
 
     def python(self, host: Host) -> str:
         return self.pythons.get(host.name, sys.executable)

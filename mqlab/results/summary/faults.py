@@ -14,7 +14,9 @@ table (one row per wall-clock second), so they are exact to the second:
   before the fault (the median p99 of up to ``BASELINE_S`` seconds before the fault's
   second) and stays there for ``STEADY_S`` seconds with values; None when there was no
   level before the fault or it never came back;
-- ``failed``: sends that raised in the fault's seconds (its first to its last).
+- ``failed``: sends that raised in the fault's seconds (its first to its last);
+- ``repeats``: deliveries in the fault's seconds of a message the receiver node had had
+  before (redeliveries and duplicates as one receiver node sees them).
 
 And for the whole run: the longest stretch of seconds without a confirmed send and
 without a received message, between the first and the last second that had any.
@@ -146,6 +148,7 @@ def figures(
                 "send_p99_recovered_s": _recovered_s(rows, start, "send_msg_us"),
                 "processing_p99_recovered_s": _recovered_s(rows, start, "processing_us"),
                 "failed": sum(r["failed"] for r in rows if start <= r["second_ms"] <= end),
+                "repeats": sum(r.get("repeats", 0) for r in rows if start <= r["second_ms"] <= end),
             }
         )
     return out

@@ -161,6 +161,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("unsent", pa.int64()),
             pa.field("backlog", pa.int64()),
             pa.field("sender_lag_ms", pa.int64()),
+            # deliveries of a message the receiver node had had before (received minus
+            # first copies minus foreign messages)
+            pa.field("repeats", pa.int64()),
             *[pa.field(f"{m}_{f}", pa.int64()) for m in TIMELINE_METRICS for f in TIMELINE_FIGURES],
         ],
         metadata=_META,
@@ -208,6 +211,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("send_p99_recovered_s", pa.int64()),
             pa.field("processing_p99_recovered_s", pa.int64()),
             pa.field("failed", pa.int64()),
+            pa.field("repeats", pa.int64()),
             # messages handed to send() in the fault's seconds, and what became of them
             pa.field("sent", pa.int64()),
             pa.field("lost", pa.int64()),
@@ -540,6 +544,9 @@ def _timeline(results: dict[Key, Any], rid: str) -> list[dict[str, Any]]:
             "unsent": snd.get("unsent", 0),
             "backlog": backlog,
             "sender_lag_ms": snd.get("lag_ms", 0),
+            "repeats": rcv.get("received", 0)
+            - rcv.get("first_received", 0)
+            - rcv.get("foreign", 0),
         }
         for m in TIMELINE_METRICS:
             figs = results.get(("tlh", rid, m, sec), {})

@@ -1,17 +1,22 @@
-"""Redis only: remaining() when acked entries stay in the streams (``delete_on_ack=False``)."""
+"""Redis only: remaining() when acked entries stay in the streams (``delete_on_ack=False``),
+and the primary found through the sentinels or, without them, named by the endpoints."""
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from redis.sentinel import SentinelConnectionPool
 
-from mqlab.drivers.redis import RedisDriver
+from mqlab.drivers.redis import RedisDriver, close_client
 from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab
 from tests.integration.drivers.conftest import driver_on
-from tests.integration.drivers.test_contract import _messages
+from tests.integration.drivers.targets import TARGETS
+from tests.integration.drivers.test_contract import _drain, _messages, _seqs
 
 pytestmark = pytest.mark.integration
 
@@ -45,3 +50,50 @@ def test_remaining_counts_unread_entries_when_redis_cannot_tell_the_lag(
     assert found.payloads is not None and len(found.payloads) == left
     assert all(envelope.decode(p)[0] == 7 for p in found.payloads)
     assert driver.remaining().count == left
+
+
+def test_the_primary_comes_from_the_sentinels_or_else_from_the_endpoints(
+    shared_lab: SharedLab,
+) -> None:
+    cluster: Any = shared_lab.cluster("redis")
+    primary = ("127.0.0.1", cluster.ports["client"][cluster.leader(None)])
+    endpoints = cluster.endpoints()
+    assert len(endpoints.extra["sentinels"]) == 3 and endpoints.extra["master"] == "mqlab"
+    followed = RedisDriver(TARGETS["redis"].settings(), endpoints, "x")
+    r = followed.connect()
+    try:
+        assert isinstance(r.connection_pool, SentinelConnectionPool)
+        assert r.connection_pool.get_master_address() == primary
+        assert r.ping()
+    finally:
+        close_client(r)
+    # a coordinator that reaches the nodes elsewhere (tunnels) connects there to the
+    # primary the sentinels name by its own address
+    elsewhere = dataclasses.replace(
+        endpoints,
+        nodes=tuple(dataclasses.replace(n, host="localhost") for n in endpoints.nodes),
+    )
+    assert all(n.extra["address"] == f"127.0.0.1:{n.port}" for n in elsewhere.nodes)
+    r = RedisDriver(TARGETS["redis"].settings(), elsewhere, "x").connect()
+    try:
+        assert r.connection_pool.get_master_address() == ("localhost", primary[1])
+        assert r.ping()
+    finally:
+        close_client(r)
+    # no sentinels in the endpoints: as before them, the node whose role is primary
+    plain_endpoints = dataclasses.replace(endpoints, extra={})
+    plain = RedisDriver(TARGETS["redis"].settings(), plain_endpoints, f"p_{uuid.uuid4().hex[:8]}")
+    plain.setup()
+    s, rc = plain.sender(), plain.receiver()
+    try:
+        c = plain.connect()
+        assert not isinstance(c.connection_pool, SentinelConnectionPool)
+        kwargs = c.connection_pool.connection_kwargs
+        assert (kwargs["host"], kwargs["port"]) == primary
+        c.close()
+        s.send(_messages(5))  # WAIT 1 as in the contract suite
+        assert sorted(_seqs(_drain(rc, 5))) == list(range(5))
+    finally:
+        s.close()
+        rc.close()
+        plain.teardown()

@@ -66,11 +66,15 @@ def test_aws_tunnels_through_the_node_own_host_and_keeps_the_rest() -> None:
         (1, "127.0.0.1", 40002, {}),
     ]
     assert out.extra == {"e": 2} and out.broker == "nats"
-    assert t.used == [("broker-0", "10.0.0.10", 4222), ("broker-1", "10.0.0.11", 4222)]
+    # Redis Sentinels named in the endpoints are reached through tunnels as well
+    sentinels = Endpoints("redis", (), {"sentinels": [["10.0.0.11", 26379]], "master": "m"})
+    assert p.reachable(sentinels).extra == {"sentinels": [["127.0.0.1", 40003]], "master": "m"}
+    assert t.used[-1] == ("broker-1", "10.0.0.11", 26379)
+    assert t.used[:2] == [("broker-0", "10.0.0.10", 4222), ("broker-1", "10.0.0.11", 4222)]
     # the originals are untouched: workers inside the lab get the private addresses
     assert [n.host for n in eps.nodes] == ["10.0.0.10", "10.0.0.11"]
     # an address no host has goes through the first host
-    assert p.reach("10.0.0.99", 80) == ("127.0.0.1", 40003)
+    assert p.reach("10.0.0.99", 80) == ("127.0.0.1", 40004)
     assert t.used[-1] == ("broker-0", "10.0.0.99", 80)
 
 

@@ -95,7 +95,7 @@ def test_nats_hosts_bind_own_address_and_route_to_peers() -> None:
 
 
 # -- Redis -----------------------------------------------------------------------
-REDIS_PORTS = {"client": [6401, 6402, 6403]}
+REDIS_PORTS = {"client": [6401, 6402, 6403], "sentinel": [26401, 26402, 26403]}
 
 
 def redis_today(i: int) -> str:
@@ -124,14 +124,18 @@ def redis_today(i: int) -> str:
 @pytest.mark.parametrize("i", range(3))
 def test_redis_local_is_what_the_launcher_writes(i: int) -> None:
     node = local("redis", i, REDIS_PORTS, str(WORKDIR / f"n{i}"))
-    assert nodeconf.render(node) == {"redis.conf": redis_today(i)}
+    files = nodeconf.render(node)
+    assert sorted(files) == ["redis.conf", "sentinel.conf"]  # sentinel.conf: test_redis_sentinel
+    assert files["redis.conf"] == redis_today(i)
 
 
 def test_redis_hosts_replicate_primary_and_announce_own_address() -> None:
     settings = {"appendonly": True, "appendfsync": "always", "mqlab.replicas": 2}
     primary = nodeconf.render(host("redis", 0, settings))["redis.conf"].splitlines()
     assert "bind 10.0.1.10" in primary and "port 6379" in primary
-    assert not any(x.startswith(("replicaof", "replica-announce-ip")) for x in primary)
+    assert not any(x.startswith("replicaof") for x in primary)
+    # once Sentinel fails over, the primary may become a replica: it announces itself too
+    assert "replica-announce-ip 10.0.1.10" in primary
     replica = nodeconf.render(host("redis", 2, settings))["redis.conf"].splitlines()
     assert "bind 10.0.1.12" in replica and "replicaof 10.0.1.10 6379" in replica
     assert "replica-announce-ip 10.0.1.12" in replica and "appendfsync always" in replica

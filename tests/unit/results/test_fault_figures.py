@@ -38,6 +38,8 @@ def _timeline() -> list[dict[str, Any]]:
     # processing p99: 30 ms (within 2 x 20 ms) from the first second with values
     for s in range(9, 20):
         rows[s]["processing_us_p99"] = 30_000
+    rows[6]["repeats"] = 4  # in the fault
+    rows[12]["repeats"] = 9  # after it
     return rows
 
 
@@ -59,6 +61,7 @@ def test_the_cost_of_one_fault_counted_by_hand() -> None:
         "send_p99_recovered_s": 5,  # second 10: 15 ms <= 20 ms there and after
         "processing_p99_recovered_s": 4,  # second 9, the first with values after the fault
         "failed": 6,  # 2 in each of seconds 5, 6, 7 (the fault lasts into second 8)
+        "repeats": 4,  # second 6's; second 12's came after it
     }
     assert faults.longest_gap_s(_timeline(), "confirmed") == 3
     assert faults.longest_gap_s(_timeline(), "received") == 4

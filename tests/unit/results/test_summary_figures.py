@@ -191,6 +191,10 @@ def test_timeline_equals_raw_counts_and_per_second_histograms(edge_run: Syntheti
     assert [r["sender_lag_ms"] for r in stalled] == [250, 1250, 2250]
     assert all(r["confirmed"] == 0 for r in stalled[1:])
     assert sum(r["unsent"] for r in rows) == truth["unsent"]
+    # repeats: every delivery of a seq its receiver node had had before, and nothing else
+    # (delivery.json's received counts no foreign messages; counts.csv's does)
+    repeats = truth["received"] - truth["first_received"]
+    assert sum(r["repeats"] for r in rows) == repeats == 3 * 6  # the redeliveries
 
 
 # -- delivery -----------------------------------------------------------------------------
