@@ -46,7 +46,7 @@ from mqlab.clusters.base import LocalCluster
 from mqlab.drivers import registry
 from mqlab.drivers.base import Driver
 from mqlab.errors import ClusterError, FleetError, MqlabError
-from mqlab.fleet import clocks
+from mqlab.fleet import clocks, partitions
 from mqlab.fleet.hosts import Attached, Host
 from mqlab.fleet.placement import Placement, for_scenario
 from mqlab.results.archive import layout
@@ -610,6 +610,33 @@ def _measure(
     observer: Observer,
     before: dict[str, Any],
 ) -> str:
+    """The measured run; a partition still in place when it ends (completed, failed,
+    interrupted, crashed) is healed before it returns."""
+    cuts: dict[int, partitions.Cut] = {}  # partitions in place, by their manifest entry
+    try:
+        return _measure_run(
+            s, run_dir, placement, cluster, driver, workers, manifest, observer, before, cuts
+        )
+    finally:
+        try:
+            _heal_open(cuts, manifest, observer)
+        except KeyboardInterrupt:  # a second Ctrl-C while healing: heal all the same
+            _heal_open(cuts, manifest, observer)
+            raise
+
+
+def _measure_run(
+    s: Scenario,
+    run_dir: Path,
+    placement: Placement,
+    cluster: LocalCluster,
+    driver: Driver,
+    workers: list[_Worker],
+    manifest: dict[str, Any],
+    observer: Observer,
+    before: dict[str, Any],
+    cuts: dict[int, partitions.Cut],
+) -> str:
     endpoints = cluster.endpoints().to_json()
 
     def start(role: str) -> list[_Worker]:
@@ -643,7 +670,8 @@ def _measure(
         else None
     )
     faults = sorted(s.faults, key=lambda f: f.at_s)
-    # (when, action, node) of the second halves of faults: restart_node, resume_node
+    # (when, action, node) of the second halves of faults: restart_node, resume_node;
+    # heal with the key of the partition in ``cuts`` for node
     pending_restarts: list[tuple[float, str, int]] = []
     t0 = time.monotonic()
     hard_deadline = t0 + w.max_run_s + 60
@@ -657,11 +685,11 @@ def _measure(
         elapsed = now - t0
         while faults and elapsed >= faults[0].at_s:
             f = faults.pop(0)
-            _apply_fault(f, cluster, driver, manifest, observer, pending_restarts)
+            _apply_fault(f, cluster, driver, manifest, observer, pending_restarts, placement, cuts)
         for pending in list(pending_restarts):
             if elapsed >= pending[0]:
                 pending_restarts.remove(pending)
-                _end_fault(pending[1], pending[2], cluster, manifest, observer)
+                _end_fault(pending[1], pending[2], cluster, manifest, observer, cuts)
         totals = _totals(workers)
         failed = [x for x in workers if x.done and x.returncode != 0]
         if failed:
@@ -692,7 +720,7 @@ def _measure(
         observer.progress(elapsed, totals, expected)
         time.sleep(0.1)
     for _at, action, node in pending_restarts:
-        _end_fault(action, node, cluster, manifest, observer)
+        _end_fault(action, node, cluster, manifest, observer, cuts)
     observer.progress(time.monotonic() - t0, _totals(workers), expected)
     return "completed"
 
@@ -704,9 +732,14 @@ def _apply_fault(
     manifest: dict[str, Any],
     observer: Observer,
     pending: list[tuple[float, str, int]],
+    placement: Placement,
+    cuts: dict[int, partitions.Cut],
 ) -> None:
     at_ms = int(time.time() * 1000)
     node = f.node
+    if f.action == "partition":
+        _partition(f, cluster, driver, manifest, observer, pending, placement, cuts)
+        return
     if f.action == "kill_leader":
         try:
             node = cluster.leader(driver)
@@ -735,10 +768,100 @@ def _apply_fault(
     manifest["faults"].append(entry)
 
 
-def _end_fault(
-    action: str, node: int, cluster: LocalCluster, manifest: dict[str, Any], observer: Observer
+def _partition(
+    f: Any,
+    cluster: LocalCluster,
+    driver: Driver,
+    manifest: dict[str, Any],
+    observer: Observer,
+    pending: list[tuple[float, str, int]],
+    placement: Placement,
+    cuts: dict[int, partitions.Cut],
 ) -> None:
-    """The second half of a fault: a killed node restarted, a paused node resumed."""
+    """Cut hosts apart with blackhole routes (``mqlab.fleet.partitions``); heal later."""
+    at_ms = int(time.time() * 1000)
+    node = f.node
+    if f.partition == "clients_from_leader":
+        try:
+            node = cluster.leader(driver)
+        except MqlabError as e:
+            raise ClusterError(
+                f"partition clients_from_leader: cannot tell the leader ({e})"
+            ) from None
+    if not placement.remote:
+        raise FleetError(
+            "a partition needs hosts of their own (every node is on this machine); "
+            'run on a lab: cluster.target = "netns"'
+        )
+    clients = placement.client_hosts()
+    routes = partitions.plan(f.partition, cluster.hosts, clients, node)
+    hosts = {h.name: h for h in [*cluster.hosts, *clients]}
+    cut = partitions.Cut(f.partition, node, routes, hosts)
+    key = len(manifest["faults"])
+    entry = {
+        **dataclasses.asdict(f),
+        "node": node,
+        "at_ms": at_ms,
+        "routes": [[r.host, r.address] for r in routes],
+    }
+    manifest["faults"].append(entry)
+    cuts[key] = cut  # before a route is added: whatever happens next, it is healed
+    observer.phase(f"fault: {cut.label} for {f.duration_s:g} s ({len(routes)} blackhole routes)")
+    try:
+        cut.apply()
+    except MqlabError as e:
+        entry["error"] = str(e)
+        raise
+    pending.append((f.at_s + f.duration_s, "heal", key))
+
+
+def _heal(
+    cuts: dict[int, partitions.Cut], key: int, manifest: dict[str, Any], observer: Observer
+) -> None:
+    """Remove the routes of partition ``key``; FleetError naming what is left if any is."""
+    cut = cuts.get(key)
+    if cut is None:
+        return
+    observer.phase(f"fault: healing the {cut.label}")
+    problems = cut.heal()
+    del cuts[key]  # only now: interrupted half-way, the rest is healed on the way out
+    entry: dict[str, Any] = {
+        "action": "heal",
+        "partition": cut.kind,
+        "node": cut.node,
+        "at_ms": int(time.time() * 1000),
+    }
+    manifest["faults"].append(entry)
+    if cut.in_place:
+        entry["error"] = partitions.unhealed_message(cut, problems)
+        entry["routes_left"] = [[r.host, r.address] for r in sorted(cut.in_place)]
+        raise FleetError(entry["error"])
+
+
+def _heal_open(
+    cuts: dict[int, partitions.Cut], manifest: dict[str, Any], observer: Observer
+) -> None:
+    """Heal every partition still in place (the run ends early); errors are logged."""
+    for key in sorted(cuts):
+        try:
+            _heal(cuts, key, manifest, observer)
+        except MqlabError as e:
+            LOG.error("%s", e)
+
+
+def _end_fault(
+    action: str,
+    node: int,
+    cluster: LocalCluster,
+    manifest: dict[str, Any],
+    observer: Observer,
+    cuts: dict[int, partitions.Cut] | None = None,
+) -> None:
+    """The second half of a fault: a killed node restarted, a paused node resumed, a
+    partition healed (``node`` is then its key in ``cuts``)."""
+    if action == "heal":
+        _heal(cuts if cuts is not None else {}, node, manifest, observer)
+        return
     if action == "resume_node":
         observer.phase(f"fault: resuming node {node}")
         cluster.resume_node(node)

@@ -24,6 +24,9 @@ from mqlab.typed import spec
 FORMAT_VERSION = 1
 SWEEPABLE_SECTIONS = ("cluster", "workload", "clients")
 PROJECT_PROFILES = Path(__file__).resolve().parent.parent / "scenarios" / "profiles"
+# Fault.partition: node ``node`` from the other brokers (clients still reach it); every
+# client host from the leader's host; node ``node`` from every other broker and client host
+PARTITION_KINDS = ("node_from_brokers", "clients_from_leader", "majority_minority")
 
 
 @dataclass(frozen=True)
@@ -96,13 +99,32 @@ class Clients:
 class Fault:
     at_s: float = spec(min=0, help="seconds after senders start")
     action: str = spec(
-        choices=("kill_node", "kill_leader", "restart_node", "pause_node", "crash_all")
+        choices=(
+            "kill_node",
+            "kill_leader",
+            "restart_node",
+            "pause_node",
+            "crash_all",
+            "partition",
+        )
     )
-    node: int = spec(0, min=0, help="the node (kill_node, restart_node, pause_node)")
+    node: int = spec(
+        0,
+        min=0,
+        help="the node (kill_node, restart_node, pause_node; partition: node_from_brokers and "
+        "majority_minority)",
+    )
     restart_after_s: float | None = spec(
         None, min=0, help="kill_node, crash_all: restart after this long (crash_all: 0 if unset)"
     )
-    duration_s: float | None = spec(None, min=0, help="pause_node: resume after this long")
+    duration_s: float | None = spec(
+        None, min=0, help="pause_node: resume after this long; partition: heal after this long"
+    )
+    partition: str | None = spec(
+        None,
+        choices=PARTITION_KINDS,
+        help="partition: which hosts are cut apart (blackhole routes on lab hosts)",
+    )
 
 
 @dataclass(frozen=True)
@@ -452,7 +474,16 @@ def _cross_checks(
                 "pause_node needs how long the node stays frozen",
                 "set duration_s = 5 (seconds)",
             )
-        if f.duration_s is not None and f.action != "pause_node":
+        if f.action == "partition":
+            _check_partition(path, i, f, cluster, profile)
+        elif f.partition is not None:
+            raise ScenarioError(
+                path,
+                f"faults[{i}].partition",
+                f"{f.action} takes no partition",
+                'use action = "partition" to cut hosts apart',
+            )
+        if f.duration_s is not None and f.action not in ("pause_node", "partition"):
             raise ScenarioError(
                 path,
                 f"faults[{i}].duration_s",
@@ -466,6 +497,7 @@ def _cross_checks(
                 f"node {f.node} does not exist",
                 f"nodes are 0..{cluster.nodes - 1}",
             )
+    _check_partitions_apart(path, faults)
     if cluster.target == "ssh" and not cluster.inventory:
         raise ScenarioError(
             path,
@@ -489,6 +521,71 @@ def _cross_checks(
             f"broker {profile.broker!r} has no local cluster",
             'use target = "aws"',
         )
+
+
+def _check_partition(path: Path, i: int, f: Fault, cluster: Cluster, profile: Profile) -> None:
+    """A partition: lab hosts only, a kind, how long, brokers to cut apart."""
+    key = f"faults[{i}]"
+    if cluster.target == "local":
+        raise ScenarioError(
+            path,
+            f"{key}.action",
+            "a partition cuts hosts apart: every node of a local cluster is on this machine",
+            'run on a lab: cluster.target = "netns"',
+        )
+    if not registry.BROKERS[profile.broker].self_hosted:
+        raise ScenarioError(
+            path,
+            f"{key}.action",
+            f"{profile.broker} runs on no host of the lab: nothing to cut apart",
+            "use a self-hosted broker",
+        )
+    if f.partition is None:
+        raise ScenarioError(
+            path,
+            f"{key}.partition",
+            "a partition needs which hosts to cut apart",
+            "set partition = one of " + ", ".join(f'"{k}"' for k in PARTITION_KINDS),
+        )
+    if f.duration_s is None:
+        raise ScenarioError(
+            path,
+            f"{key}.duration_s",
+            "a partition needs how long it lasts before it heals",
+            "set duration_s = 5 (seconds)",
+        )
+    if f.restart_after_s is not None:
+        raise ScenarioError(
+            path,
+            f"{key}.restart_after_s",
+            "partition takes no restart_after_s",
+            "use duration_s: the partition heals after it",
+        )
+    if f.partition != "clients_from_leader" and cluster.nodes < 2:
+        raise ScenarioError(
+            path,
+            f"{key}.partition",
+            f"{f.partition} needs other brokers to cut node {f.node} from (nodes = 1)",
+            'use nodes >= 2, or partition = "clients_from_leader"',
+        )
+
+
+def _check_partitions_apart(path: Path, faults: tuple[Fault, ...]) -> None:
+    """One partition at a time: two in place at once could need the same route."""
+    cuts = sorted(
+        (f.at_s, i, f.at_s + (f.duration_s or 0.0))
+        for i, f in enumerate(faults)
+        if f.action == "partition"
+    )
+    for (_at, i, healed), (at, j, _end) in itertools.pairwise(cuts):
+        if at < healed:
+            raise ScenarioError(
+                path,
+                f"faults[{j}].at_s",
+                f"this partition starts at {at:g} s, before the one of faults[{i}] heals "
+                f"({healed:g} s)",
+                f"start it at {healed:g} s or later: one partition at a time",
+            )
 
 
 def to_toml(scenario: Scenario) -> str:

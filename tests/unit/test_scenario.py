@@ -225,3 +225,118 @@ def test_kill_leader_on_a_broker_without_leaders_is_refused(folder: Path) -> Non
     path = write(folder, text + '[[faults]]\nat_s = 1\naction = "kill_leader"\n')
     with pytest.raises(ScenarioError, match=r"faults\[0\].action.*sqs has no leader"):
         load_scenario(path)
+
+
+LAB = BASE.replace("nodes = 3", 'nodes = 3\ntarget = "netns"')
+
+
+@pytest.mark.parametrize(
+    ("base", "fault", "key", "words"),
+    [
+        (
+            BASE,
+            'action = "partition"\npartition = "node_from_brokers"\nnode = 1\nduration_s = 4',
+            "faults[0].action",
+            "every node of a local cluster is on this machine "
+            '(run on a lab: cluster.target = "netns")',
+        ),
+        (LAB, 'action = "partition"\nduration_s = 4', "faults[0].partition", "needs which hosts"),
+        (
+            LAB,
+            'action = "partition"\npartition = "clients_from_leader"',
+            "faults[0].duration_s",
+            "how long it lasts before it heals",
+        ),
+        (
+            LAB,
+            'action = "partition"\npartition = "everyone"\nduration_s = 4',
+            "faults[0].partition",
+            "'everyone' is not allowed (one of: node_from_brokers, clients_from_leader, "
+            "majority_minority)",
+        ),
+        (
+            LAB,
+            'action = "partition"\npartition = "majority_minority"\nnode = 3\nduration_s = 4',
+            "faults[0].node",
+            "node 3 does not exist",
+        ),
+        (
+            LAB,
+            'action = "partition"\npartition = "node_from_brokers"\nduration_s = 4\n'
+            "restart_after_s = 1",
+            "faults[0].restart_after_s",
+            "partition takes no restart_after_s",
+        ),
+        (
+            LAB,
+            'action = "pause_node"\npartition = "node_from_brokers"\nduration_s = 4',
+            "faults[0].partition",
+            "pause_node takes no partition",
+        ),
+    ],
+)
+def test_bad_partitions_name_file_key_and_fix(
+    folder: Path, base: str, fault: str, key: str, words: str
+) -> None:
+    path = write(folder, base + f"[[faults]]\nat_s = 2\n{fault}\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: {key}: ") and words in text, text
+    assert "\n" not in text
+
+
+def test_partitions_on_a_lab_load_and_round_trip(folder: Path) -> None:
+    text = LAB + (
+        '[[faults]]\nat_s = 2\naction = "partition"\npartition = "node_from_brokers"\n'
+        "node = 1\nduration_s = 4\n"
+        '[[faults]]\nat_s = 8\naction = "partition"\npartition = "clients_from_leader"\n'
+        "duration_s = 2.5\n"
+    )
+    [s] = load_scenario(write(folder, text))
+    assert [(f.action, f.partition, f.node, f.duration_s) for f in s.faults] == [
+        ("partition", "node_from_brokers", 1, 4.0),
+        ("partition", "clients_from_leader", 0, 2.5),
+    ]
+    import tomllib
+
+    archived = tomllib.loads(to_toml(s))["faults"]
+    assert [(f["partition"], f["duration_s"]) for f in archived] == [
+        ("node_from_brokers", 4.0),
+        ("clients_from_leader", 2.5),
+    ]
+
+
+def test_a_partition_between_brokers_needs_two_of_them(folder: Path) -> None:
+    (folder / "profiles" / "p1.toml").write_text(PROFILE.replace("replicas = 3", "replicas = 1"))
+    text = LAB.replace('profile = "p3"', 'profile = "p1"').replace("nodes = 3", "nodes = 1")
+    fault = '[[faults]]\nat_s = 2\naction = "partition"\npartition = "{}"\nduration_s = 4\n'
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(write(folder, text + fault.format("node_from_brokers")))
+    assert str(info.value).endswith(
+        ": faults[0].partition: node_from_brokers needs other brokers to cut node 0 from "
+        '(nodes = 1) (use nodes >= 2, or partition = "clients_from_leader")'
+    )
+    [s] = load_scenario(write(folder, text + fault.format("clients_from_leader")))
+    assert s.faults[0].partition == "clients_from_leader"
+
+
+def test_partitions_take_turns(folder: Path) -> None:
+    def partition(at: float, length: float) -> str:
+        return (
+            f'[[faults]]\nat_s = {at}\naction = "partition"\npartition = "node_from_brokers"\n'
+            f"duration_s = {length}\n"
+        )
+
+    # listed out of order, and a kill in between: only the partitions' times count
+    kill = '[[faults]]\nat_s = 3\naction = "kill_node"\n'
+    text = LAB + partition(6, 2) + kill + partition(2, 4.5)
+    path = write(folder, text)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value) == (
+        f"{path}: faults[0].at_s: this partition starts at 6 s, before the one of faults[2] "
+        "heals (6.5 s) (start it at 6.5 s or later: one partition at a time)"
+    )
+    back_to_back = LAB + partition(2, 4) + partition(6, 2)
+    assert len(load_scenario(write(folder, back_to_back))[0].faults) == 2

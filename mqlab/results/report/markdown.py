@@ -515,9 +515,58 @@ def report_run(run_dir: Path | str) -> Path:
     return out
 
 
+def _fault_column(f: dict[str, Any]) -> str:
+    """A matrix column: the fault's action; a partition with its kind."""
+    if f["action"] == "partition":
+        return f"partition: {f.get('kind') or '?'}"
+    return str(f["action"])
+
+
+def fault_matrix(
+    entries: Sequence[tuple[dict[str, Any], Sequence[dict[str, Any]] | None]],
+) -> list[str]:
+    """The durability matrix of several runs: a row per run (broker and profile), a column
+    per kind of fault, in each cell what that fault cost: the messages sent while it
+    lasted that were lost, the repeat deliveries in its seconds, and the seconds without
+    a confirmed send. Empty when no run had a fault."""
+    columns: list[str] = []
+    for _run, faults in entries:
+        for f in faults or []:
+            if _fault_column(f) not in columns:
+                columns.append(_fault_column(f))
+    if not columns:
+        return []
+
+    def cell(fs: list[dict[str, Any]]) -> str:
+        return " / ".join(
+            f"lost {_num(f.get('lost'))} · repeats {_num(f.get('repeats'))} · "
+            f"{_seconds(f.get('unavailable_send_s'))}"
+            for f in fs
+        )
+
+    rows = []
+    for run, faults in entries:
+        if faults is None:
+            cells = [unknown.UNKNOWN] * len(columns)
+        else:
+            cells = [cell([f for f in faults if _fault_column(f) == c]) or "–" for c in columns]
+        rows.append([run["broker"], run["profile"], *cells])
+    return [
+        "## Durability matrix",
+        "",
+        "Each cell: of the messages sent while the fault lasted, how many were lost; the "
+        "repeat deliveries in its seconds; the seconds without a confirmed send (each "
+        "run's report.md has every figure of every fault).",
+        "",
+        *_table(("broker", "profile", *columns), rows, "ll" + "l" * len(columns)),
+        "",
+    ]
+
+
 def report_sweep(run_dirs: Sequence[Path | str], out_dir: Path | str) -> Path:
     """Throughput and p95 against client threads and nodes over several runs."""
-    runs = [catalog.read_run_table(d, "runs").to_pylist()[0] for d in run_dirs]
+    runs_in_order = [catalog.read_run_table(d, "runs").to_pylist()[0] for d in run_dirs]
+    runs = list(runs_in_order)
     if len(runs) < 2:
         raise ArchiveError("a sweep report needs at least two runs")
     out_dir = Path(out_dir)
@@ -558,6 +607,14 @@ def report_sweep(run_dirs: Sequence[Path | str], out_dir: Path | str) -> Path:
     if any(r["delivery_lost"] is None or r["delivery_undrained"] is None for r in runs):
         lines += ["", "Unknown figures: see each run's report.md for why."]
     lines += ["", "![throughput](sweep_throughput.png)", "", "![p95](sweep_p95.png)", ""]
+    entries = []
+    for d, r in zip(run_dirs, runs_in_order, strict=True):
+        try:
+            entries.append((r, catalog.read_run_table(d, "faults").to_pylist()))
+        except ArchiveError as err:
+            LOG.warning("%s", err)
+            entries.append((r, None))
+    lines += fault_matrix(entries)
     out = out_dir / "sweep-report.md"
     out.write_text("\n".join(lines))
     return out

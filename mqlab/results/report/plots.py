@@ -22,6 +22,7 @@ from hdrh.histogram import HdrHistogram  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 from mqlab.results.archive.layout import METRICS  # noqa: E402
+from mqlab.results.summary import faults as fault_figures  # noqa: E402
 
 LOG = logging.getLogger(__name__)
 
@@ -32,17 +33,6 @@ TICKS = (0.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999)
 PNG_METADATA = {"Software": "mqlab", "format_version": "2"}
 WARMUP_STYLE = {"color": "grey", "alpha": 0.15, "linewidth": 0}
 FAULT_STYLE = {"color": "C3", "alpha": 0.12, "linewidth": 0, "hatch": "//"}
-# a fault's first half and what ends it (manifest["faults"] actions)
-FAULT_ENDS = {
-    "kill_node": "restart_node",
-    "kill_leader": "restart_node",
-    "pause_node": "resume_node",
-}
-FAULT_LABELS = {
-    "kill_node": "kill node {node}",
-    "kill_leader": "kill leader (node {node})",
-    "pause_node": "pause node {node}",
-}
 # percentile curves: a metric and its variant share a hue family, variants dashed, so
 # curves that coincide (send_call_us and send_msg_us in a closed loop) stay visible
 CURVE_STYLE: dict[str, dict[str, Any]] = {
@@ -103,36 +93,8 @@ def plot_latency_distribution(histograms: dict[str, str], path: Path, title: str
 
 def fault_windows(faults: Sequence[dict[str, Any]]) -> list[tuple[int, int | None, str]]:
     """(start ms, end ms or None while it lasted to the end, label) of each fault of a
-    run's manifest: a killed node until its restart, a paused node until it resumed, a
-    crash of every node until the last restart that followed it; a lone restart is an
-    instant."""
-    out: list[list[Any]] = []
-    open_by_node: dict[Any, list[Any]] = {}
-    crash: list[Any] | None = None
-    down: set[Any] = set()  # nodes of the crash not restarted yet
-    for f in sorted(faults, key=lambda f: f.get("at_ms") or 0):
-        action, node, at = f.get("action"), f.get("node"), f.get("at_ms")
-        if at is None:
-            continue
-        if action in FAULT_ENDS:
-            window = [at, None, FAULT_LABELS[action].format(node=node)]
-            out.append(window)
-            open_by_node[node] = window
-            crash = None
-        elif action == "crash_all":
-            crash = [at, None, "crash of every node"]
-            out.append(crash)
-            down = set(range(int(f.get("nodes") or 1)))
-        elif action in ("restart_node", "resume_node"):
-            opened = open_by_node.pop(node) if node in open_by_node else None
-            if opened is not None:
-                opened[1] = at
-            elif crash is not None and node in down:
-                crash[1] = at
-                down.discard(node)
-            else:
-                out.append([at, at, f"restart node {node}"])
-    return [(w[0], w[1], w[2]) for w in out]
+    run's manifest, as ``mqlab.results.summary.faults.windows`` pairs them."""
+    return [(w["start_ms"], w["end_ms"], w["label"]) for w in fault_figures.windows(faults)]
 
 
 def plot_timeline(

@@ -31,56 +31,63 @@ from typing import Any
 RECOVERY_FACTOR = 2.0
 BASELINE_S = 10
 STEADY_S = 3
-ENDS = {
-    "kill_node": "restart_node",
-    "kill_leader": "restart_node",
-    "pause_node": "resume_node",
-    "partition": "heal",
-}
+ENDS = {"kill_node": "restart_node", "kill_leader": "restart_node", "pause_node": "resume_node"}
 LABELS = {
     "kill_node": "kill node {node}",
     "kill_leader": "kill leader (node {node})",
     "pause_node": "pause node {node}",
 }
+# a partition (manifest action "partition", ended by "heal"), by its kind
+PARTITION_LABELS = {
+    "node_from_brokers": "partition: node {node} from brokers",
+    "clients_from_leader": "partition: clients from leader (node {node})",
+    "majority_minority": "partition: node {node} in the minority",
+}
 
 
-def _label(f: dict[str, Any]) -> str:
-    action = str(f.get("action"))
-    if action == "partition":
-        return f"partition {f.get('partition') or ''} (node {f.get('node')})".replace("  ", " ")
-    return LABELS.get(action, action + " node {node}").format(node=f.get("node"))
+def _window(
+    out: list[dict[str, Any]], f: dict[str, Any], label: str, end: int | None = None, kind: str = ""
+) -> dict[str, Any]:
+    w = {"action": f.get("action"), "kind": kind, "node": f.get("node"), "label": label}
+    w.update(start_ms=f.get("at_ms"), end_ms=end)
+    out.append(w)
+    return w
 
 
 def windows(faults: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each fault of a manifest's fault log with its start and end (None: to the end):
-    {action, node, label, start_ms, end_ms}. A lone restart is an instant."""
+    {action, kind (a partition's kind, else ""), node, label, start_ms, end_ms}. A killed
+    node lasts until its restart, a paused node until it resumed, a crash of every node
+    until the last restart that followed it, a partition until its heal (the one of that
+    kind and node, else the oldest still in place); a lone restart is an instant."""
     out: list[dict[str, Any]] = []
     open_by_node: dict[Any, dict[str, Any]] = {}
-    open_partition: dict[str, Any] | None = None
     crash: dict[str, Any] | None = None
     down: set[Any] = set()  # nodes of the crash not restarted yet
+    cuts: list[dict[str, Any]] = []  # partitions not healed yet
     for f in sorted(faults, key=lambda f: f.get("at_ms") or 0):
         action, node, at = f.get("action"), f.get("node"), f.get("at_ms")
         if at is None:
             continue
-        window = {"action": action, "node": node, "label": "", "start_ms": at, "end_ms": None}
-        if action in ENDS:
-            window["label"] = _label(f)
-            out.append(window)
-            if action == "partition":
-                open_partition = window
+
+        if action == "partition":
+            kind = str(f.get("partition") or "")
+            label = PARTITION_LABELS.get(kind, "partition: {kind}")
+            cuts.append(_window(out, f, label.format(node=node, kind=kind), kind=kind))
+        elif action == "heal":
+            kind = str(f.get("partition") or "")
+            match = [c for c in cuts if (c["kind"], c["node"]) == (kind, node)] or cuts[:1]
+            if match:
+                cuts.remove(match[0])
+                match[0]["end_ms"] = at
             else:
-                open_by_node[node] = window
+                _window(out, f, "heal", at)
+        elif action in ENDS:
+            open_by_node[node] = _window(out, f, LABELS[str(action)].format(node=node))
             crash = None
         elif action == "crash_all":
-            window["label"] = "crash of every node"
-            out.append(window)
-            crash = window
+            crash = _window(out, f, "crash of every node")
             down = set(range(int(f.get("nodes") or 1)))
-        elif action == "heal":
-            if open_partition is not None:
-                open_partition["end_ms"] = at
-                open_partition = None
         elif action in ("restart_node", "resume_node"):
             opened = open_by_node.pop(node) if node in open_by_node else None
             if opened is not None:
@@ -89,8 +96,7 @@ def windows(faults: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 crash["end_ms"] = at
                 down.discard(node)
             else:
-                window.update(label=f"restart node {node}", end_ms=at)
-                out.append(window)
+                _window(out, f, f"restart node {node}", at)
     return out
 
 

@@ -202,6 +202,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("run_id", pa.string()),
             pa.field("fault_index", pa.int64()),
             pa.field("action", pa.string()),
+            pa.field("kind", pa.string()),  # a partition's kind, else ""
             pa.field("node", pa.int64()),
             pa.field("label", pa.string()),
             pa.field("start_ms", pa.int64()),

@@ -65,3 +65,26 @@ def test_the_timeline_with_faults_differs_from_the_one_without(tmp_path: Path) -
     )
     assert plain.stat().st_size > 0 and shaded.stat().st_size > 0
     assert plain.read_bytes() != shaded.read_bytes()
+
+
+def test_a_partition_lasts_until_its_heal_and_overlapping_ones_pair_by_kind_and_node() -> None:
+    log = [
+        {"action": "partition", "partition": "node_from_brokers", "node": 1, "at_ms": 1_000},
+        {"action": "partition", "partition": "clients_from_leader", "node": 2, "at_ms": 1_500},
+        {"action": "heal", "partition": "clients_from_leader", "node": 2, "at_ms": 2_000},
+        {"action": "heal", "partition": "node_from_brokers", "node": 1, "at_ms": 5_000},
+        {"action": "kill_node", "node": 1, "at_ms": 5_500},
+        {"action": "partition", "partition": "majority_minority", "node": 0, "at_ms": 6_000},
+        {"action": "restart_node", "node": 1, "at_ms": 6_500},
+        {"action": "heal", "at_ms": 7_000},  # names no partition: the oldest still in place
+        {"action": "heal", "partition": "node_from_brokers", "node": 0, "at_ms": 8_000},
+        {"action": "partition", "partition": "node_from_brokers", "node": 2, "at_ms": 9_000},
+    ]
+    assert plots.fault_windows(list(reversed(log))) == [
+        (1_000, 5_000, "partition: node 1 from brokers"),
+        (1_500, 2_000, "partition: clients from leader (node 2)"),
+        (5_500, 6_500, "kill node 1"),
+        (6_000, 7_000, "partition: node 0 in the minority"),
+        (8_000, 8_000, "heal"),  # nothing left to heal: an instant
+        (9_000, None, "partition: node 2 from brokers"),  # the run ended before its heal
+    ]

@@ -52,6 +52,7 @@ def test_the_cost_of_one_fault_counted_by_hand() -> None:
     assert f == {
         "fault_index": 0,
         "action": "kill_leader",
+        "kind": "",
         "node": 2,
         "label": "kill leader (node 2)",
         "start_ms": T0 + 5_300,
@@ -90,7 +91,7 @@ def test_windows_pair_each_fault_with_what_ends_it() -> None:
     ]
     got = [(w["label"], w["start_ms"], w["end_ms"]) for w in faults.windows(log)]
     assert got == [
-        ("partition node_from_brokers (node 1)", 100, 300),
+        ("partition: node 1 from brokers", 100, 300),
         ("crash of every node", 200, 450),
         ("restart node 1", 900, 900),
     ]
@@ -161,3 +162,39 @@ def test_a_busy_first_second_does_not_hide_the_outage_after_it() -> None:
     # struck at 3.8 s: second 3 was busy before it, seconds 4-6 are quiet
     [f] = faults.figures([{"action": "crash_all", "nodes": 3, "at_ms": T0 + 3_800}], rows)
     assert (f["unavailable_send_s"], f["unavailable_receive_s"]) == (3, 3)
+
+
+def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
+    from mqlab.results.report import markdown
+
+    nats = {"broker": "nats", "profile": "nats-r3"}
+    redis = {"broker": "redis", "profile": "redis-async"}
+
+    def f(action: str, lost: int | None, repeats: int, quiet: int, kind: str = "") -> dict:
+        return {
+            "action": action,
+            "kind": kind,
+            "lost": lost,
+            "repeats": repeats,
+            "unavailable_send_s": quiet,
+        }
+
+    lines = markdown.fault_matrix(
+        [
+            (nats, [f("kill_leader", 0, 3, 2), f("crash_all", 0, 0, 4)]),
+            (
+                redis,
+                [f("kill_leader", 17, 0, 5), f("partition", None, 1, 0, "x")],
+            ),
+            ({"broker": "pg", "profile": "postgres-sync"}, None),
+        ]
+    )
+    text = "\n".join(lines)
+    assert "| broker | profile | kill_leader | crash_all | partition: x |" in text
+    assert "| nats | nats-r3 | lost 0 · repeats 3 · 2 s | lost 0 · repeats 0 · 4 s | – |" in text
+    assert (
+        "| redis | redis-async | lost 17 · repeats 0 · 5 s | – | lost unknown · repeats 1 · 0 s |"
+        in text
+    )
+    assert "| pg | postgres-sync | unknown | unknown | unknown |" in text
+    assert markdown.fault_matrix([(nats, [])]) == []
