@@ -725,6 +725,14 @@ def _measure_run(
     return "completed"
 
 
+def _leader(cluster: LocalCluster, driver: Driver, what: str) -> int:
+    """The node leading the driver's queue now, for a fault aimed at it."""
+    try:
+        return cluster.leader(driver)
+    except MqlabError as e:
+        raise ClusterError(f"{what}: cannot tell the leader ({e})") from None
+
+
 def _apply_fault(
     f: Any,
     cluster: LocalCluster,
@@ -741,10 +749,7 @@ def _apply_fault(
         _partition(f, cluster, driver, manifest, observer, pending, placement, cuts)
         return
     if f.action == "kill_leader":
-        try:
-            node = cluster.leader(driver)
-        except MqlabError as e:
-            raise ClusterError(f"kill_leader: cannot tell the leader ({e})") from None
+        node = _leader(cluster, driver, "kill_leader")
     if f.action in ("kill_node", "kill_leader"):
         leader = " (the leader)" if f.action == "kill_leader" else ""
         observer.phase(f"fault: killing node {node}{leader}")
@@ -782,12 +787,7 @@ def _partition(
     at_ms = int(time.time() * 1000)
     node = f.node
     if f.partition == "clients_from_leader":
-        try:
-            node = cluster.leader(driver)
-        except MqlabError as e:
-            raise ClusterError(
-                f"partition clients_from_leader: cannot tell the leader ({e})"
-            ) from None
+        node = _leader(cluster, driver, "partition clients_from_leader")
     if not placement.remote:
         raise FleetError(
             "a partition needs hosts of their own (every node is on this machine); "

@@ -25,6 +25,19 @@ With every synchronous standby gone a commit waits forever, and
 ``statement_timeout`` does not end that wait; a watchdog thread cancels the
 statement after ``commit_timeout_s`` and the call raises DriverError (the row
 may then be committed locally but not replicated).
+
+A broker restart: a call that fails drops its connection (a server killed or
+restarted leaves it closed for good) and raises DriverError; the next call opens
+a new one to the primary (``connect_timeout_s``), so a sender or receiver whose
+worker retries comes back once the primary accepts connections again. What that
+means for the queue: rows whose claim committed but whose reply was lost stay
+hidden until their visibility timeout and are then delivered again (flagged
+redelivered); an insert that failed may still have committed (delivered though
+counted failed: at least once); an ack is a DELETE by id, so an ack repeated or
+sent over a new connection deletes the row at most once, and an ack for a row no
+longer there (already acked) deletes nothing. An ack whose lease ran out still
+deletes the row, even if another receiver now holds it (that receiver's own ack
+then deletes nothing).
 """
 
 from __future__ import annotations
@@ -158,10 +171,14 @@ def connect(endpoints: Endpoints, node: Any, settings: Settings) -> psycopg.Conn
         kw["password"] = password
     try:
         conn = psycopg.connect(**kw)
+    except psycopg.Error as e:
+        raise DriverError(f"postgres: cannot connect to {node.host}:{node.port}: {e}") from e
+    try:
         conn.execute(
             "SELECT set_config('synchronous_commit', %s, false)", (settings.synchronous_commit,)
         )
     except psycopg.Error as e:
+        conn.close()
         raise DriverError(f"postgres: cannot connect to {node.host}:{node.port}: {e}") from e
     return conn
 
@@ -169,7 +186,7 @@ def connect(endpoints: Endpoints, node: Any, settings: Settings) -> psycopg.Conn
 class _Watchdog:
     """Cancels the connection's running statement once its deadline passes (a thread per client)."""
 
-    def __init__(self, conn: psycopg.Connection[Any]):
+    def __init__(self, conn: psycopg.Connection[Any] | None):
         self.conn = conn
         self.cond = threading.Condition()
         self.deadline: float | None = None
@@ -177,6 +194,11 @@ class _Watchdog:
         self.closed = False
         self.thread = threading.Thread(target=self._loop, name="mqlab-pg-watchdog", daemon=True)
         self.thread.start()
+
+    def watch(self, conn: psycopg.Connection[Any] | None) -> None:
+        """Watch ``conn`` from now on (a new connection after a reconnect, or none)."""
+        with self.cond:
+            self.conn, self.deadline, self.fired = conn, None, False
 
     def arm(self, timeout_s: float) -> None:
         with self.cond:
@@ -206,6 +228,8 @@ class _Watchdog:
                     self.cond.wait(left)
                     continue
                 self.deadline, self.fired = None, True
+                if self.conn is None:
+                    continue
                 try:  # under the lock: disarm() cannot return before the cancel was sent
                     self.conn.cancel_safe(timeout=5)
                 except Exception as e:  # noqa: BLE001 - report via the statement's own failure
@@ -213,29 +237,61 @@ class _Watchdog:
 
 
 class _Client:
+    """One connection to the primary, opened again on the next call after a failed one."""
+
     def __init__(self, driver: PostgresDriver):
         self.settings: Settings = driver.settings
+        self.endpoints = driver.endpoints
         self.table = driver.table
-        self.conn = connect(driver.endpoints, primary(driver.endpoints), self.settings)
-        self.watchdog = _Watchdog(self.conn)
+        self.conn: psycopg.Connection[Any] | None = None
+        self.watchdog = _Watchdog(None)
+        try:
+            self._connection()  # a wrong address or password fails here, at once
+        except DriverError:
+            self.watchdog.close()
+            raise
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self.conn is None or self.conn.closed:
+            self._drop()
+            conn = connect(self.endpoints, primary(self.endpoints), self.settings)
+            self.watchdog.watch(conn)
+            self.conn = conn
+        return self.conn
+
+    def _drop(self) -> None:
+        """Forget the connection (after a failed call: it may be closed or broken)."""
+        conn, self.conn = self.conn, None
+        self.watchdog.watch(None)
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception as e:  # noqa: BLE001 - it is going away anyway
+                LOG.debug("postgres: closing a failed connection: %s", e)
 
     def run(self, query: Any, params: Sequence[Any], what: str) -> list[tuple[Any, ...]]:
-        """Execute one statement (its own transaction), bounded by ``commit_timeout_s``."""
+        """Execute one statement (its own transaction), bounded by ``commit_timeout_s``.
+
+        A failure drops the connection: the next call connects again."""
+        conn = self._connection()
         timeout = self.settings.commit_timeout_s
         self.watchdog.arm(timeout)
         try:
-            cur = self.conn.execute(query, params, binary=True)
+            cur = conn.execute(query, params, binary=True)
             rows = cur.fetchall() if cur.description else []
         except psycopg.errors.QueryCanceled as e:
             self.watchdog.disarm()
+            self._drop()
             raise DriverError(
                 f"postgres: {what} not done within commit_timeout_s={timeout} s "
                 "(are the synchronous standbys up?)"
             ) from e
         except psycopg.Error as e:
             self.watchdog.disarm()
+            self._drop()
             raise DriverError(f"postgres: {what} failed: {e}") from e
         if self.watchdog.disarm():
+            self._drop()
             raise DriverError(
                 f"postgres: {what} committed locally but not confirmed by the standby "
                 f"quorum within commit_timeout_s={timeout} s"
@@ -244,7 +300,7 @@ class _Client:
 
     def close(self) -> None:
         self.watchdog.close()
-        self.conn.close()
+        self._drop()
 
 
 class PostgresSender(Sender):

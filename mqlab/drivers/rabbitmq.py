@@ -17,7 +17,18 @@
   reports no in-flight count here (``in_flight`` is None) and AMQP cannot read a
   queue without consuming it (no identification).
 
-Clients connect round-robin over the nodes (the others are fallbacks).
+Clients connect round-robin over the nodes (the others are fallbacks), each node tried
+within ``connect_timeout_s``.
+
+Node failures: a sender or receiver whose call fails (connection lost, channel closed,
+no confirm in time, consumer cancelled by the broker) closes its connection and raises;
+its next call connects again, to any node that answers, and (receiver) consumes anew.
+Nothing is redeclared. A send that failed stays failed (the worker sends its messages
+again under new seqs); unacked deliveries of the closed channel go back to the queue
+and the broker delivers them again, flagged redelivered. Delivery tags are per channel,
+so a delivery's handle names its channel too: an ack of a delivery from a closed
+channel is dropped, never sent on the new channel (where its tag would name another
+delivery), and the message comes again (at least once).
 """
 
 from __future__ import annotations
@@ -53,6 +64,9 @@ class Settings:
         30.0, min=0.1, help="publisher confirms must arrive within this"
     )
     heartbeat_s: int = spec(30, min=0)
+    connect_timeout_s: float = spec(
+        5.0, min=0.1, help="each node must accept a connection (TCP and AMQP) within this"
+    )
     username: str = "guest"
     password_env: str = spec(
         "MQLAB_RABBITMQ_PASSWORD", help="environment variable with the password (unset: guest)"
@@ -99,14 +113,20 @@ class _Confirms:
 
 
 class _Client:
+    """A connection and a channel to the first node that answers (next in turn first)."""
+
     def __init__(self, driver: RabbitmqDriver):
         params = driver.params()
         try:
             self.conn = pika.BlockingConnection(params)
-            self.ch = self.conn.channel()
-        except pika.exceptions.AMQPError as e:
+        except Exception as e:  # noqa: BLE001 - pika raises more than AMQPError here
             hosts = ", ".join(f"{p.host}:{p.port}" for p in params)
             raise DriverError(f"rabbitmq: cannot connect to {hosts}: {e!r}") from e
+        try:
+            self.ch = self.conn.channel()
+        except Exception as e:  # noqa: BLE001
+            self.close()
+            raise DriverError(f"rabbitmq: cannot open a channel: {e!r}") from e
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -114,35 +134,63 @@ class _Client:
 
 
 class RabbitmqSender(Sender):
+    """Publishes with confirms on one channel; after a failed send the connection is
+    dropped and the next send connects again (a new channel: delivery tags from 1)."""
+
     def __init__(self, driver: RabbitmqDriver):
-        self.c = _Client(driver)
+        self.driver = driver
         self.queue = driver.queue
         self.timeout = driver.settings.confirm_timeout_s
-        self.confirms = _Confirms()
         self.props = pika.BasicProperties(delivery_mode=pika.DeliveryMode.Persistent)
+        self.c: _Client | None = None
+        self.confirms = _Confirms()
+        self._connect()
+
+    def _connect(self) -> _Client:
+        c = _Client(self.driver)
+        confirms = _Confirms()  # this channel's delivery tags
+
+        def on_confirm(frame: Any) -> None:
+            confirms.on_frame(frame)
+            # frames taken from the underlying channel do not end process_data_events'
+            # wait by themselves: a no-op callback does, so a batch returns as soon as it
+            # is confirmed
+            c.conn.add_callback_threadsafe(_noop)
+
         # Batch confirms: pika's BlockingChannel waits for each confirm in turn, so the
         # confirm frames are taken from the underlying channel and awaited once per batch.
         ready: list[bool] = []
-        impl = self.c.ch._impl
-        impl.confirm_delivery(
-            ack_nack_callback=self._on_confirm, callback=lambda _frame: ready.append(True)
-        )
-        while not ready:
-            self.c.conn.process_data_events(time_limit=0.1)
+        try:
+            c.ch._impl.confirm_delivery(
+                ack_nack_callback=on_confirm, callback=lambda _frame: ready.append(True)
+            )
+            deadline = time.monotonic() + self.driver.settings.connect_timeout_s
+            while not ready:
+                if time.monotonic() > deadline:
+                    raise DriverError("rabbitmq: confirm.select not answered in time")
+                c.conn.process_data_events(time_limit=0.1)
+        except Exception as e:
+            c.close()
+            if isinstance(e, DriverError):
+                raise
+            raise DriverError(f"rabbitmq: cannot enable publisher confirms: {e!r}") from e
+        self.c, self.confirms = c, confirms
+        return c
 
-    def _on_confirm(self, frame: Any) -> None:
-        self.confirms.on_frame(frame)
-        # frames taken from the underlying channel do not end process_data_events' wait by
-        # themselves: a no-op callback does, so a batch returns as soon as it is confirmed
-        self.c.conn.add_callback_threadsafe(_noop)
+    def _drop(self) -> None:
+        """Close the connection (a broken one, or one whose confirms are overdue)."""
+        if self.c is not None:
+            self.c.close()
+            self.c = None
 
     def send(self, batch: Sequence[bytes]) -> None:
+        c = self.c if self.c is not None else self._connect()
         conf = self.confirms
         conf.start_batch()
         try:
             for m in batch:
                 conf.published()  # before publishing: its confirm may come during the next one
-                self.c.ch.basic_publish("", self.queue, m, self.props)
+                c.ch.basic_publish("", self.queue, m, self.props)
             deadline = time.monotonic() + self.timeout
             while not conf.all_confirmed():
                 left = deadline - time.monotonic()
@@ -152,49 +200,106 @@ class RabbitmqSender(Sender):
                         f"{len(conf.pending)} of {len(batch)} messages (delivery tags "
                         f"{min(conf.pending)}..{max(conf.pending)})"
                     )
-                self.c.conn.process_data_events(time_limit=min(left, 1.0))
-        except pika.exceptions.AMQPError as e:
+                c.conn.process_data_events(time_limit=min(left, 1.0))
+        except DriverError:
+            self._drop()
+            raise
+        except Exception as e:  # noqa: BLE001 - pika raises more than AMQPError on a lost node
+            self._drop()
             raise DriverError(f"rabbitmq: send failed: {e!r}") from e
         if conf.nacked:
             raise DriverError(f"rabbitmq: broker nacked {conf.nacked} messages of the batch")
 
     def close(self) -> None:
-        self.c.close()
+        self._drop()
 
 
 class RabbitmqReceiver(Receiver):
-    def __init__(self, driver: RabbitmqDriver):
-        self.c = _Client(driver)
-        self.buffer: deque[Delivery] = deque()
-        self.c.ch.basic_qos(prefetch_count=driver.settings.prefetch)
-        self.c.ch.basic_consume(driver.queue, self._on_message, auto_ack=False)
+    """A consumer on one channel. A delivery's handle is (channel number, delivery tag),
+    the channel number counting this receiver's connections. After a failed call (or a
+    consumer cancelled by the broker) the connection is dropped, deliveries buffered from
+    it are discarded (the broker delivers them again) and the next receive connects and
+    consumes anew. ``ack`` drops, without sending, the acks of deliveries from an earlier
+    (closed) channel: their tags mean nothing, or another delivery, on the new channel;
+    those messages come again, flagged redelivered."""
 
-    def _on_message(self, _ch: Any, method: Any, _props: Any, body: bytes) -> None:
-        self.buffer.append(Delivery(body, method.delivery_tag, bool(method.redelivered)))
+    def __init__(self, driver: RabbitmqDriver):
+        self.driver = driver
+        self.buffer: deque[Delivery] = deque()
+        self.c: _Client | None = None
+        self.channel_no = 0
+        self.cancelled = False
+        self._connect()
+
+    def _connect(self) -> _Client:
+        c = _Client(self.driver)
+        no = self.channel_no + 1
+
+        def on_message(_ch: Any, method: Any, _props: Any, body: bytes) -> None:
+            self.buffer.append(Delivery(body, (no, method.delivery_tag), bool(method.redelivered)))
+
+        def on_cancel(_frame: Any) -> None:
+            if no == self.channel_no:
+                self.cancelled = True
+
+        try:
+            c.ch.basic_qos(prefetch_count=self.driver.settings.prefetch)
+            c.ch.add_on_cancel_callback(on_cancel)
+            c.ch.basic_consume(self.driver.queue, on_message, auto_ack=False)
+        except Exception as e:  # noqa: BLE001
+            c.close()
+            raise DriverError(f"rabbitmq: cannot consume from {self.driver.queue}: {e!r}") from e
+        self.buffer.clear()
+        self.c, self.channel_no, self.cancelled = c, no, False
+        return c
+
+    def _drop(self) -> None:
+        """Close the connection; its unacked deliveries go back to the queue."""
+        self.buffer.clear()
+        if self.c is not None:
+            self.c.close()
+            self.c = None
 
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         deadline = time.monotonic() + timeout_s
+        c = self.c if self.c is not None else self._connect()
         try:
-            self.c.conn.process_data_events(time_limit=0)
-            while not self.buffer:
+            c.conn.process_data_events(time_limit=0)
+            while not self.buffer and not self.cancelled:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self.c.conn.process_data_events(time_limit=min(left, 1.0))
-        except pika.exceptions.AMQPError as e:
+                c.conn.process_data_events(time_limit=min(left, 1.0))
+        except Exception as e:  # noqa: BLE001 - pika raises more than AMQPError on a lost node
+            self._drop()
             raise DriverError(f"rabbitmq: receive failed: {e!r}") from e
+        if self.cancelled and not self.buffer:
+            self._drop()
+            raise DriverError("rabbitmq: the broker cancelled the consumer")
         n = min(max_messages, len(self.buffer))
         return [self.buffer.popleft() for _ in range(n)]
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
+        c = self.c
+        current = [
+            d.handle[1] for d in deliveries if c is not None and d.handle[0] == self.channel_no
+        ]
+        if len(current) < len(deliveries):
+            LOG.info(
+                "rabbitmq: %d acks of a closed channel dropped (delivered again)",
+                len(deliveries) - len(current),
+            )
+        if c is None or not current:
+            return
         try:
-            for d in deliveries:
-                self.c.ch.basic_ack(d.handle)
-        except pika.exceptions.AMQPError as e:
+            for tag in current:
+                c.ch.basic_ack(tag)
+        except Exception as e:  # noqa: BLE001
+            self._drop()
             raise DriverError(f"rabbitmq: ack failed: {e!r}") from e
 
     def close(self) -> None:
-        self.c.close()
+        self._drop()
 
 
 class RabbitmqDriver(Driver):
@@ -220,8 +325,10 @@ class RabbitmqDriver(Driver):
                 creds,
                 heartbeat=s.heartbeat_s,
                 blocked_connection_timeout=s.confirm_timeout_s,
-                connection_attempts=2,
+                connection_attempts=2,  # of the whole list
                 retry_delay=0.5,
+                socket_timeout=s.connect_timeout_s,
+                stack_timeout=s.connect_timeout_s,
             )
             for n in nodes[start:] + nodes[:start]
         ]

@@ -6,6 +6,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,3 +86,49 @@ def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedLab]:
         lab.close()
     leftovers = processes_mentioning(str(lab.root))
     assert not leftovers, f"processes left running: {leftovers}"
+
+
+def run_under_faults(
+    tmp_path: Path,
+    name: str,
+    profile: str,
+    faults: list[dict[str, Any]],
+    *,
+    duration_s: float,
+    rate_per_s: int | None = 100,
+    threads: int = 2,
+    message_bytes: int = 512,
+    warmup_s: float = 2,
+    nodes: int = 3,
+    workload: dict[str, Any] | None = None,
+) -> Any:
+    """Write a scenario with ``faults`` (fixed rate per sender thread, or closed loop with
+    ``rate_per_s=None``; 1 sender node, 1 receiver node, on the local cluster) and run it
+    in this process; the run's result."""
+    import json
+
+    from mqlab import run as run_mod
+
+    def table(d: dict[str, Any]) -> str:
+        return "".join(f"{k} = {json.dumps(v)}\n" for k, v in d.items())
+
+    rate = {"mode": "closed_loop"} if rate_per_s is None else {"mode": "fixed_rate"}
+    if rate_per_s is not None:
+        rate["rate_per_s"] = rate_per_s
+    w = {
+        "message_bytes": message_bytes,
+        **rate,
+        "duration_s": duration_s,
+        "warmup_s": warmup_s,
+        **(workload or {}),
+    }
+    text = (
+        f'format_version = 1\nname = "{name}"\nprofile = "{profile}"\n'
+        f"[cluster]\nnodes = {nodes}\n[workload]\n{table(w)}"
+        f"[clients]\nsender_nodes = 1\nreceiver_nodes = 1\nthreads = {threads}\n"
+        + "".join(f"[[faults]]\n{table(f)}" for f in faults)
+    )
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    [result] = run_mod.execute_files([path], tmp_path / "results")
+    return result

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from mqlab import run as run_mod
 from mqlab.clusters import process
 from mqlab.clusters.nats import NatsCluster
 from mqlab.results.archive.formats import read_json
 from mqlab.results.report import markdown, plots
+from tests.integration.conftest import run_under_faults
 
 pytestmark = pytest.mark.integration
 
@@ -45,43 +45,20 @@ def test_pause_freezes_a_node_and_crash_all_kills_every_node(
         cluster.stop()
 
 
-SCENARIO = """
-format_version = 1
-name = "nats-faults"
-profile = "nats-r3"
-[cluster]
-nodes = 3
-[workload]
-message_bytes = 512
-duration_s = 14
-warmup_s = 0
-[clients]
-sender_nodes = 1
-receiver_nodes = 1
-threads = 2
-[[faults]]
-at_s = 1
-action = "kill_leader"
-restart_after_s = 1
-[[faults]]
-at_s = 3
-action = "pause_node"
-node = 1
-duration_s = 3
-[[faults]]
-at_s = 7
-action = "crash_all"
-restart_after_s = 1
-"""
+FAULTS = [
+    {"at_s": 1, "action": "kill_leader", "restart_after_s": 1},
+    {"at_s": 3, "action": "pause_node", "node": 1, "duration_s": 3},
+    {"at_s": 7, "action": "crash_all", "restart_after_s": 1},
+]
 
 
 @pytest.mark.timeout(240)
 def test_a_run_through_a_pause_and_a_crash_of_every_node_loses_nothing(
     tmp_path: Path, state_dir: Path
 ) -> None:
-    path = tmp_path / "faults.toml"
-    path.write_text(SCENARIO)
-    [result] = run_mod.execute_files([path], tmp_path / "results")
+    result = run_under_faults(
+        tmp_path, "nats-faults", "nats-r3", FAULTS, duration_s=14, rate_per_s=None, warmup_s=0
+    )
     assert result.status == "complete", result.end_reason
     manifest = read_json(result.run_dir / "manifest.json")
     actions = [(f["action"], f["node"]) for f in manifest["faults"]]

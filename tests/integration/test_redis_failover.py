@@ -9,33 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from mqlab import run as run_mod
 from mqlab.results.archive.formats import read_json
+from tests.integration.conftest import run_under_faults
 
 pytestmark = pytest.mark.integration
 
-SCENARIO = """
-format_version = 1
-name = "redis-failover"
-profile = "{profile}"
-[cluster]
-nodes = 3
-[workload]
-message_bytes = 256
-mode = "fixed_rate"
-rate_per_s = 300
-duration_s = 16
-warmup_s = 0
-drain_timeout_s = 45
-[clients]
-sender_nodes = 1
-receiver_nodes = 1
-threads = 2
-[[faults]]
-at_s = 4
-action = "kill_leader"
-restart_after_s = 8
-"""
+FAULTS = [{"at_s": 4, "action": "kill_leader", "restart_after_s": 8}]
 
 
 @pytest.mark.timeout(240)
@@ -43,9 +22,17 @@ restart_after_s = 8
 def test_a_run_through_a_failover_completes_and_accounts_for_every_message(
     profile: str, tmp_path: Path, state_dir: Path
 ) -> None:
-    path = tmp_path / "failover.toml"
-    path.write_text(SCENARIO.format(profile=profile))
-    [result] = run_mod.execute_files([path], tmp_path / "results")
+    result = run_under_faults(
+        tmp_path,
+        "redis-failover",
+        profile,
+        FAULTS,
+        duration_s=16,
+        rate_per_s=300,
+        message_bytes=256,
+        warmup_s=0,
+        workload={"drain_timeout_s": 45},
+    )
     assert result.status == "complete", result.end_reason
     manifest = read_json(result.run_dir / "manifest.json")
     # node 0 is the primary at the start; it is killed, and restarted 8 s later

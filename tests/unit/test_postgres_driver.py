@@ -7,7 +7,9 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from mqlab.clusters.postgres import (
@@ -18,9 +20,11 @@ from mqlab.clusters.postgres import (
     sync_standby_names,
     unreachable_dir,
 )
-from mqlab.drivers.base import Endpoints, NodeEndpoint
+from mqlab.drivers import postgres as pg
+from mqlab.drivers.base import Delivery, Endpoints, NodeEndpoint
 from mqlab.drivers.postgres import (
     MAX_IDENT,
+    PostgresDriver,
     Settings,
     _Watchdog,
     backoff,
@@ -30,7 +34,7 @@ from mqlab.drivers.postgres import (
     schema_sql,
     table_name,
 )
-from mqlab.errors import ScenarioError
+from mqlab.errors import DriverError, ScenarioError
 from mqlab.typed import build
 
 
@@ -184,3 +188,70 @@ def test_unreachable_dir_finds_the_closed_ancestor(tmp_path: Path) -> None:
         assert unreachable_dir(inner, stranger) is None
     finally:
         shutil.rmtree(base)
+
+
+class _Cursor:
+    description = None
+
+    def fetchall(self) -> list[Any]:
+        return []
+
+
+class _FakeConn:
+    """A connection that works until its server dies: the next statement fails and closes it
+    (psycopg only learns of it then)."""
+
+    def __init__(self) -> None:
+        self.closed = self.dead = False
+        self.executed: list[Any] = []
+
+    def execute(self, query: Any, params: Any = None, binary: bool = False) -> _Cursor:
+        if self.dead or self.closed:
+            self.closed = True
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        self.executed.append(params)
+        return _Cursor()
+
+    def close(self) -> None:
+        self.closed = True
+
+    def cancel_safe(self, timeout: float = 0) -> None:
+        pass
+
+
+def test_a_failed_call_drops_the_connection_and_the_next_call_reconnects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    conns: list[_FakeConn] = []
+    down = False
+
+    def fake_connect(endpoints: Any, node: Any, settings: Any) -> _FakeConn:
+        if down:
+            raise DriverError("postgres: cannot connect to h:1: connection refused")
+        conns.append(_FakeConn())
+        return conns[-1]
+
+    monkeypatch.setattr(pg, "connect", fake_connect)
+    driver = PostgresDriver(Settings(), Endpoints("postgres", (NodeEndpoint(0, "h", 1),)), "jobs")
+    sender, receiver = driver.sender(), driver.receiver()
+    try:
+        sender.send([b"a"])
+        assert len(conns) == 2
+        for c in conns:  # the server restarts: every open connection is gone for good
+            c.dead = True
+        down = True
+        with pytest.raises(DriverError, match="insert failed"):
+            sender.send([b"b"])
+        with pytest.raises(DriverError, match="ack failed"):
+            receiver.ack([Delivery(b"a", 1)])
+        with pytest.raises(DriverError, match="cannot connect"):  # still down
+            sender.send([b"b"])
+        down = False
+        sender.send([b"b"])  # back up: a new connection each
+        receiver.ack([Delivery(b"a", 1)])
+        assert len(conns) == 4 and not conns[2].closed and not conns[3].closed
+        assert conns[2].executed == [[b"b"]] and conns[3].executed == [([1],)]
+    finally:
+        sender.close()
+        receiver.close()
+    assert all(c.closed for c in conns)
