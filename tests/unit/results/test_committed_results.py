@@ -18,7 +18,9 @@ from mqlab.results.summary.job import summarize_run
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "results"
-RUNS = sorted(p.parent for p in RESULTS.glob("*/manifest.json"))
+TOP = sorted(p.parent for p in RESULTS.glob("*/manifest.json"))  # quickstart, short runs
+MATRIX = RESULTS / "durability-matrix"  # one run of scenarios/faults/durability-matrix.toml
+RUNS = TOP + sorted(p.parent for p in MATRIX.glob("*/manifest.json"))
 DERIVED = ("summary", "summary.json", "report.md", "*.png")  # what summarize and report write
 
 
@@ -41,10 +43,10 @@ def _resummarized(run: Path, tmp: Path) -> dict:
 
 def test_there_is_the_quickstart_and_a_short_run_per_local_broker() -> None:
     brokers = set()
-    for run in RUNS:
+    for run in TOP:
         brokers.add(json.loads((run / "manifest.json").read_text())["broker"]["name"])
     assert {"nats", "postgres", "redis", "rabbitmq", "kafka", "redpanda", "sqs"} <= brokers
-    size = sum(f.stat().st_size for run in RUNS for f in run.rglob("*") if f.is_file())
+    size = sum(f.stat().st_size for run in TOP for f in run.rglob("*") if f.is_file())
     assert size < 2_500_000, f"committed archives take {size:,} bytes"
 
 
@@ -69,6 +71,20 @@ def test_a_committed_archive_re_summarizes_to_the_summary_it_carries(
     fresh = _resummarized(run, tmp_path)
     committed = json.loads((run / "summary.json").read_text())
     assert fresh == committed
+
+
+def test_the_committed_durability_matrix_is_one_run_per_profile_through_every_fault() -> None:
+    scenario = tomllib.loads((ROOT / "scenarios" / "faults" / "durability-matrix.toml").read_text())
+    runs = [r for r in RUNS if r.parent == MATRIX]
+    profiles = [json.loads((r / "manifest.json").read_text())["broker"]["profile"] for r in runs]
+    assert sorted(profiles) == sorted(scenario["profile"])
+    actions = [f["action"] for f in scenario["faults"]]
+    for r in runs:
+        summary = json.loads((r / "summary.json").read_text())
+        assert [f["action"] for f in summary["faults"]] == actions, r.name
+        assert summary["status"] == "complete", r.name
+    [report] = MATRIX.glob("reports/*/sweep-report.md")
+    assert "## Durability matrix" in report.read_text()
 
 
 def test_the_readme_quotes_the_archive_it_names(tmp_path: Path) -> None:
