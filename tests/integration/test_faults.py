@@ -21,6 +21,19 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def _stopped(pid: int, want: bool, timeout_s: float = 5.0) -> bool:
+    """Whether ``pid`` is (``want``) or is not stopped within ``timeout_s``: a signal
+    takes effect when the kernel next schedules the process, not at once."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while (_state(pid) == "T") != want:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 @pytest.mark.timeout(120)
 def test_pause_freezes_a_node_and_crash_all_kills_every_node(
     tmp_path: Path, state_dir: Path
@@ -30,10 +43,10 @@ def test_pause_freezes_a_node_and_crash_all_kills_every_node(
     try:
         paused = cluster.procs[1]
         cluster.pause_node(1)
-        assert _state(paused.pid) == "T"
+        assert _stopped(paused.pid, True)
         assert all(_state(cluster.procs[i].pid) != "T" for i in (0, 2))
         cluster.resume_node(1)
-        assert _state(paused.pid) != "T"
+        assert _stopped(paused.pid, False)
         before = dict(cluster.procs)
         cluster.crash_all()
         assert not any(process.is_alive(r) for r in before.values())

@@ -174,7 +174,7 @@ class _FakeConnection:
     def process_data_events(self, time_limit: float = 0) -> None:
         frames, self.script = self.script, []
         for f in frames:
-            self.sender._on_confirm(f)
+            self.sender.confirms.on_frame(f)  # as the channel's confirm callback does
         if not frames:
             time.sleep(min(time_limit, 0.01))
 
@@ -182,32 +182,52 @@ class _FakeConnection:
         pass
 
 
-def _rabbitmq_sender() -> tuple[rabbitmq.RabbitmqSender, _FakeConnection]:
-    conn = _FakeConnection()
-    sender = rabbitmq.RabbitmqSender.__new__(rabbitmq.RabbitmqSender)  # no broker
+def _fake_client(conn: _FakeConnection, closed: list[Any]) -> Any:
     client: Any = SimpleNamespace(conn=conn, ch=SimpleNamespace(basic_publish=lambda *a: None))
-    sender.c = client
+    client.close = lambda: closed.append(client)
+    return client
+
+
+def _rabbitmq_sender() -> tuple[rabbitmq.RabbitmqSender, _FakeConnection, list[Any]]:
+    conn = _FakeConnection()
+    closed: list[Any] = []
+    sender = rabbitmq.RabbitmqSender.__new__(rabbitmq.RabbitmqSender)  # no broker
+    sender.c = _fake_client(conn, closed)
     sender.queue, sender.timeout, sender.props = "q", 0.2, None
     sender.confirms = rabbitmq._Confirms()
     conn.sender = sender
-    return sender, conn
+
+    def reconnect() -> Any:  # what _connect does: a new channel, confirm tags from 1
+        sender.c, sender.confirms = _fake_client(conn, closed), rabbitmq._Confirms()
+        return sender.c
+
+    sender._connect = reconnect  # type: ignore[method-assign]
+    return sender, conn, closed
 
 
-def test_rabbitmq_a_late_nack_fails_only_its_own_batch() -> None:
-    sender, conn = _rabbitmq_sender()
+def test_rabbitmq_a_nack_fails_only_its_own_batch_and_keeps_the_channel() -> None:
+    sender, conn, closed = _rabbitmq_sender()
+    first = sender.c
+    # batch 1 (tags 1, 2): a cumulative nack up to 1, an ack of 2
+    conn.script = [_frame(amqp.Basic.Nack, 1, True), _frame(amqp.Basic.Ack, 2, False)]
+    with pytest.raises(DriverError, match="nacked 1 messages"):
+        sender.send([b"a1", b"a2"])
+    # batch 2 (tags 3, 4) on the same channel: acked
+    conn.script = [_frame(amqp.Basic.Ack, 4, True)]
+    sender.send([b"b1", b"b2"])
+    assert sender.c is first and closed == []
+
+
+def test_rabbitmq_a_confirm_timeout_drops_the_channel_and_the_next_send_reconnects() -> None:
+    sender, conn, closed = _rabbitmq_sender()
+    first = sender.c
     with pytest.raises(DriverError, match="no publisher confirm"):
         sender.send([b"a1", b"a2", b"a3"])  # tags 1-3: no confirm in time
-    # batch 2 (tags 4, 5): a late nack of tag 2 arrives, then batch 2 is acked
-    conn.script = [_frame(amqp.Basic.Nack, 2, False), _frame(amqp.Basic.Ack, 5, True)]
+    assert closed == [first] and sender.c is None
+    # the next send opens a new channel, whose confirm tags start at 1 again
+    conn.script = [_frame(amqp.Basic.Ack, 2, True)]
     sender.send([b"b1", b"b2"])
-    # batch 3 (tags 6, 7): a cumulative nack up to 6 covers one of its messages
-    conn.script = [_frame(amqp.Basic.Nack, 6, True), _frame(amqp.Basic.Ack, 7, False)]
-    with pytest.raises(DriverError, match="nacked 1 messages"):
-        sender.send([b"c1", b"c2"])
-    # batch 4 (tags 8, 9): the late single ack of batch 1's tag 3 does not confirm it
-    conn.script = [_frame(amqp.Basic.Ack, 3, False), _frame(amqp.Basic.Ack, 8, False)]
-    with pytest.raises(DriverError, match="no publisher confirm"):
-        sender.send([b"d1", b"d2"])
+    assert sender.c is not first and closed == [first]
 
 
 def test_redis_read_plan_never_exceeds_max_messages() -> None:
