@@ -8,7 +8,8 @@ table (one row per wall-clock second), so they are exact to the second:
 
 - ``unavailable_send_s`` / ``unavailable_receive_s``: the seconds from the fault's own
   second on (from the next one when its own second had some, from before the fault),
-  one after the other, in which no send was confirmed / nothing was received;
+  one after the other, in which no send was confirmed / nothing was received, up to the
+  last second in which the senders tried (confirmed or failed) / anything was received;
 - ``send_p99_recovered_s`` / ``processing_p99_recovered_s``: seconds from the fault's
   second until the per-second p99 is back within ``RECOVERY_FACTOR`` times its level
   before the fault (the median p99 of up to ``BASELINE_S`` seconds before the fault's
@@ -110,10 +111,16 @@ def _quiet_run(rows: Sequence[dict[str, Any]], start: int, column: str) -> int:
     own = next((r for r in rows if r["second_ms"] == start), None)
     if own is not None and own[column]:
         start += 1000
+    # never past the role's last active second: after the senders stop (or the receivers
+    # get nothing more), a quiet second is not an outage
+    active = ("confirmed", "failed") if column == "confirmed" else (column,)
+    last = max((r["second_ms"] for r in rows if any(r.get(c) for c in active)), default=start)
     n = 0
     for r in rows:
         if r["second_ms"] < start:
             continue
+        if r["second_ms"] > last:
+            break
         if r["second_ms"] != start + n * 1000 or r[column]:
             break
         n += 1

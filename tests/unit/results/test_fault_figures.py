@@ -155,6 +155,16 @@ def test_the_messages_of_a_fault_lost_and_recovered_counted_by_hand() -> None:
     ]
 
 
+def test_an_outage_lasts_at_most_until_the_senders_stop() -> None:
+    # sends fail from second 4 on, the senders stop after second 6; receivers drain to 9
+    rows = [_row(s) for s in range(10)]
+    for s in range(4, 10):
+        rows[s] = _row(s, confirmed=0, failed=3 if s <= 6 else 0)
+    [f] = faults.figures([{"action": "crash_all", "nodes": 3, "at_ms": T0 + 4_000}], rows)
+    assert f["unavailable_send_s"] == 3  # seconds 4, 5, 6: not the drain after them
+    assert f["unavailable_receive_s"] == 0
+
+
 def test_a_busy_first_second_does_not_hide_the_outage_after_it() -> None:
     rows = [_row(s) for s in range(10)]
     for s in (4, 5, 6):
