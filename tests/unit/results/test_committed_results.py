@@ -18,9 +18,19 @@ from mqlab.results.summary.job import summarize_run
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "results"
-TOP = sorted(p.parent for p in RESULTS.glob("*/manifest.json"))  # quickstart, short runs
 MATRIX = RESULTS / "durability-matrix"  # one run of scenarios/faults/durability-matrix.toml
-RUNS = TOP + sorted(p.parent for p in MATRIX.glob("*/manifest.json"))
+
+
+def _committed(pattern: str) -> list[Path]:
+    """Run archives whose manifest git tracks (runs made in this clone are not committed)."""
+    out = subprocess.run(
+        ["git", "ls-files", "--", pattern], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return sorted((ROOT / line).parent for line in out.splitlines() if line)
+
+
+TOP = _committed("results/*/manifest.json")  # the quickstart and the short runs
+RUNS = TOP + _committed("results/durability-matrix/*/manifest.json")
 DERIVED = ("summary", "summary.json", "report.md", "*.png")  # what summarize and report write
 
 
