@@ -24,7 +24,11 @@ MATRIX = RESULTS / "durability-matrix"  # one run of scenarios/faults/durability
 def _committed(pattern: str) -> list[Path]:
     """Run archives whose manifest git tracks (runs made in this clone are not committed)."""
     out = subprocess.run(
-        ["git", "ls-files", "--", pattern], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "ls-files", "--", f":(glob){pattern}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return sorted((ROOT / line).parent for line in out.splitlines() if line)
 
