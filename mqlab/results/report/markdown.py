@@ -366,12 +366,8 @@ def _problems(run: dict[str, Any], problems: list[dict[str, Any]], run_dir: Path
         "file(s) were skipped and counted (all of them in `summary/problems.parquet`):",
         "",
     ]
-    root = str(run_dir.resolve()) + "/"
     for p in problems[:MAX_PROBLEMS_SHOWN]:
-        where = str(p["file"]).removeprefix(root)
-        if p["line"] is not None:
-            where += f":{p['line']}"
-        lines.append(f"- `{where}`: {p['problem']}")
+        lines.append(f"- `{problem_where(p, run_dir)}`: {p['problem']}")
     if len(problems) > MAX_PROBLEMS_SHOWN:
         lines.append(f"- … and {len(problems) - MAX_PROBLEMS_SHOWN} more")
     return lines
@@ -479,6 +475,12 @@ def _faults(run: dict[str, Any], faults: Sequence[dict[str, Any]] | None) -> lis
         "received, not left in the broker; recovered: received though their send failed. "
         f"{gaps}",
     ]
+
+
+def problem_where(problem: dict[str, Any], run_dir: Path) -> str:
+    """A ``problems`` row's file (relative to the run) and line, as reports show it."""
+    where = str(problem["file"]).removeprefix(str(run_dir.resolve()) + "/")
+    return where if problem["line"] is None else f"{where}:{problem['line']}"
 
 
 def _manifest_faults(run_dir: Path) -> list[dict[str, Any]]:

@@ -461,13 +461,10 @@ def _problems(r: SiteRun) -> str:
     problems = r.tables.get("problems", [])
     if not (run.get("bad_lines") or run.get("missing_files") or problems):
         return ""
-    root = str(r.path.resolve()) + "/"
-    items = []
-    for p in problems[:MAX_PROBLEMS_SHOWN]:
-        where = str(p["file"]).removeprefix(root)
-        if p["line"] is not None:
-            where += f":{p['line']}"
-        items.append(f"<li><code>{esc(where)}</code>: {esc(p['problem'])}</li>")
+    items = [
+        f"<li><code>{esc(markdown.problem_where(p, r.path))}</code>: {esc(p['problem'])}</li>"
+        for p in problems[:MAX_PROBLEMS_SHOWN]
+    ]
     if len(problems) > MAX_PROBLEMS_SHOWN:
         items.append(f"<li>… and {len(problems) - MAX_PROBLEMS_SHOWN} more</li>")
     return (
