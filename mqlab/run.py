@@ -46,7 +46,7 @@ from mqlab.clusters.base import LocalCluster
 from mqlab.drivers import registry
 from mqlab.drivers.base import Driver
 from mqlab.errors import ClusterError, FleetError, MqlabError
-from mqlab.fleet import clocks, partitions
+from mqlab.fleet import clocks, linkfaults, partitions
 from mqlab.fleet.hosts import Attached, Host
 from mqlab.fleet.placement import Placement, for_scenario
 from mqlab.results.archive import layout
@@ -60,6 +60,7 @@ from mqlab.workload import envelope
 from mqlab.workload.spec import WorkerSpec
 
 LOG = logging.getLogger(__name__)
+Healable = partitions.Cut | linkfaults.LinkFault  # a fault whose end heals something
 READY_TIMEOUT_S = 90.0
 STOP_GRACE_S = 30.0
 DRAIN_CHECK_S = 0.5  # how often the broker is asked whether anything is left
@@ -610,9 +611,9 @@ def _measure(
     observer: Observer,
     before: dict[str, Any],
 ) -> str:
-    """The measured run; a partition still in place when it ends (completed, failed,
-    interrupted, crashed) is healed before it returns."""
-    cuts: dict[int, partitions.Cut] = {}  # partitions in place, by their manifest entry
+    """The measured run; a partition or netem still in place when it ends (completed,
+    failed, interrupted, crashed) is healed before it returns."""
+    cuts: dict[int, Healable] = {}  # partitions and netem in place, by their manifest entry
     try:
         return _measure_run(
             s, run_dir, placement, cluster, driver, workers, manifest, observer, before, cuts
@@ -635,7 +636,7 @@ def _measure_run(
     manifest: dict[str, Any],
     observer: Observer,
     before: dict[str, Any],
-    cuts: dict[int, partitions.Cut],
+    cuts: dict[int, Healable],
 ) -> str:
     endpoints = cluster.endpoints().to_json()
 
@@ -741,12 +742,15 @@ def _apply_fault(
     observer: Observer,
     pending: list[tuple[float, str, int]],
     placement: Placement,
-    cuts: dict[int, partitions.Cut],
+    cuts: dict[int, Healable],
 ) -> None:
     at_ms = int(time.time() * 1000)
     node = f.node
     if f.action == "partition":
         _partition(f, cluster, driver, manifest, observer, pending, placement, cuts)
+        return
+    if f.action == "netem":
+        _netem(f, cluster, manifest, observer, pending, placement, cuts)
         return
     if f.action == "kill_leader":
         node = _leader(cluster, driver, "kill_leader")
@@ -781,13 +785,13 @@ def _partition(
     observer: Observer,
     pending: list[tuple[float, str, int]],
     placement: Placement,
-    cuts: dict[int, partitions.Cut],
+    cuts: dict[int, Healable],
 ) -> None:
     """Cut hosts apart with blackhole routes (``mqlab.fleet.partitions``); heal later."""
     at_ms = int(time.time() * 1000)
     node = f.node
-    if f.partition == "clients_from_leader":
-        node = _leader(cluster, driver, "partition clients_from_leader")
+    if f.partition in scenario_mod.LEADER_PARTITIONS:
+        node = _leader(cluster, driver, f"partition {f.partition}")
     if not placement.remote:
         raise FleetError(
             "a partition needs hosts of their own (every node is on this machine); "
@@ -815,12 +819,71 @@ def _partition(
     pending.append((f.at_s + f.duration_s, "heal", key))
 
 
-def _heal(
-    cuts: dict[int, partitions.Cut], key: int, manifest: dict[str, Any], observer: Observer
+def _netem(
+    f: Any,
+    cluster: LocalCluster,
+    manifest: dict[str, Any],
+    observer: Observer,
+    pending: list[tuple[float, str, int]],
+    placement: Placement,
+    cuts: dict[int, Healable],
 ) -> None:
-    """Remove the routes of partition ``key``; FleetError naming what is left if any is."""
+    """Slow down node ``f.node``'s outbound link (``mqlab.fleet.linkfaults``); heal later."""
+    at_ms = int(time.time() * 1000)
+    if not placement.remote:
+        raise FleetError(
+            "netem needs hosts of their own (every node is on this machine); "
+            'run on a lab: cluster.target = "netns"'
+        )
+    hosts = cluster.hosts
+    peer = hosts[(f.node + 1) % len(hosts)].address if len(hosts) > 1 else hosts[0].address
+    link = linkfaults.LinkFault(
+        hosts[f.node], f.node, peer, f.delay_ms or 0.0, f.jitter_ms or 0.0, f.loss_pct or 0.0
+    )
+    key = len(manifest["faults"])
+    entry = {**dataclasses.asdict(f), "at_ms": at_ms}
+    manifest["faults"].append(entry)
+    cuts[key] = link  # before the link is touched: whatever happens next, it is healed
+    observer.phase(f"fault: {link.label} for {f.duration_s:g} s")
+    try:
+        link.apply()
+    except MqlabError as e:
+        entry["error"] = str(e)
+        raise
+    finally:
+        entry.update(via=link.via, dev=link.dev)
+    entry["at_ms"] = int(time.time() * 1000)  # in effect from now
+    pending.append((f.at_s + f.duration_s, "heal", key))
+
+
+def _heal_link(
+    link: linkfaults.LinkFault, cuts: dict[int, Healable], key: int, manifest: dict[str, Any]
+) -> None:
+    entry: dict[str, Any] = {"action": "netem_end", "node": link.node}
+    try:
+        counts = link.heal()
+    except MqlabError as e:
+        entry["error"] = str(e)
+        raise
+    finally:
+        del cuts[key]
+        entry["at_ms"] = int(time.time() * 1000)
+        manifest["faults"].append(entry)
+    if counts:
+        entry["impairer"] = counts
+
+
+def _heal(
+    cuts: dict[int, Healable], key: int, manifest: dict[str, Any], observer: Observer
+) -> None:
+    """Remove the routes of partition ``key`` (or the netem of entry ``key``); FleetError
+    naming what is left if any is."""
     cut = cuts.get(key)
     if cut is None:
+        return
+    if isinstance(cut, linkfaults.LinkFault):
+        observer.phase(f"fault: healing the link of node {cut.node}")
+        _heal_link(cut, cuts, key, manifest)
         return
     observer.phase(f"fault: healing the {cut.label}")
     problems = cut.heal()
@@ -838,9 +901,7 @@ def _heal(
         raise FleetError(entry["error"])
 
 
-def _heal_open(
-    cuts: dict[int, partitions.Cut], manifest: dict[str, Any], observer: Observer
-) -> None:
+def _heal_open(cuts: dict[int, Healable], manifest: dict[str, Any], observer: Observer) -> None:
     """Heal every partition still in place (the run ends early); errors are logged."""
     for key in sorted(cuts):
         try:
@@ -855,7 +916,7 @@ def _end_fault(
     cluster: LocalCluster,
     manifest: dict[str, Any],
     observer: Observer,
-    cuts: dict[int, partitions.Cut] | None = None,
+    cuts: dict[int, Healable] | None = None,
 ) -> None:
     """The second half of a fault: a killed node restarted, a paused node resumed, a
     partition healed (``node`` is then its key in ``cuts``)."""

@@ -24,9 +24,16 @@ from mqlab.typed import spec
 FORMAT_VERSION = 1
 SWEEPABLE_SECTIONS = ("cluster", "workload", "clients")
 PROJECT_PROFILES = Path(__file__).resolve().parent.parent / "scenarios" / "profiles"
-# Fault.partition: node ``node`` from the other brokers (clients still reach it); every
-# client host from the leader's host; node ``node`` from every other broker and client host
-PARTITION_KINDS = ("node_from_brokers", "clients_from_leader", "majority_minority")
+# Fault.partition: node ``node`` from the other brokers (clients still reach it); the
+# leader's host from the other brokers (clients still reach it); every client host from
+# the leader's host; node ``node`` from every other broker and client host
+PARTITION_KINDS = (
+    "node_from_brokers",
+    "leader_from_brokers",
+    "clients_from_leader",
+    "majority_minority",
+)
+LEADER_PARTITIONS = ("leader_from_brokers", "clients_from_leader")  # aimed at the leader
 
 
 @dataclass(frozen=True)
@@ -106,25 +113,33 @@ class Fault:
             "pause_node",
             "crash_all",
             "partition",
+            "netem",
         )
     )
     node: int = spec(
         0,
         min=0,
-        help="the node (kill_node, restart_node, pause_node; partition: node_from_brokers and "
-        "majority_minority)",
+        help="the node (kill_node, restart_node, pause_node, netem; partition: "
+        "node_from_brokers and majority_minority)",
     )
     restart_after_s: float | None = spec(
         None, min=0, help="kill_node, crash_all: restart after this long (crash_all: 0 if unset)"
     )
     duration_s: float | None = spec(
-        None, min=0, help="pause_node: resume after this long; partition: heal after this long"
+        None,
+        min=0,
+        help="pause_node: resume after this long; partition, netem: heal after this long",
     )
     partition: str | None = spec(
         None,
         choices=PARTITION_KINDS,
         help="partition: which hosts are cut apart (blackhole routes on lab hosts)",
     )
+    delay_ms: float | None = spec(
+        None, min=0, max=10_000, help="netem: delay on the node's outbound link (ms)"
+    )
+    jitter_ms: float | None = spec(None, min=0, max=10_000, help="netem: ± this much (ms)")
+    loss_pct: float | None = spec(None, min=0, max=100, help="netem: packets dropped (%)")
 
 
 @dataclass(frozen=True)
@@ -483,7 +498,8 @@ def _cross_checks(
                 f"{f.action} takes no partition",
                 'use action = "partition" to cut hosts apart',
             )
-        if f.duration_s is not None and f.action not in ("pause_node", "partition"):
+        _check_netem(path, i, f, cluster, profile)
+        if f.duration_s is not None and f.action not in ("pause_node", "partition", "netem"):
             raise ScenarioError(
                 path,
                 f"faults[{i}].duration_s",
@@ -498,6 +514,7 @@ def _cross_checks(
                 f"nodes are 0..{cluster.nodes - 1}",
             )
     _check_partitions_apart(path, faults)
+    _check_netem_apart(path, faults)
     if cluster.target == "ssh" and not cluster.inventory:
         raise ScenarioError(
             path,
@@ -562,11 +579,69 @@ def _check_partition(path: Path, i: int, f: Fault, cluster: Cluster, profile: Pr
             "use duration_s: the partition heals after it",
         )
     if f.partition != "clients_from_leader" and cluster.nodes < 2:
+        who = "the leader" if f.partition == "leader_from_brokers" else f"node {f.node}"
         raise ScenarioError(
             path,
             f"{key}.partition",
-            f"{f.partition} needs other brokers to cut node {f.node} from (nodes = 1)",
+            f"{f.partition} needs other brokers to cut {who} from (nodes = 1)",
             'use nodes >= 2, or partition = "clients_from_leader"',
+        )
+
+
+def _check_netem(path: Path, i: int, f: Fault, cluster: Cluster, profile: Profile) -> None:
+    """netem: lab hosts only, something to do, how long; its settings on netem only."""
+    key = f"faults[{i}]"
+    given = [k for k in ("delay_ms", "jitter_ms", "loss_pct") if getattr(f, k) is not None]
+    if f.action != "netem":
+        if given:
+            raise ScenarioError(
+                path,
+                f"{key}.{given[0]}",
+                f"{f.action} takes no {given[0]}",
+                'use action = "netem" to slow down or drop packets on a link',
+            )
+        return
+    if cluster.target == "local":
+        raise ScenarioError(
+            path,
+            f"{key}.action",
+            "netem slows a host's own link: every node of a local cluster is on this machine",
+            'run on a lab: cluster.target = "netns"',
+        )
+    if not registry.BROKERS[profile.broker].self_hosted:
+        raise ScenarioError(
+            path,
+            f"{key}.action",
+            f"{profile.broker} runs on no host of the lab: no link to slow down",
+            "use a self-hosted broker",
+        )
+    if not (f.delay_ms or f.loss_pct):
+        raise ScenarioError(
+            path,
+            f"{key}.delay_ms",
+            "netem needs a delay or a loss",
+            "set delay_ms = 50 and/or loss_pct = 2",
+        )
+    if f.jitter_ms and not f.delay_ms:
+        raise ScenarioError(
+            path,
+            f"{key}.jitter_ms",
+            "jitter varies a delay: there is none",
+            "set delay_ms as well",
+        )
+    if f.duration_s is None:
+        raise ScenarioError(
+            path,
+            f"{key}.duration_s",
+            "netem needs how long it lasts before the link heals",
+            "set duration_s = 5 (seconds)",
+        )
+    if f.restart_after_s is not None:
+        raise ScenarioError(
+            path,
+            f"{key}.restart_after_s",
+            "netem takes no restart_after_s",
+            "use duration_s: the link heals after it",
         )
 
 
@@ -585,6 +660,24 @@ def _check_partitions_apart(path: Path, faults: tuple[Fault, ...]) -> None:
                 f"this partition starts at {at:g} s, before the one of faults[{i}] heals "
                 f"({healed:g} s)",
                 f"start it at {healed:g} s or later: one partition at a time",
+            )
+
+
+def _check_netem_apart(path: Path, faults: tuple[Fault, ...]) -> None:
+    """One netem per node at a time: one link, one impairment."""
+    spans = sorted(
+        (f.node, f.at_s, i, f.at_s + (f.duration_s or 0.0))
+        for i, f in enumerate(faults)
+        if f.action == "netem"
+    )
+    for (node, _at, i, healed), (node_b, at, j, _end) in itertools.pairwise(spans):
+        if node == node_b and at < healed:
+            raise ScenarioError(
+                path,
+                f"faults[{j}].at_s",
+                f"this netem on node {node} starts at {at:g} s, before the one of faults[{i}] "
+                f"heals ({healed:g} s)",
+                f"start it at {healed:g} s or later: one netem per node at a time",
             )
 
 

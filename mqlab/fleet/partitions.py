@@ -12,6 +12,9 @@ The kinds (``Fault.partition``), for broker nodes ``0..n-1`` on their hosts:
 
 - ``node_from_brokers``: node ``node``'s host from every other broker host; the clients
   still reach every node;
+- ``leader_from_brokers``: the same, aimed at the host of the node that leads the queue
+  at that moment (the old leader still hears from the clients: where replication is
+  asynchronous, what it confirms while cut off can be lost when it rejoins);
 - ``clients_from_leader``: every client host (senders and receivers) from the host of
   the node that leads the queue at that moment;
 - ``majority_minority``: node ``node`` alone on one side; the other brokers and every
@@ -79,12 +82,12 @@ def sides(
     kind: str, brokers: Sequence[Addressed], clients: Sequence[Addressed], node: int
 ) -> tuple[list[Addressed], list[Addressed]]:
     """The two sides of partition ``kind``; ``node`` is the isolated node, or for
-    ``clients_from_leader`` the leader."""
+    for ``leader_from_brokers`` and ``clients_from_leader`` the leader."""
     if not 0 <= node < len(brokers):
         raise FleetError(f"partition: node {node} does not exist (nodes 0..{len(brokers) - 1})")
     alone: list[Addressed] = [brokers[node]]
     others = [b for i, b in enumerate(brokers) if i != node]
-    if kind == "node_from_brokers":
+    if kind in ("node_from_brokers", "leader_from_brokers"):
         return alone, others
     if kind == "clients_from_leader":
         return alone, list(clients)
@@ -114,6 +117,8 @@ def describe(kind: str, node: int) -> str:
     """One line for the run's progress and the report: what is cut from what."""
     if kind == "node_from_brokers":
         return f"partition: node {node} from brokers"
+    if kind == "leader_from_brokers":
+        return f"partition: leader (node {node}) from brokers"
     if kind == "clients_from_leader":
         return f"partition: clients from leader (node {node})"
     if kind == "majority_minority":

@@ -251,8 +251,8 @@ LAB = BASE.replace("nodes = 3", 'nodes = 3\ntarget = "netns"')
             LAB,
             'action = "partition"\npartition = "everyone"\nduration_s = 4',
             "faults[0].partition",
-            "'everyone' is not allowed (one of: node_from_brokers, clients_from_leader, "
-            "majority_minority)",
+            "'everyone' is not allowed (one of: node_from_brokers, leader_from_brokers, "
+            "clients_from_leader, majority_minority)",
         ),
         (
             LAB,
@@ -340,3 +340,74 @@ def test_partitions_take_turns(folder: Path) -> None:
     )
     back_to_back = LAB + partition(2, 4) + partition(6, 2)
     assert len(load_scenario(write(folder, back_to_back))[0].faults) == 2
+
+
+@pytest.mark.parametrize(
+    ("base", "fault", "key", "words"),
+    [
+        (
+            BASE,
+            'action = "netem"\ndelay_ms = 50\nduration_s = 4',
+            "faults[0].action",
+            "every node of a local cluster is on this machine",
+        ),
+        (LAB, 'action = "netem"\nduration_s = 4', "faults[0].delay_ms", "a delay or a loss"),
+        (
+            LAB,
+            'action = "netem"\njitter_ms = 5\nloss_pct = 1\nduration_s = 4',
+            "faults[0].jitter_ms",
+            "jitter varies a delay",
+        ),
+        (LAB, 'action = "netem"\nloss_pct = 1', "faults[0].duration_s", "before the link heals"),
+        (
+            LAB,
+            'action = "netem"\nloss_pct = 1\nduration_s = 4\nrestart_after_s = 1',
+            "faults[0].restart_after_s",
+            "netem takes no restart_after_s",
+        ),
+        (
+            LAB,
+            'action = "kill_node"\nloss_pct = 1',
+            "faults[0].loss_pct",
+            "kill_node takes no loss_pct",
+        ),
+        (LAB, 'action = "netem"\nloss_pct = 101\nduration_s = 4', "faults[0].loss_pct", "100"),
+        (
+            LAB,
+            'action = "netem"\nnode = 1\nloss_pct = 1\nduration_s = 4\n'
+            '[[faults]]\nat_s = 5\naction = "netem"\nnode = 1\ndelay_ms = 9\nduration_s = 1',
+            "faults[1].at_s",
+            "one netem per node at a time",
+        ),
+    ],
+)
+def test_bad_netem_faults_name_file_key_and_fix(
+    folder: Path, base: str, fault: str, key: str, words: str
+) -> None:
+    path = write(folder, base + f"[[faults]]\nat_s = 2\n{fault}\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: {key}: ") and words in text, text
+    assert "\n" not in text
+
+
+def test_netem_on_a_lab_loads_and_round_trips(folder: Path) -> None:
+    text = LAB + (
+        '[[faults]]\nat_s = 2\naction = "netem"\nnode = 2\ndelay_ms = 50\njitter_ms = 10\n'
+        "loss_pct = 2\nduration_s = 4\n"
+        '[[faults]]\nat_s = 4\naction = "netem"\nnode = 1\nloss_pct = 5\nduration_s = 1\n'
+    )
+    [s] = load_scenario(write(folder, text))
+    got = [(f.node, f.delay_ms, f.jitter_ms, f.loss_pct, f.duration_s) for f in s.faults]
+    assert got == [(2, 50.0, 10.0, 2.0, 4.0), (1, None, None, 5.0, 1.0)]
+    import tomllib
+
+    archived = tomllib.loads(to_toml(s))["faults"]
+    assert archived[1] == {
+        "at_s": 4.0,
+        "action": "netem",
+        "node": 1,
+        "duration_s": 1.0,
+        "loss_pct": 5.0,
+    }

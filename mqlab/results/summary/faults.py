@@ -41,9 +41,23 @@ LABELS = {
 # a partition (manifest action "partition", ended by "heal"), by its kind
 PARTITION_LABELS = {
     "node_from_brokers": "partition: node {node} from brokers",
+    "leader_from_brokers": "partition: leader (node {node}) from brokers",
     "clients_from_leader": "partition: clients from leader (node {node})",
     "majority_minority": "partition: node {node} in the minority",
 }
+
+
+def netem_label(f: dict[str, Any]) -> str:
+    """``netem: node 1, delay 50 ms ± 10 ms, loss 2 %`` from a manifest entry, with the way
+    it was done when the entry says (``netem (nfqueue impairer): …``)."""
+    delay, jitter, loss = (float(f.get(k) or 0) for k in ("delay_ms", "jitter_ms", "loss_pct"))
+    parts = []
+    if delay or jitter:
+        parts.append(f"delay {delay:g} ms" + (f" ± {jitter:g} ms" if jitter else ""))
+    if loss:
+        parts.append(f"loss {loss:g} %")
+    via = f" ({f['via']})" if f.get("via") else ""
+    return f"netem{via}: node {f.get('node')}, " + ", ".join(parts)
 
 
 def _window(
@@ -60,12 +74,14 @@ def windows(faults: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     {action, kind (a partition's kind, else ""), node, label, start_ms, end_ms}. A killed
     node lasts until its restart, a paused node until it resumed, a crash of every node
     until the last restart that followed it, a partition until its heal (the one of that
-    kind and node, else the oldest still in place); a lone restart is an instant."""
+    kind and node, else the oldest still in place), a netem until its ``netem_end``; a lone
+    restart is an instant."""
     out: list[dict[str, Any]] = []
     open_by_node: dict[Any, dict[str, Any]] = {}
     crash: dict[str, Any] | None = None
     down: set[Any] = set()  # nodes of the crash not restarted yet
     cuts: list[dict[str, Any]] = []  # partitions not healed yet
+    links: dict[Any, dict[str, Any]] = {}  # netem in place, by node
     for f in sorted(faults, key=lambda f: f.get("at_ms") or 0):
         action, node, at = f.get("action"), f.get("node"), f.get("at_ms")
         if at is None:
@@ -86,6 +102,12 @@ def windows(faults: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         elif action in ENDS:
             open_by_node[node] = _window(out, f, LABELS[str(action)].format(node=node))
             crash = None
+        elif action == "netem":
+            links[node] = _window(out, f, netem_label(f))
+        elif action == "netem_end":
+            opened = links.pop(node, None)
+            if opened is not None:
+                opened["end_ms"] = at
         elif action == "crash_all":
             crash = _window(out, f, "crash of every node")
             down = set(range(int(f.get("nodes") or 1)))

@@ -49,6 +49,16 @@ def test_node_from_brokers_cuts_that_node_from_each_other_broker_both_ways() -> 
     )
 
 
+def test_leader_from_brokers_cuts_the_leaders_host_from_the_other_brokers_only() -> None:
+    # the leader (node 2, found at run time) keeps its clients: the split-brain case
+    assert partitions.plan("leader_from_brokers", BROKERS, CLIENTS, 2) == (
+        R("broker-0", 12),
+        R("broker-1", 12),
+        R("broker-2", 10),
+        R("broker-2", 11),
+    )
+
+
 def test_clients_from_leader_cuts_every_client_host_from_the_leaders_host() -> None:
     assert partitions.plan("clients_from_leader", BROKERS, CLIENTS, 2) == (
         R("broker-2", 13),
@@ -101,6 +111,9 @@ def test_labels_name_the_kind_and_node() -> None:
         partitions.describe("clients_from_leader", 2) == "partition: clients from leader (node 2)"
     )
     assert partitions.describe("majority_minority", 0) == "partition: node 0 in the minority"
+    assert (
+        partitions.describe("leader_from_brokers", 1) == "partition: leader (node 1) from brokers"
+    )
 
 
 def test_route_commands_carry_the_tag_and_a_host_prefix() -> None:
