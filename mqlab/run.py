@@ -61,6 +61,7 @@ from mqlab.workload.spec import WorkerSpec
 
 LOG = logging.getLogger(__name__)
 Healable = partitions.Cut | linkfaults.LinkFault  # a fault whose end heals something
+LEADER_WAIT_S = 30.0  # a fault aimed at the leader waits this long for one (an election)
 READY_TIMEOUT_S = 90.0
 STOP_GRACE_S = 30.0
 DRAIN_CHECK_S = 0.5  # how often the broker is asked whether anything is left
@@ -726,12 +727,21 @@ def _measure_run(
     return "completed"
 
 
-def _leader(cluster: LocalCluster, driver: Driver, what: str) -> int:
-    """The node leading the driver's queue now, for a fault aimed at it."""
-    try:
-        return cluster.leader(driver)
-    except MqlabError as e:
-        raise ClusterError(f"{what}: cannot tell the leader ({e})") from None
+def _leader(cluster: LocalCluster, driver: Driver, what: str, wait_s: float = LEADER_WAIT_S) -> int:
+    """The node leading the driver's queue now, for a fault aimed at it. A cluster between
+    leaders (an election after an earlier fault) is asked again each second for up to
+    ``wait_s``; the fault strikes once there is one."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return cluster.leader(driver)
+        except MqlabError as e:
+            if time.monotonic() >= deadline:
+                raise ClusterError(
+                    f"{what}: cannot tell the leader after {wait_s:g} s ({e})"
+                ) from None
+            LOG.info("%s: no leader yet (%s); asking again", what, e)
+            time.sleep(1.0)
 
 
 def _apply_fault(
@@ -744,7 +754,6 @@ def _apply_fault(
     placement: Placement,
     cuts: dict[int, Healable],
 ) -> None:
-    at_ms = int(time.time() * 1000)
     node = f.node
     if f.action == "partition":
         _partition(f, cluster, driver, manifest, observer, pending, placement, cuts)
@@ -754,6 +763,7 @@ def _apply_fault(
         return
     if f.action == "kill_leader":
         node = _leader(cluster, driver, "kill_leader")
+    at_ms = int(time.time() * 1000)  # once the leader is known: when the fault strikes
     if f.action in ("kill_node", "kill_leader"):
         leader = " (the leader)" if f.action == "kill_leader" else ""
         observer.phase(f"fault: killing node {node}{leader}")
@@ -788,10 +798,10 @@ def _partition(
     cuts: dict[int, Healable],
 ) -> None:
     """Cut hosts apart with blackhole routes (``mqlab.fleet.partitions``); heal later."""
-    at_ms = int(time.time() * 1000)
     node = f.node
     if f.partition in scenario_mod.LEADER_PARTITIONS:
         node = _leader(cluster, driver, f"partition {f.partition}")
+    at_ms = int(time.time() * 1000)
     if not placement.remote:
         raise FleetError(
             "a partition needs hosts of their own (every node is on this machine); "
