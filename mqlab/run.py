@@ -855,6 +855,7 @@ def _netem(
     manifest["faults"].append(entry)
     cuts[key] = link  # before the link is touched: whatever happens next, it is healed
     observer.phase(f"fault: {link.label} for {f.duration_s:g} s")
+    began = time.monotonic()
     try:
         link.apply()
     except MqlabError as e:
@@ -862,8 +863,8 @@ def _netem(
         raise
     finally:
         entry.update(via=link.via, dev=link.dev)
-    entry["at_ms"] = int(time.time() * 1000)  # in effect from now
-    pending.append((f.at_s + f.duration_s, "heal", key))
+    entry["at_ms"] = int(time.time() * 1000)  # in effect from now, for duration_s
+    pending.append((f.at_s + (time.monotonic() - began) + f.duration_s, "heal", key))
 
 
 def _heal_link(

@@ -411,6 +411,66 @@ def _seconds(v: int | None) -> str:
     return unknown.UNKNOWN if v is None else f"{v:,} s"
 
 
+# the report's faults table: a row per fault (a ``faults`` row), these columns
+FAULT_HEADER = (
+    "fault",
+    "from",
+    "to",
+    "no sends confirmed",
+    "nothing received",
+    "send p99 back",
+    "processing p99 back",
+    "failed sends",
+    "sent in it",
+    "of them lost",
+    "recovered",
+)
+
+
+def fault_row(f: dict[str, Any], origin: int) -> list[str]:
+    """A fault's cells of the faults table (a ``faults`` row, or a fault window of
+    :func:`mqlab.results.summary.faults.windows` without figures: "unknown"); times are
+    seconds since ``origin`` (the run's ``measure_start_ms``)."""
+
+    def at(ms: int | None) -> str:
+        return "end of run" if ms is None else f"{(ms - origin) / 1000:,.1f} s"
+
+    return [
+        f["label"],
+        at(f["start_ms"]),
+        at(f["end_ms"]),
+        _seconds(f.get("unavailable_send_s")),
+        _seconds(f.get("unavailable_receive_s")),
+        _seconds(f.get("send_p99_recovered_s")),
+        _seconds(f.get("processing_p99_recovered_s")),
+        _num(f.get("failed")),
+        _num(f.get("sent")),
+        _num(f.get("lost")),
+        _num(f.get("recovered")),
+    ]
+
+
+def longest_gaps(run: dict[str, Any]) -> str:
+    return (
+        f"Longest stretch without a confirmed send: {_seconds(run.get('longest_gap_send_s'))}; "
+        f"without a received message: {_seconds(run.get('longest_gap_receive_s'))}."
+    )
+
+
+def fault_note(run: dict[str, Any]) -> str:
+    """What the faults table's figures mean, and the run's longest gaps."""
+    return (
+        f"Times are since the senders started; figures are whole seconds of the timeline "
+        f'from the fault\'s own second. "p99 back": until the per-second p99 is within '
+        f"{fault_figures.RECOVERY_FACTOR:g}x its median over the {fault_figures.BASELINE_S} "
+        f"s before the fault for {fault_figures.STEADY_S} s (unknown: no level before, or "
+        f'never back). "Sent in it": messages handed to send() in the fault\'s seconds '
+        "(from each sender's per-second seq marks); of them lost: confirmed, never "
+        "received, not left in the broker; recovered: received though their send failed. "
+        f"{longest_gaps(run)}"
+    )
+
+
 def _faults(run: dict[str, Any], faults: Sequence[dict[str, Any]] | None) -> list[str]:
     """What each fault cost (the ``faults`` table; None: the summary has none), and the
     run's longest gaps."""
@@ -421,59 +481,15 @@ def _faults(run: dict[str, Any], faults: Sequence[dict[str, Any]] | None) -> lis
             f"{unknown.UNKNOWN}: the summary predates fault figures "
             "(run `mqlab summarize` on this run).",
         ]
-    gaps = (
-        f"Longest stretch without a confirmed send: {_seconds(run.get('longest_gap_send_s'))}; "
-        f"without a received message: {_seconds(run.get('longest_gap_receive_s'))}."
-    )
     if not faults:
-        return ["## Faults", "", "None injected. " + gaps]
-    go = run["measure_start_ms"]
-
-    def at(ms: int | None) -> str:
-        return "end of run" if ms is None else f"{(ms - go) / 1000:,.1f} s"
-
-    rows = [
-        [
-            f["label"],
-            at(f["start_ms"]),
-            at(f["end_ms"]),
-            _seconds(f["unavailable_send_s"]),
-            _seconds(f["unavailable_receive_s"]),
-            _seconds(f["send_p99_recovered_s"]),
-            _seconds(f["processing_p99_recovered_s"]),
-            _num(f["failed"]),
-            _num(f.get("sent")),
-            _num(f.get("lost")),
-            _num(f.get("recovered")),
-        ]
-        for f in faults
-    ]
-    header = (
-        "fault",
-        "from",
-        "to",
-        "no sends confirmed",
-        "nothing received",
-        "send p99 back",
-        "processing p99 back",
-        "failed sends",
-        "sent in it",
-        "of them lost",
-        "recovered",
-    )
+        return ["## Faults", "", "None injected. " + longest_gaps(run)]
+    rows = [fault_row(f, run["measure_start_ms"]) for f in faults]
     return [
         "## Faults",
         "",
-        *_table(header, rows, "lrrrrrrrrrr"),
+        *_table(FAULT_HEADER, rows, "lrrrrrrrrrr"),
         "",
-        f"Times are since the senders started; figures are whole seconds of the timeline "
-        f'from the fault\'s own second. "p99 back": until the per-second p99 is within '
-        f"{fault_figures.RECOVERY_FACTOR:g}x its median over the {fault_figures.BASELINE_S} "
-        f"s before the fault for {fault_figures.STEADY_S} s (unknown: no level before, or "
-        f'never back). "Sent in it": messages handed to send() in the fault\'s seconds '
-        "(from each sender's per-second seq marks); of them lost: confirmed, never "
-        "received, not left in the broker; recovered: received though their send failed. "
-        f"{gaps}",
+        fault_note(run),
     ]
 
 
@@ -524,20 +540,22 @@ def _fault_column(f: dict[str, Any]) -> str:
     return str(f["action"])
 
 
-def fault_matrix(
-    entries: Sequence[tuple[dict[str, Any], Sequence[dict[str, Any]] | None]],
-) -> list[str]:
-    """The durability matrix of several runs: a row per run (broker and profile), a column
-    per kind of fault, in each cell what that fault cost: the messages sent while it
-    lasted that were lost, the repeat deliveries in its seconds, and the seconds without
-    a confirmed send. Empty when no run had a fault."""
+def matrix_columns(entries: Sequence[tuple[Any, Sequence[dict[str, Any]] | None]]) -> list[str]:
+    """The durability matrix's columns: each kind of fault of the entries' runs (their
+    ``faults`` rows), in the order first met."""
     columns: list[str] = []
     for _run, faults in entries:
         for f in faults or []:
             if _fault_column(f) not in columns:
                 columns.append(_fault_column(f))
-    if not columns:
-        return []
+    return columns
+
+
+def matrix_cells(faults: Sequence[dict[str, Any]] | None, columns: Sequence[str]) -> list[str]:
+    """A run's cells of the durability matrix, one per column: what its faults of that
+    kind cost ("–": none of that kind; "unknown" in each when ``faults`` is None)."""
+    if faults is None:
+        return [unknown.UNKNOWN] * len(columns)
 
     def cell(fs: list[dict[str, Any]]) -> str:
         return " / ".join(
@@ -546,13 +564,22 @@ def fault_matrix(
             for f in fs
         )
 
-    rows = []
-    for run, faults in entries:
-        if faults is None:
-            cells = [unknown.UNKNOWN] * len(columns)
-        else:
-            cells = [cell([f for f in faults if _fault_column(f) == c]) or "–" for c in columns]
-        rows.append([run["broker"], run["profile"], *cells])
+    return [cell([f for f in faults if _fault_column(f) == c]) or "–" for c in columns]
+
+
+def fault_matrix(
+    entries: Sequence[tuple[dict[str, Any], Sequence[dict[str, Any]] | None]],
+) -> list[str]:
+    """The durability matrix of several runs: a row per run (broker and profile), a column
+    per kind of fault, in each cell what that fault cost: the messages sent while it
+    lasted that were lost, the repeat deliveries in its seconds, and the seconds without
+    a confirmed send. Empty when no run had a fault."""
+    columns = matrix_columns(entries)
+    if not columns:
+        return []
+    rows = [
+        [run["broker"], run["profile"], *matrix_cells(faults, columns)] for run, faults in entries
+    ]
     return [
         "## Durability matrix",
         "",

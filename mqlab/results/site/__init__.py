@@ -1,7 +1,8 @@
 """``mqlab site``: the run archives of a results directory as a static website.
 
-An index of runs (sortable, filterable), a page per run with its plots, delivery figures,
-scenario and manifest, and a comparison page with the mqperf 2021 published rows. The
+An index of runs (sortable, filterable) with the durability matrix of the runs that
+injected faults, a page per run with its plots, delivery figures, faults, scenario and
+manifest, and a comparison page with the mqperf 2021 published rows. The
 figures are those of ``mqlab ls`` (:mod:`mqlab.results.report.listing`), of the report
 (the run's summary tables) and of ``mqlab compare`` (:mod:`mqlab.results.report.compare`);
 the plots are drawn by :mod:`mqlab.results.report.plots`. The site is plain HTML, one

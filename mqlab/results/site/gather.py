@@ -37,6 +37,9 @@ class SiteRun:
     run: dict[str, Any] | None = None
     not_summarized: str | None = None
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # its ``faults`` rows; None when not read, and ``faults_unknown`` says why
+    faults: list[dict[str, Any]] | None = None
+    faults_unknown: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -49,6 +52,17 @@ class SiteRun:
     @property
     def summary(self) -> dict[str, Any] | None:
         return self.listed.info.summary
+
+    @property
+    def fault_log(self) -> list[dict[str, Any]]:
+        """The faults the run injected, as its manifest logged them."""
+        return list(self.listed.info.manifest.get("faults") or [])
+
+    @property
+    def had_faults(self) -> bool:
+        """Faults were injected: the run has fault rows, or they are unknown and the
+        manifest logged some."""
+        return bool(self.faults) or (self.faults is None and bool(self.fault_log))
 
     @property
     def slug(self) -> str:
@@ -103,7 +117,25 @@ def _read_tables(r: SiteRun) -> str | None:
     # the row keeps the directory it was summarized in; the site reads where it is now
     run["run_dir"] = str(r.path)
     r.run, r.tables = run, tables
+    _read_faults(r)
     return None
+
+
+def _read_faults(r: SiteRun) -> None:
+    """Fill ``r.faults``; when the table is missing (a summary from before fault figures)
+    or unreadable, the run is still shown and its fault figures are unknown."""
+    try:
+        r.faults = catalog.read_run_table(r.path, "faults").to_pylist()
+    except ArchiveError as err:
+        r.faults_unknown = str(err)
+    except (OSError, pa.ArrowException, KeyError, ValueError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        r.faults_unknown = (
+            f"{catalog.run_file(r.path, 'faults')}: unreadable ({first}); "
+            f"re-summarize it: mqlab summarize {r.path}"
+        )
+    if r.faults_unknown:
+        LOG.info("%s: fault figures unknown (%s)", r.path, r.faults_unknown)
 
 
 def gather(results_dir: Path | str) -> Gathered:

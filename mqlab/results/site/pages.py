@@ -4,7 +4,9 @@ Figures come from the code of the other commands, never computed here: the index
 columns are `mqlab ls`'s (:func:`listing.row` and :func:`listing.cells`, over each run's
 ``summary.json``) plus the summary's processing p95/p99 and duplicated; a run page shows
 the run's ``runs`` row as `mqlab report` does (:func:`markdown.mqperf_row`, the report's
-meanings and notes); the comparison page shows `mqlab compare`'s figures
+meanings and notes), and its faults as the report's faults table
+(:func:`markdown.fault_row`); the index's durability matrix has the sweep report's cells
+(:func:`markdown.matrix_cells`); the comparison page shows `mqlab compare`'s figures
 (:data:`compare.FIGURES`) and its reference matching (:func:`compare.against_reference`).
 A figure the summary could not compute is "unknown" with the summary's reason.
 """
@@ -32,6 +34,8 @@ from mqlab.results.site.html import (
     td,
     tr,
 )
+from mqlab.results.summary import faults as fault_figures
+from mqlab.results.summary import tables
 from mqlab.results.summary.figures import FIGURES
 from mqlab.results.summary.tables import DELIVERY, OUT_OF_RANGE, ROLES
 
@@ -116,6 +120,12 @@ def _flags_cell(r: SiteRun) -> str:
 
 def _run_link(r: SiteRun, root: str = "") -> str:
     return f'<a href="{esc(root + r.href)}">{breakable(r.run_id)}</a>'
+
+
+def _fault_rows(r: SiteRun) -> list[dict[str, Any]]:
+    """The run's ``faults`` rows; when they are unknown, the faults of its manifest's log
+    (paired into windows as the summary pairs them), without figures."""
+    return r.faults if r.faults is not None else fault_figures.windows(r.fault_log)
 
 
 def _threads(st: int, rt: int) -> str:
@@ -213,8 +223,41 @@ time to its receipt) over the measured period.</p>
 <p><button type="button" id="compare-picked" disabled>Compare the runs ticked</button>
 <a href="compare.html">compare all runs, and with mqperf 2021</a></p>
 <div class="wide">{table(header, [_index_row(r, priced) for r in runs], table_id="runs")}</div>
-"""
+{_durability(runs)}"""
     return page("Runs", body, current="Runs")
+
+
+def _durability(runs: Sequence[SiteRun]) -> str:
+    """The sweep report's durability matrix over the summarized runs that had faults: a
+    row per run, a column per kind of fault; nothing when none had one."""
+    faulted = [r for r in runs if r.run is not None and r.had_faults]
+    columns = markdown.matrix_columns([(r.run, _fault_rows(r)) for r in faulted])
+    if not columns:
+        return ""
+    rows = []
+    for r in faulted:
+        run = r.run
+        assert run is not None
+        cells = [
+            td(_run_link(r), sort=r.run_id, raw=True, cls="run"),
+            td(run["broker"]),
+            td(run["profile"]),
+        ]
+        for text in markdown.matrix_cells(r.faults, columns):
+            if r.faults is None:
+                cells.append(figure(None, why=r.faults_unknown))
+            elif text == "–":
+                cells.append(td(text, title="no fault of this kind in this run"))
+            else:
+                cells.append(td(text, cls="fault"))
+        rows.append(tr(cells, data_run=r.run_id))
+    return f"""<h2 id="durability-matrix">Durability matrix</h2>
+<p>The runs above that injected faults (runs without faults are not listed), a column per
+kind of fault. Each cell: of the messages sent while the fault lasted, how many were lost;
+the repeat deliveries in its seconds; the seconds without a confirmed send (several faults
+of a kind are separated by /). A run's page has every figure of every fault.</p>
+<div class="wide">{table(("run", "broker", "profile", *columns), rows, table_id="durability")}</div>
+"""
 
 
 # -- a run's page -----------------------------------------------------------------------
@@ -391,22 +434,92 @@ def _periods(run: dict[str, Any]) -> str:
     )
 
 
+def _share(run: dict[str, Any], d: str, share: float | None) -> str:
+    """A checker figure's share of the messages sent, as the report words it."""
+    if d not in tables.CHECKER:
+        return td("")
+    if share is None:
+        sent = run.get("delivery_sent")
+        why = unknown.why(run, f"delivery_{d}") or (
+            "nothing sent" if sent == 0 else unknown.why(run, "delivery_sent")
+        )
+        return figure(None, why=why)
+    return td(markdown._percent(share), cls="num")
+
+
 def _delivery(run: dict[str, Any]) -> str:
     reasons = unknown.reasons(run)
     meaning = {**markdown.DELIVERY_MEANING, "undrained": UNDRAINED_MEANING}
+    shares = tables.fractions(run)
     rows = [
         tr(
             [
                 td(d.replace("_", " ")),
                 figure(run[f"delivery_{d}"], ",", reasons.get(d)),
+                _share(run, d, shares.get(d)),
                 td(meaning.get(d, "")),
                 td(reasons.get(d) or "", cls="why"),
             ]
         )
         for d in DELIVERY
     ]
-    return "<h2>Delivery</h2>" + table(
-        ("figure", "messages", "meaning", "why unknown"), rows, table_id="delivery", sortable=False
+    return (
+        "<h2>Delivery</h2>"
+        + table(
+            ("figure", "messages", "share of sent", "meaning", "why unknown"),
+            rows,
+            table_id="delivery",
+            sortable=False,
+        )
+        + "<p>Share of sent: Jepsen's total-queue figures (lost, unexpected, duplicated, "
+        "recovered), each over the messages sent.</p>"
+    )
+
+
+# why a fault's figure is unknown, by the faults table's heading
+FAULT_UNKNOWN = {
+    "send p99 back": "no level before the fault, or never back",
+    "processing p99 back": "no level before the fault, or never back",
+}
+FAULT_MESSAGES = {"sent in it": "sent", "of them lost": "lost", "recovered": "recovered"}
+NO_MARKS = "the senders recorded no per-second seq marks (an archive from before them)"
+
+
+def _fault_reason(run: dict[str, Any], heading: str) -> str:
+    if heading in FAULT_MESSAGES:
+        return unknown.reasons(run).get(FAULT_MESSAGES[heading]) or NO_MARKS
+    return FAULT_UNKNOWN.get(heading, "not in the summary")
+
+
+def _faults(r: SiteRun, images: Sequence[str]) -> str:
+    """The report's faults table, a row per fault; nothing for a run without faults. When
+    the fault figures cannot be read, the faults of the manifest's log with every figure
+    unknown."""
+    run = r.run
+    if run is None or not r.had_faults:
+        return ""
+    rows = []
+    for f in _fault_rows(r):
+        texts = markdown.fault_row(f, run["measure_start_ms"])
+        cells = [td(texts[0])]
+        for heading, text in zip(markdown.FAULT_HEADER[1:], texts[1:], strict=True):
+            if text == unknown.UNKNOWN:
+                cells.append(figure(None, why=r.faults_unknown or _fault_reason(run, heading)))
+            else:
+                cells.append(td(text, cls="num"))
+        rows.append(tr(cells))
+    shaded = " The timeline above shades each fault." if TIMELINE_PNG in images else ""
+    note = ""
+    if r.faults is None:
+        note = (
+            "<p class=note><strong>Fault figures unknown:</strong> "
+            f"{esc(r.faults_unknown or '')}. The faults are those of the manifest's log.</p>"
+        )
+    return (
+        "<h2>Faults</h2>"
+        + note
+        + table(markdown.FAULT_HEADER, rows, table_id="faults", sortable=False)
+        + f"<p>{esc(markdown.fault_note(run))}{shaded}</p>"
     )
 
 
@@ -533,6 +646,7 @@ def run_page(r: SiteRun, images: Sequence[str], match: compare.ReferenceMatch | 
             )
         )
         parts.append(_delivery(run))
+        parts.append(_faults(r, images))
         parts.append(_latency(run))
         parts.append(_periods(run))
         parts.append(_clocks(run))

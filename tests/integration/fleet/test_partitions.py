@@ -313,3 +313,100 @@ def test_a_run_that_stops_mid_partition_heals_it_on_the_way_out(
         line == "fault: healing the partition: node 0 in the minority" for line in phases.lines
     )
     assert processes_mentioning(run_dir.name) == []
+
+
+# -- a slow link ------------------------------------------------------------------------------
+NETEM = """
+format_version = 1
+name = "netem-primary"
+profile = "postgres-sync"
+[cluster]
+target = "netns"
+nodes = 3
+[cluster.netns]
+lab = "{lab}"
+[workload]
+message_bytes = 512
+duration_s = 18
+warmup_s = 0
+mode = "fixed_rate"
+rate_per_s = 20.0
+send_batch_max = 1
+[clients]
+sender_nodes = 1
+receiver_nodes = 1
+threads = 2
+[[faults]]
+at_s = 3
+action = "netem"
+node = 0
+delay_ms = 80
+duration_s = 5
+"""
+# a commit's answer crosses node 0's link once more than before: at least the delay more
+# per send inside the window; outside it, what a commit costs here
+SLOW_US, FAST_US = 80_000, 40_000
+
+
+def impair_rules(lab: str, host: str) -> list[str]:
+    res = subprocess.run(
+        ["ip", "netns", "exec", netns.namespace_name(lab, host), "iptables", "-w", "-S", "OUTPUT"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    )
+    return [line for line in res.stdout.splitlines() if "mqlab-impair" in line]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_slow_link_on_the_postgres_primary_slows_every_commit_by_its_delay(
+    lab: netns.Lab, tmp_path: Path
+) -> None:
+    """PostgreSQL's primary is node 0; with synchronous standbys a commit's answer leaves
+    node 0 after the standby's ack reached it, so 80 ms more on node 0's outbound link is
+    80 ms more on every send while it lasts, and nothing before or after."""
+    from mqlab.fleet import linkfaults
+    from mqlab.results.summary import catalog
+
+    path = tmp_path / "netem.toml"
+    path.write_text(NETEM.format(lab=lab.name))
+    [result] = run_mod.execute_files([path], tmp_path / "results", Phases(lab.name))
+    assert result.status == "complete", result.end_reason
+    d = result.summary["delivery"]
+    assert d["confirmed"] > 0 and d["lost"] == 0 and d["undrained"] == 0, d
+    manifest = read_json(result.run_dir / "manifest.json")
+    start, end = manifest["faults"]
+    assert (start["action"], start["node"], start["delay_ms"], start["dev"]) == (
+        "netem",
+        0,
+        80,
+        "eth0",
+    )
+    assert start["via"] in (linkfaults.VIA_TC, linkfaults.VIA_NFQUEUE)
+    assert (end["action"], end["node"]) == ("netem_end", 0) and "error" not in end
+    if start["via"] == linkfaults.VIA_NFQUEUE:  # this machine: no sch_netem in the kernel
+        counts = end["impairer"]
+        # every packet held for its delay, but those still held at the heal (released then)
+        assert counts["packets"] > 100 and counts["dropped"] == 0, counts
+        assert counts["delayed"] >= 0.95 * counts["packets"], counts
+    assert 5_000 <= end["at_ms"] - start["at_ms"] <= 7_500, (start, end)
+    # per second, the median send: the delay more inside the window, as before outside it
+    rows = catalog.read_run_table(result.run_dir, "timeline").to_pylist()
+    sending = [r for r in rows if r["confirmed"]]
+
+    def medians(lo: int, hi: int) -> list[int]:
+        return [r["send_msg_us_p50"] for r in sending if lo <= r["second_ms"] < hi]
+
+    inside = medians(start["at_ms"] + 1_000, end["at_ms"] - 1_000)
+    before = medians(0, start["at_ms"] - 1_000)
+    after = medians(end["at_ms"] + 2_000, 2**62)
+    assert len(inside) >= 3 and before and after, rows
+    assert min(inside) >= SLOW_US, inside
+    assert max(before) < FAST_US and max(after) < FAST_US, (before, after)
+    [cost] = result.summary["faults"]
+    assert cost["label"].startswith("netem") and "delay 80 ms" in cost["label"]
+    assert cost["lost"] == 0
+    assert impair_rules(lab.name, "broker-0") == []  # healed: no rule left behind
+    assert processes_mentioning(result.run_dir.name) == []

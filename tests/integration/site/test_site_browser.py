@@ -2,14 +2,16 @@
 chromium-driver, installed by `scripts/bootstrap --test` from scripts/apt-packages.txt),
 driven by Selenium, opens the site from disk (file://).
 
-The site is written from the repository's committed results/ plus one synthetic run.
-Checked: each page loads without console errors, the index lists every committed run,
-sorting and filtering work, following a run's link shows its plots, and the comparison
-page shows the runs ticked on the index. A screenshot of the index is kept as a test
-artefact (in tmp_path, and in $MQLAB_TEST_ARTEFACTS when set)."""
+The site is written from the repository's committed results/ (the durability matrix's
+runs under results/durability-matrix/ included) plus one synthetic run. Checked: each page
+loads without console errors, the index lists every committed run, sorting and filtering
+work, following a run's link shows its plots, a run with faults shows its faults table,
+and the comparison page shows the runs ticked on the index. A screenshot of the index is
+kept as a test artefact (in tmp_path, and in $MQLAB_TEST_ARTEFACTS when set)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[3]
 COMMITTED = REPO / "results"
+MATRIX = COMMITTED / "durability-matrix"  # committed runs with faults
 APT_LIST = "scripts/apt-packages.txt"
 WAIT_S = 20  # every wait for the browser is bounded by this
 PAGE_LOAD_S = 30
@@ -40,6 +43,7 @@ class Site:
     out: Path
     committed: list[str]
     extra: str  # the synthetic run's id (scenario "tiny")
+    faulted: dict[str, int]  # run id -> faults in its summary.json (the durability matrix)
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +51,22 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     root = tmp_path_factory.mktemp("site-browser")
     results = root / "results"
     results.mkdir()
-    committed = sorted(p.name for p in layout.find_runs(COMMITTED))
-    assert committed, f"{COMMITTED}: no committed run"
-    for run_id in committed:
-        shutil.copytree(COMMITTED / run_id, results / run_id)
+    found = [*layout.find_runs(COMMITTED), *layout.find_runs(MATRIX)]
+    assert found, f"{COMMITTED}: no committed run"
+    for path in found:
+        shutil.copytree(path, results / path.name)
+    committed = sorted(p.name for p in found)
+    faulted = {
+        p.name: len(json.loads((p / layout.SUMMARY).read_text())["faults"])
+        for p in layout.find_runs(MATRIX)
+    }
+    assert faulted and all(faulted.values()), f"{MATRIX}: no committed run with faults"
     extra = write_tiny_run(results, omit=("workers/receiver-01/delivery.json",))
     summarize_run(extra.run_dir, window_s=2.0)
     out = root / "site"
     result = write_site(results, out)
     assert result.runs == len(committed) + 1 and not result.warnings
-    return Site(out, committed, extra.run_id)
+    return Site(out, committed, extra.run_id, faulted)
 
 
 def _tools() -> tuple[str, str]:
@@ -225,6 +235,30 @@ def test_a_runs_link_opens_its_page_with_its_plots(browser: Any, site: Site) -> 
             width = browser.execute_script("return arguments[0].naturalWidth", img)
             assert width > 0, f"{run_id}: {img.get_attribute('src')} did not load"
         _no_console_errors(browser, f"the page of {run_id}")
+
+
+def test_a_faulted_runs_page_shows_its_faults_table(browser: Any, site: Site) -> None:
+    """From the index's durability matrix to a run with faults: its Faults table is
+    visible, a row per fault."""
+    from selenium.webdriver.common.by import By
+
+    _open(browser, site.out / "index.html")
+    matrix = browser.find_element(By.ID, "durability")
+    assert matrix.is_displayed()
+    rows = matrix.find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert sorted(r.get_attribute("data-run") for r in rows) == sorted(site.faulted)
+    run_id = sorted(site.faulted)[0]
+    browser.find_element(By.CSS_SELECTOR, f'#durability tr[data-run="{run_id}"] td.run a').click()
+    _wait(browser).until(lambda d: d.current_url.endswith(f"/{run_id}/index.html"))
+    _wait(browser).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    table = browser.find_element(By.ID, "faults")
+    browser.execute_script("arguments[0].scrollIntoView()", table)
+    assert table.is_displayed()
+    shown = [r for r in table.find_elements(By.CSS_SELECTOR, "tbody tr") if r.is_displayed()]
+    assert len(shown) == site.faulted[run_id]
+    heading = table.find_elements(By.CSS_SELECTOR, "thead th")[0].text
+    assert heading == "fault"
+    _no_console_errors(browser, f"the page of {run_id}")
 
 
 def test_the_comparison_page_shows_the_runs_ticked_on_the_index(browser: Any, site: Site) -> None:

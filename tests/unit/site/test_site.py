@@ -119,8 +119,10 @@ def test_unknown_figures_show_unknown_with_the_reason_never_zero(built: Built) -
     page = run_page(built, run.run_id)
     delivery = page.table("delivery")
     lost = next(r for r in delivery.rows if r.cells[0].text == "lost")
-    assert lost.cells[1].text == "unknown"
-    assert lost.cells[3].text == why["lost"]  # the reason, shown on the page
+    assert column(delivery, lost, "messages").text == "unknown"
+    assert column(delivery, lost, "why unknown").text == why["lost"]  # shown on the page
+    share = column(delivery, lost, "share of sent")  # unknown too, for the same reason
+    assert share.text == "unknown" and why["lost"] in share.attrs["title"]
 
 
 def test_a_run_not_summarized_shows_dashes_and_how_to_summarize(built: Built) -> None:
