@@ -68,7 +68,11 @@ def resolve_run(ref: str, results_dir: Path | str) -> dict[str, Any]:
     """A run by directory, or by run id (or a unique part of it) in the catalog."""
     path = Path(ref)
     if path.is_dir():
-        return catalog.read_run_table(path, "runs").to_pylist()[0]
+        run = catalog.read_run_table(path, "runs").to_pylist()[0]
+        # where it is now: an archive moves (a clone, a copy) with the path it was
+        # summarized at still in its table
+        run["run_dir"] = str(path.resolve())
+        return run
     runs = catalog.load_runs(results_dir)
     exact = [r for r in runs if r["run_id"] == ref]
     found = exact or [r for r in runs if ref in r["run_id"]]

@@ -163,7 +163,20 @@ def load_runs(results_dir: Path | str) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     rows = pq.read_table(path).to_pylist()
+    for r in rows:
+        r["run_dir"] = str(_where_now(Path(results_dir), r.get("run_dir") or ""))
     return sorted(rows, key=lambda r: r["started_at"] or "", reverse=True)
+
+
+def _where_now(results_dir: Path, recorded: str) -> Path:
+    """A catalogued run's directory under ``results_dir`` today (the results folder may
+    have moved since the run was summarized: a clone, a copy); else the recorded path."""
+    name = Path(recorded).name
+    if name:
+        for candidate in (results_dir / name, *results_dir.glob(f"*/{name}")):
+            if candidate.is_dir():
+                return candidate.resolve()
+    return Path(recorded)
 
 
 def _as_datetime(value: str | date | datetime | None) -> datetime | None:

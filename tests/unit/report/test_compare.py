@@ -4,6 +4,7 @@ by hand in the comments."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,23 @@ def test_resolve_run_by_directory_id_or_unique_part(lab: Lab, tmp_path: Path) ->
         compare.resolve_run("tiny_nats-r3", lab.results)
     with pytest.raises(ArchiveError, match="no such run directory or summarized run"):
         compare.resolve_run("kafka", lab.results)
+
+
+def test_a_moved_results_folder_names_its_runs_where_they_are_now(lab: Lab, tmp_path: Path) -> None:
+    # a clone or a copy: the tables still carry the path the runs were summarized at
+    moved = tmp_path / "elsewhere" / "results"
+    shutil.copytree(lab.results, moved)
+    name = lab.complete.run_dir.name
+    by_dir = compare.resolve_run(str(moved / name), tmp_path)
+    by_id = compare.resolve_run(lab.complete.run_id, moved)
+    assert by_dir["run_dir"] == by_id["run_dir"] == str((moved / name).resolve())
+    # nested one level (results/<set>/<run>), as the committed durability matrix is
+    nested = tmp_path / "nested" / "results"
+    (nested / "set").mkdir(parents=True)
+    shutil.copytree(lab.results / ".catalog", nested / ".catalog")
+    shutil.copytree(lab.results / name, nested / "set" / name)
+    run = compare.resolve_run(lab.complete.run_id, nested)
+    assert run["run_dir"] == str((nested / "set" / name).resolve())
 
 
 def test_trials_of_are_the_runs_of_the_same_configuration(lab: Lab) -> None:
