@@ -61,6 +61,7 @@ from mqlab.workload.spec import WorkerSpec
 
 LOG = logging.getLogger(__name__)
 Healable = partitions.Cut | linkfaults.LinkFault  # a fault whose end heals something
+UNDRAINED_RETRY_S = 90.0  # how long the end-of-run count waits for a broker to answer
 LEADER_WAIT_S = 30.0  # a fault aimed at the leader waits this long for one (an election)
 READY_TIMEOUT_S = 90.0
 STOP_GRACE_S = 30.0
@@ -572,18 +573,27 @@ def _drained(driver: Driver, receivers: list[_Worker]) -> bool:
     return True
 
 
-def _check_undrained(driver: Driver, run_dir: Path) -> None:
-    """Ask the broker what it still holds for the queue; write ``undrained.json``."""
-    now = int(time.time() * 1000)
-    try:
-        rem = driver.remaining(identify=driver.identifies_remaining)
-    except Exception as e:  # noqa: BLE001 - unknown, and said so
-        LOG.warning("could not ask the broker what is left in the queue: %s", e)
-        write_undrained(
-            run_dir / layout.UNDRAINED,
-            UndrainedRecord(now, None, error=f"{type(e).__name__}: {e}"[:500]),
-        )
-        return
+def _check_undrained(driver: Driver, run_dir: Path, retry_s: float = UNDRAINED_RETRY_S) -> None:
+    """Ask the broker what it still holds for the queue; write ``undrained.json``. A broker
+    that does not answer (nodes still coming back from a fault) is asked again every 2 s
+    for up to ``retry_s``; then the figure is unknown, and said so."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        now = int(time.time() * 1000)
+        try:
+            rem = driver.remaining(identify=driver.identifies_remaining)
+            break
+        except Exception as e:  # noqa: BLE001 - unknown, and said so
+            if time.monotonic() < deadline:
+                LOG.info("the broker does not answer yet (%s); asking again", e)
+                time.sleep(2.0)
+                continue
+            LOG.warning("could not ask the broker what is left in the queue: %s", e)
+            write_undrained(
+                run_dir / layout.UNDRAINED,
+                UndrainedRecord(now, None, error=f"{type(e).__name__}: {e}"[:500]),
+            )
+            return
     rec = UndrainedRecord(now, rem.count, rem.in_flight, identified=rem.payloads is not None)
     if rem.payloads is not None:
         good = [m[: envelope.HEADER_BYTES] for m in rem.payloads if len(m) >= envelope.HEADER_BYTES]
@@ -778,7 +788,7 @@ def _apply_fault(
         observer.phase("fault: killing every node at once")
         cluster.crash_all()
         after = f.restart_after_s or 0.0
-        pending.extend((f.at_s + after, "restart_node", i) for i in range(cluster.nodes))
+        pending.append((f.at_s + after, "restart_all", cluster.nodes))
     else:
         cluster.restart_node(f.node)
     entry = {**dataclasses.asdict(f), "node": node, "at_ms": at_ms}
@@ -929,10 +939,18 @@ def _end_fault(
     observer: Observer,
     cuts: dict[int, Healable] | None = None,
 ) -> None:
-    """The second half of a fault: a killed node restarted, a paused node resumed, a
-    partition healed (``node`` is then its key in ``cuts``)."""
+    """The second half of a fault: a killed node restarted, every node restarted together
+    after a crash (``node`` is then how many), a paused node resumed, a partition or a
+    netem healed (``node`` is then its key in ``cuts``)."""
     if action == "heal":
         _heal(cuts if cuts is not None else {}, node, manifest, observer)
+        return
+    if action == "restart_all":  # after crash_all: every node together; ``node``: how many
+        observer.phase("fault: restarting every node")
+        cluster.restart_nodes(list(range(node)))
+        at_ms = int(time.time() * 1000)
+        for i in range(node):
+            manifest["faults"].append({"action": "restart_node", "node": i, "at_ms": at_ms})
         return
     if action == "resume_node":
         observer.phase(f"fault: resuming node {node}")

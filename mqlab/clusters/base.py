@@ -15,9 +15,11 @@ import json
 import logging
 import shutil
 import signal
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 STATE_FORMAT_VERSION = 1
+_STATE_LOCK = threading.Lock()  # one writer of a cluster's state file at a time
 Progress = Callable[[str], None]
 #: on the lab images (images/base.nix): the broker, its version and pins
 IMAGE_INFO = "/etc/mqlab/broker.json"
@@ -255,11 +258,21 @@ class LocalCluster(ABC):
         self.hosts[index].signal(self.procs[index], signal.SIGCONT)
 
     def crash_all(self) -> None:
-        """Hard-kill every node at once (a process crash: the page cache survives it)."""
-        for i in range(self.nodes):
-            if i in self.procs:
-                self.hosts[i].stop(self.procs[i], timeout_s=5, sig=signal.SIGKILL)
-        self.save_state()
+        """Hard-kill every node at once (a process crash: the page cache survives it): each
+        node is killed as ``kill_node`` kills it, all of them together."""
+        self._each([i for i in range(self.nodes) if i in self.procs], self.kill_node)
+
+    def restart_nodes(self, indices: list[int]) -> None:
+        """Restart several nodes together (after ``crash_all``), each as ``restart_node``."""
+        self._each(indices, self.restart_node)
+
+    def _each(self, indices: list[int], action: Callable[[int], None]) -> None:
+        """``action`` on every node of ``indices`` at once (one thread per node); the
+        first error is raised once all have ended."""
+        with ThreadPoolExecutor(max_workers=max(1, len(indices))) as pool:
+            futures = [pool.submit(action, i) for i in indices]
+        for f in futures:
+            f.result()
 
     def restart_node(self, index: int) -> None:
         if index in self.procs and self.hosts[index].is_alive(self.procs[index]):
@@ -289,6 +302,10 @@ class LocalCluster(ABC):
         return self.workdir / "state.json"
 
     def save_state(self) -> None:
+        with _STATE_LOCK:  # nodes killed or restarted together save from their threads
+            self._save_state()
+
+    def _save_state(self) -> None:
         data = {
             "format_version": STATE_FORMAT_VERSION,
             "broker": self.broker,
