@@ -20,3 +20,18 @@ def test_every_cli_error_console_logs_without_paths() -> None:
         with console.capture() as cap:
             console.log("lab removed")
         assert "lab removed" in cap.get() and ".py:" not in cap.get(), cap.get()
+
+
+def test_client_libraries_reconnecting_through_a_fault_stay_quiet_unless_asked() -> None:
+    import logging
+
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    assert runner.invoke(cli.main, ["ls", "--help"]).exit_code == 0
+    assert logging.getLogger("pika.adapters.utils.connection_workflow").getEffectiveLevel() > (
+        logging.ERROR
+    )
+    assert runner.invoke(cli.main, ["-vv", "ls", "--help"]).exit_code == 0
+    assert logging.getLogger("pika").getEffectiveLevel() == logging.DEBUG
+    assert logging.getLogger("nats.aio.client").getEffectiveLevel() == logging.DEBUG
