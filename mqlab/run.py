@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeAlias
 
 from pyroaring import BitMap64
 
@@ -46,7 +46,7 @@ from mqlab.clusters.base import LocalCluster
 from mqlab.drivers import registry
 from mqlab.drivers.base import Driver
 from mqlab.errors import ClusterError, FleetError, MqlabError
-from mqlab.fleet import clocks, linkfaults, partitions
+from mqlab.fleet import clocks, linkfaults, partitions, powerloss
 from mqlab.fleet.hosts import Attached, Host
 from mqlab.fleet.placement import Placement, for_scenario
 from mqlab.results.archive import layout
@@ -60,7 +60,8 @@ from mqlab.workload import envelope
 from mqlab.workload.spec import WorkerSpec
 
 LOG = logging.getLogger(__name__)
-Healable = partitions.Cut | linkfaults.LinkFault  # a fault whose end heals something
+# a fault whose end heals something: a partition, a netem, a power cut
+Healable: TypeAlias = "partitions.Cut | linkfaults.LinkFault | PowerCut"
 UNDRAINED_RETRY_S = 90.0  # how long the end-of-run count waits for a broker to answer
 LEADER_WAIT_S = 30.0  # a fault aimed at the leader waits this long for one (an election)
 READY_TIMEOUT_S = 90.0
@@ -771,6 +772,9 @@ def _apply_fault(
     if f.action == "netem":
         _netem(f, cluster, manifest, observer, pending, placement, cuts)
         return
+    if f.action in scenario_mod.POWER_LOSS:
+        _power_loss(f, cluster, manifest, observer, pending, placement, cuts)
+        return
     if f.action == "kill_leader":
         node = _leader(cluster, driver, "kill_leader")
     at_ms = int(time.time() * 1000)  # once the leader is known: when the fault strikes
@@ -877,6 +881,58 @@ def _netem(
     pending.append((f.at_s + (time.monotonic() - began) + f.duration_s, "heal", key))
 
 
+@dataclass
+class PowerCut:
+    """Broker hosts rebooted unsynced; healed once they are back and their nodes run."""
+
+    cluster: LocalCluster
+    nodes: list[int]
+    hosts: list[Host]
+    boot_ids: dict[str, str]
+
+    def heal(self) -> None:
+        powerloss.wait_back(self.hosts, self.boot_ids)
+        if self.cluster.attached:  # the images' units start the brokers at boot
+            deadline = time.monotonic() + powerloss.BACK_TIMEOUT_S
+            while not all(self.cluster.alive()[i] for i in self.nodes):
+                if time.monotonic() > deadline:
+                    raise ClusterError("power_loss: the brokers did not start again after boot")
+                time.sleep(2.0)
+        else:
+            self.cluster.restart_nodes(self.nodes)
+
+
+def _power_loss(
+    f: Any,
+    cluster: LocalCluster,
+    manifest: dict[str, Any],
+    observer: Observer,
+    pending: list[tuple[float, str, int]],
+    placement: Placement,
+    cuts: dict[int, Healable],
+) -> None:
+    """Reboot broker hosts unsynced (``mqlab.fleet.powerloss``); their nodes are started
+    again once the hosts are back (at ``restart_after_s`` at the soonest)."""
+    if not placement.remote or placement.kind in ("local", "netns"):
+        raise FleetError(
+            f"{f.action} reboots a host's kernel: here that kernel is this machine's; "
+            'run on hosts of their own (target = "ssh" or "aws")'
+        )
+    nodes = list(range(cluster.nodes)) if f.action == "power_loss_all" else [f.node]
+    hosts = list({cluster.hosts[i].name: cluster.hosts[i] for i in nodes}.values())
+    where = "every broker host" if f.action == "power_loss_all" else f"node {f.node}'s host"
+    observer.phase(f"fault: power loss on {where} (unsynced reboot)")
+    at_ms = int(time.time() * 1000)
+    boot_ids = powerloss.cut_power(hosts)
+    entry = {**dataclasses.asdict(f), "node": nodes[0], "at_ms": at_ms, "boot_ids": boot_ids}
+    if f.action == "power_loss_all":
+        entry["nodes"] = cluster.nodes
+    key = len(manifest["faults"])
+    manifest["faults"].append(entry)
+    cuts[key] = PowerCut(cluster, nodes, hosts, boot_ids)
+    pending.append((f.at_s + (f.restart_after_s or 0.0), "heal", key))
+
+
 def _heal_link(
     link: linkfaults.LinkFault, cuts: dict[int, Healable], key: int, manifest: dict[str, Any]
 ) -> None:
@@ -901,6 +957,16 @@ def _heal(
     naming what is left if any is."""
     cut = cuts.get(key)
     if cut is None:
+        return
+    if isinstance(cut, PowerCut):
+        observer.phase("fault: waiting for the hosts to come back, then starting their nodes")
+        try:
+            cut.heal()
+        finally:
+            del cuts[key]
+        at_ms = int(time.time() * 1000)
+        for i in cut.nodes:
+            manifest["faults"].append({"action": "restart_node", "node": i, "at_ms": at_ms})
         return
     if isinstance(cut, linkfaults.LinkFault):
         observer.phase(f"fault: healing the link of node {cut.node}")

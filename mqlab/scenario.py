@@ -33,6 +33,7 @@ PARTITION_KINDS = (
     "clients_from_leader",
     "majority_minority",
 )
+POWER_LOSS = ("power_loss", "power_loss_all")  # unsynced reboots of broker hosts
 LEADER_PARTITIONS = ("leader_from_brokers", "clients_from_leader")  # aimed at the leader
 
 
@@ -114,6 +115,8 @@ class Fault:
             "crash_all",
             "partition",
             "netem",
+            "power_loss",
+            "power_loss_all",
         )
     )
     node: int = spec(
@@ -123,7 +126,10 @@ class Fault:
         "node_from_brokers and majority_minority)",
     )
     restart_after_s: float | None = spec(
-        None, min=0, help="kill_node, crash_all: restart after this long (crash_all: 0 if unset)"
+        None,
+        min=0,
+        help="kill_node, crash_all: restart after this long (crash_all: 0 if unset); "
+        "power_loss, power_loss_all: restart no sooner than this (the hosts reboot first)",
     )
     duration_s: float | None = spec(
         None,
@@ -499,6 +505,21 @@ def _cross_checks(
                 'use action = "partition" to cut hosts apart',
             )
         _check_netem(path, i, f, cluster, profile)
+        if f.action in POWER_LOSS and cluster.target not in ("ssh", "aws"):
+            raise ScenarioError(
+                path,
+                f"faults[{i}].action",
+                f"{f.action} reboots a host's kernel unsynced, and on target "
+                f'"{cluster.target}" that kernel is this machine\'s',
+                'run it on hosts of their own: target = "ssh" or "aws"',
+            )
+        if f.action in POWER_LOSS and not registry.BROKERS[profile.broker].self_hosted:
+            raise ScenarioError(
+                path,
+                f"faults[{i}].action",
+                f"{profile.broker} runs on no host of the lab: no host to cut the power of",
+                "use a self-hosted broker",
+            )
         if f.duration_s is not None and f.action not in ("pause_node", "partition", "netem"):
             raise ScenarioError(
                 path,

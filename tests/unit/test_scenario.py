@@ -411,3 +411,31 @@ def test_netem_on_a_lab_loads_and_round_trips(folder: Path) -> None:
         "duration_s": 1.0,
         "loss_pct": 5.0,
     }
+
+
+@pytest.mark.parametrize(("base", "target"), [(BASE, "local"), (LAB, "netns")])
+@pytest.mark.parametrize("action", ["power_loss", "power_loss_all"])
+def test_power_loss_is_refused_where_the_kernel_is_this_machines(
+    folder: Path, base: str, target: str, action: str
+) -> None:
+    path = write(folder, base + f'[[faults]]\nat_s = 2\naction = "{action}"\n')
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value) == (
+        f"{path}: faults[0].action: {action} reboots a host's kernel unsynced, and on target "
+        f'"{target}" that kernel is this machine\'s (run it on hosts of their own: '
+        'target = "ssh" or "aws")'
+    )
+
+
+def test_power_loss_on_hosts_of_their_own_loads(folder: Path) -> None:
+    ssh = BASE.replace("nodes = 3", 'nodes = 3\ntarget = "ssh"\ninventory = "hosts.json"')
+    text = ssh + (
+        '[[faults]]\nat_s = 2\naction = "power_loss"\nnode = 2\nrestart_after_s = 5\n'
+        '[[faults]]\nat_s = 60\naction = "power_loss_all"\n'
+    )
+    [s] = load_scenario(write(folder, text))
+    assert [(f.action, f.node, f.restart_after_s) for f in s.faults] == [
+        ("power_loss", 2, 5.0),
+        ("power_loss_all", 0, None),
+    ]

@@ -32,12 +32,20 @@ from typing import Any
 RECOVERY_FACTOR = 2.0
 BASELINE_S = 10
 STEADY_S = 3
-ENDS = {"kill_node": "restart_node", "kill_leader": "restart_node", "pause_node": "resume_node"}
+ENDS = {
+    "kill_node": "restart_node",
+    "kill_leader": "restart_node",
+    "pause_node": "resume_node",
+    "power_loss": "restart_node",
+}
 LABELS = {
     "kill_node": "kill node {node}",
     "kill_leader": "kill leader (node {node})",
     "pause_node": "pause node {node}",
+    "power_loss": "power loss on node {node}'s host",
 }
+# every node at once, until the last of them is restarted
+ALL_NODES = {"crash_all": "crash of every node", "power_loss_all": "power loss on every host"}
 # a partition (manifest action "partition", ended by "heal"), by its kind
 PARTITION_LABELS = {
     "node_from_brokers": "partition: node {node} from brokers",
@@ -108,8 +116,8 @@ def windows(faults: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             opened = links.pop(node, None)
             if opened is not None:
                 opened["end_ms"] = at
-        elif action == "crash_all":
-            crash = _window(out, f, "crash of every node")
+        elif action in ALL_NODES:
+            crash = _window(out, f, ALL_NODES[str(action)])
             down = set(range(int(f.get("nodes") or 1)))
         elif action in ("restart_node", "resume_node"):
             opened = open_by_node.pop(node) if node in open_by_node else None
