@@ -23,6 +23,7 @@ import importlib.util
 import logging
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import stat
@@ -383,6 +384,7 @@ class PostgresCluster(LocalCluster):
             self._base_backup(index)
         u = self._user()
         h.mkdir(self._log(index).parent)
+        self._clear_stale_lock(index)
         return h.spawn(
             self._node_cmd(index),
             self._log(index),
@@ -390,6 +392,19 @@ class PostgresCluster(LocalCluster):
             cwd=self._data_root(index),
             user=(u.uid, u.gid) if u else None,
         )
+
+    def _clear_stale_lock(self, index: int) -> None:
+        """Before a restart: remove ``postmaster.pid`` when the postmaster it names is gone
+        or a zombie. A killed postmaster stays a zombie until its host's init reaps it,
+        and PostgreSQL takes a zombie's PID for a live postmaster and refuses to start;
+        this node's own process is known dead here (``restart_node`` checked)."""
+        pidfile = shlex.quote(str(self._data(index) / "postmaster.pid"))
+        script = (
+            f"[ -f {pidfile} ] || exit 0; pid=$(head -n 1 {pidfile}); "
+            'state=$(sed -e "s/.*) //" /proc/$pid/stat 2>/dev/null | cut -d " " -f 1); '
+            f'if [ -z "$state" ] || [ "$state" = Z ]; then rm -f {pidfile}; fi'
+        )
+        self.host(index).run(["sh", "-c", script], check=False)
 
     def _base_backup(self, index: int) -> None:
         self._wait_accepting(0, time.monotonic() + self.start_timeout_s)
