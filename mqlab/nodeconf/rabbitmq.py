@@ -64,9 +64,13 @@ def render(node: Node) -> dict[str, str]:
         "loopback_users": "none",
         "cluster_formation.peer_discovery_backend": "classic_config",
     }
+    # node 0 is the seed: it lists only itself and forms the cluster at once; the others
+    # list every node and join it (node 0 listing peers that start after it would retry
+    # discovery for retry_limit x interval, ~60 s, before booting alone)
+    peers = [0] if node.index == 0 else range(node.nodes)
     conf |= {
-        f"cluster_formation.classic_config.nodes.{i + 1}": node_name(i, node.addresses)
-        for i in range(node.nodes)
+        f"cluster_formation.classic_config.nodes.{n + 1}": node_name(i, node.addresses)
+        for n, i in enumerate(peers)
     }
     conf |= node.config_settings() or LOCAL_SETTINGS
     return {

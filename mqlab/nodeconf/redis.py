@@ -12,6 +12,7 @@ renders the starting layout.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from mqlab.nodeconf import Node, NodeConfError, lines
@@ -77,10 +78,27 @@ def redis_conf(node: Node, primary: int = 0) -> str:
     return lines(["# written by mqlab", *(f"{k} {_value(v)}" for k, v in conf.items())])
 
 
+def sentinel_id(node: Node, index: int) -> str:
+    """The run id of the sentinel on node ``index``'s host (40 hex digits), derived from the
+    lab and its address, so every sentinel can be told the others' from the start."""
+    where = f"{node.lab_id}:{node.addresses[index]}:{node.port('sentinel', index)}"
+    return hashlib.sha1(f"mqlab-sentinel:{where}".encode()).hexdigest()  # noqa: S324 - an id
+
+
 def sentinel_conf(node: Node) -> str:
     """``sentinel.conf`` of the sentinel on ``node``'s host: it monitors node 0, the
-    starting primary; the sentinels find the replicas and each other through it."""
+    starting primary, and knows the replicas and the other sentinels from the start
+    (left to themselves, sentinels learn of each other from hello messages every 2 s)."""
     name = MASTER_NAME
+    known = [
+        f"sentinel known-replica {name} {node.addresses[i]} {node.port('client', i)}"
+        for i in range(1, node.nodes)
+    ] + [
+        f"sentinel known-sentinel {name} {node.addresses[i]} {node.port('sentinel', i)} "
+        f"{sentinel_id(node, i)}"
+        for i in range(node.nodes)
+        if i != node.index
+    ]
     return lines(
         [
             "# written by mqlab; Redis Sentinel rewrites this file (its state) as it runs",
@@ -95,6 +113,8 @@ def sentinel_conf(node: Node) -> str:
             f"sentinel down-after-milliseconds {name} {DOWN_AFTER_MS}",
             f"sentinel failover-timeout {name} {FAILOVER_TIMEOUT_MS}",
             f"sentinel parallel-syncs {name} {PARALLEL_SYNCS}",
+            f"sentinel myid {sentinel_id(node, node.index)}",
+            *known,
         ]
     )
 

@@ -264,13 +264,15 @@ RMQ_PORTS = {"amqp": [5701, 5702, 5703], "dist": [5801, 5802, 5803]}
 
 
 def rmq_conf_today(i: int, nodes: int = 3) -> str:
-    """mqlab/clusters/rabbitmq.py RabbitmqCluster._prepare, verbatim."""
+    """What the launcher writes for node ``i``."""
 
     def node_name(index: int) -> str:
         return f"mqlab-rabbit{index}@localhost"
 
+    seeds = [0] if i == 0 else list(range(nodes))  # node 0 forms the cluster, others join
     peers = "\n".join(
-        f"cluster_formation.classic_config.nodes.{i + 1} = {node_name(i)}" for i in range(nodes)
+        f"cluster_formation.classic_config.nodes.{n + 1} = {node_name(j)}"
+        for n, j in enumerate(seeds)
     )
     return f"""# written by mqlab
 listeners.tcp.1 = 127.0.0.1:{RMQ_PORTS["amqp"][i]}
@@ -309,6 +311,10 @@ def test_rabbitmq_hosts_use_long_names_and_own_address() -> None:
     assert [x for x in conf if ".classic_config.nodes." in x] == [
         f"cluster_formation.classic_config.nodes.{i + 1} = mqlab-rabbit{i}@{ip}"
         for i, ip in enumerate(HOSTS)
+    ]
+    seed = nodeconf.render(host("rabbitmq", 0))["rabbitmq.conf"].splitlines()
+    assert [x for x in seed if ".classic_config.nodes." in x] == [
+        f"cluster_formation.classic_config.nodes.1 = mqlab-rabbit0@{HOSTS[0]}"
     ]
     assert rabbitmq.uses_long_names(node)
     assert files["rabbitmq-env.conf"] == (

@@ -21,13 +21,21 @@ def parse(text: str) -> list[list[str]]:
     return [shlex.split(line) for line in text.splitlines() if line and not line.startswith("#")]
 
 
+REPEATED = ("sentinel known-replica", "sentinel known-sentinel")  # one line per peer
+
+
 def sentinel_directives(text: str) -> dict[str, list[str]]:
-    """``sentinel <name> ...`` lines by name, the other directives by their keyword."""
+    """``sentinel <name> ...`` lines by name, the other directives by their keyword; the
+    lines naming peers (``known-replica``, ``known-sentinel``) joined, one " | " apart."""
     out: dict[str, list[str]] = {}
     for tokens in parse(text):
         key = f"sentinel {tokens[1]}" if tokens[0] == "sentinel" else tokens[0]
+        value = tokens[2:] if tokens[0] == "sentinel" else tokens[1:]
+        if key in REPEATED and key in out:
+            out[key] = [*out[key], "|", *value]
+            continue
         assert key not in out, f"{key} twice"
-        out[key] = tokens[2:] if tokens[0] == "sentinel" else tokens[1:]
+        out[key] = value
     return out
 
 
@@ -54,6 +62,25 @@ def test_every_local_sentinel_listens_on_its_own_port_and_monitors_node_0(i: int
     # a failover within ~10 s, yet no false one when the primary is briefly slow
     assert 1000 <= int(down_after[1]) <= 2000 and int(timeout[1]) <= 10_000
     assert syncs[1] == "1"
+    # it knows the replicas and the other sentinels (their ids as they state them) at once
+    ids = [redisconf.sentinel_id(local(i), j) for j in range(3)]
+    assert conf.pop("sentinel myid") == [ids[i]]
+    assert len(set(ids)) == 3 and all(len(x) == 40 for x in ids)
+    assert conf.pop("sentinel known-replica") == [
+        "mqlab",
+        "127.0.0.1",
+        "6402",
+        "|",
+        "mqlab",
+        "127.0.0.1",
+        "6403",
+    ]
+    others = [j for j in range(3) if j != i]
+    expected: list[str] = []
+    for j in others:
+        expected += [*(["|"] if expected else []), "mqlab", "127.0.0.1", str(PORTS["sentinel"][j])]
+        expected.append(ids[j])
+    assert conf.pop("sentinel known-sentinel") == expected
     assert conf == {}, f"unexpected directives: {conf}"
 
 
