@@ -93,12 +93,22 @@ def test_the_committed_durability_matrix_is_one_run_per_profile_through_every_fa
     profiles = [json.loads((r / "manifest.json").read_text())["broker"]["profile"] for r in runs]
     assert sorted(profiles) == sorted(scenario["profile"])
     actions = [f["action"] for f in scenario["faults"]]
+    kinds = [f.get("partition", "") for f in scenario["faults"]]
     for r in runs:
         summary = json.loads((r / "summary.json").read_text())
         assert [f["action"] for f in summary["faults"]] == actions, r.name
+        assert [f["kind"] for f in summary["faults"]] == kinds, r.name
         assert summary["status"] == "complete", r.name
+        manifest = json.loads((r / "manifest.json").read_text())
+        assert manifest["cluster"]["target"] == scenario["cluster"]["target"], r.name
+        # every cell holds a measured figure: lost, repeats and the outage of each fault
+        for f in summary["faults"]:
+            cell = (f["lost"], f["repeats"], f["unavailable_send_s"])
+            assert None not in cell, (r.name, f["label"])
     [report] = MATRIX.glob("reports/*/sweep-report.md")
-    assert "## Durability matrix" in report.read_text()
+    text = report.read_text()
+    assert "## Durability matrix" in text
+    assert "unknown" not in text.split("## Durability matrix", 1)[1]
 
 
 def test_the_readme_quotes_the_archive_it_names(tmp_path: Path) -> None:
