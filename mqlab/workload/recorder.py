@@ -270,6 +270,11 @@ class DeliveryTracker:
                 seen_before = batch & rec.seqs
                 if seen_before:
                     mask &= ~np.isin(q, np.array(seen_before.to_array(), dtype=np.uint64))
+                # a seq delivered here more than once: again in this batch, or seen before
+                again = BitMap64(array.array("Q", q[~once].astype(np.uint64).tobytes()))
+                again |= seen_before
+                if again:
+                    rec.again = again if rec.again is None else rec.again | again
             rec.seqs |= batch
             rec.first_received += int(np.count_nonzero(mask))
             key = (thread, sid)

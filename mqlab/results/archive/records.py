@@ -82,15 +82,20 @@ class ReceivedSender:
     redelivered: int = 0  # deliveries the broker flagged as redelivered
     reordered: int = 0  # per receiver thread: first deliveries out of place (n - LIS)
     seqs: BitMap64 = field(default_factory=BitMap64)  # distinct seqs received
+    # seqs this node received more than once; None: a record from before it was kept
+    again: BitMap64 | None = field(default_factory=BitMap64)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "received": self.received,
             "first_received": self.first_received,
             "redelivered": self.redelivered,
             "reordered": self.reordered,
             "bitmap": encode_bitmap(self.seqs),
         }
+        if self.again is not None:
+            out["again_bitmap"] = encode_bitmap(self.again)
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ReceivedSender:
@@ -100,6 +105,7 @@ class ReceivedSender:
             int(d["redelivered"]),
             int(d["reordered"]),
             decode_bitmap(d["bitmap"]),
+            decode_bitmap(d["again_bitmap"]) if "again_bitmap" in d else None,
         )
 
 

@@ -424,6 +424,7 @@ FAULT_HEADER = (
     "sent in it",
     "of them lost",
     "recovered",
+    "duplicated",
 )
 
 
@@ -447,6 +448,7 @@ def fault_row(f: dict[str, Any], origin: int) -> list[str]:
         _num(f.get("sent")),
         _num(f.get("lost")),
         _num(f.get("recovered")),
+        _num(f.get("duplicated")),
     ]
 
 
@@ -466,7 +468,8 @@ def fault_note(run: dict[str, Any]) -> str:
         f"s before the fault for {fault_figures.STEADY_S} s (unknown: no level before, or "
         f'never back). "Sent in it": messages handed to send() in the fault\'s seconds '
         "(from each sender's per-second seq marks); of them lost: confirmed, never "
-        "received, not left in the broker; recovered: received though their send failed. "
+        "received, not left in the broker; recovered: received though their send failed; "
+        "duplicated: received more than once (again by one receiver node, or by two). "
         f"{longest_gaps(run)}"
     )
 
@@ -487,7 +490,7 @@ def _faults(run: dict[str, Any], faults: Sequence[dict[str, Any]] | None) -> lis
     return [
         "## Faults",
         "",
-        *_table(FAULT_HEADER, rows, "lrrrrrrrrrr"),
+        *_table(FAULT_HEADER, rows, "lrrrrrrrrrrr"),
         "",
         fault_note(run),
     ]
@@ -559,7 +562,7 @@ def matrix_cells(faults: Sequence[dict[str, Any]] | None, columns: Sequence[str]
 
     def cell(fs: list[dict[str, Any]]) -> str:
         return " / ".join(
-            f"lost {_num(f.get('lost'))} · repeats {_num(f.get('repeats'))} · "
+            f"lost {_num(f.get('lost'))} · duplicated {_num(f.get('duplicated'))} · "
             f"{_seconds(f.get('unavailable_send_s'))}"
             for f in fs
         )
@@ -567,12 +570,18 @@ def matrix_cells(faults: Sequence[dict[str, Any]] | None, columns: Sequence[str]
     return [cell([f for f in faults if _fault_column(f) == c]) or "–" for c in columns]
 
 
+MATRIX_NOTE = (
+    "Each cell: of the messages sent while the fault lasted, how many were lost and how "
+    "many were delivered more than once; the seconds without a confirmed send"
+)
+
+
 def fault_matrix(
     entries: Sequence[tuple[dict[str, Any], Sequence[dict[str, Any]] | None]],
 ) -> list[str]:
     """The durability matrix of several runs: a row per run (broker and profile), a column
     per kind of fault, in each cell what that fault cost: the messages sent while it
-    lasted that were lost, the repeat deliveries in its seconds, and the seconds without
+    lasted that were lost and that were delivered more than once, and the seconds without
     a confirmed send. Empty when no run had a fault."""
     columns = matrix_columns(entries)
     if not columns:
@@ -583,9 +592,7 @@ def fault_matrix(
     return [
         "## Durability matrix",
         "",
-        "Each cell: of the messages sent while the fault lasted, how many were lost; the "
-        "repeat deliveries in its seconds; the seconds without a confirmed send (each "
-        "run's report.md has every figure of every fault).",
+        f"{MATRIX_NOTE} (each run's report.md has every figure of every fault).",
         "",
         *_table(("broker", "profile", *columns), rows, "ll" + "l" * len(columns)),
         "",

@@ -253,9 +253,8 @@ def _durability(runs: Sequence[SiteRun]) -> str:
         rows.append(tr(cells, data_run=r.run_id))
     return f"""<h2 id="durability-matrix">Durability matrix</h2>
 <p>The runs above that injected faults (runs without faults are not listed), a column per
-kind of fault. Each cell: of the messages sent while the fault lasted, how many were lost;
-the repeat deliveries in its seconds; the seconds without a confirmed send (several faults
-of a kind are separated by /). A run's page has every figure of every fault.</p>
+kind of fault. {markdown.MATRIX_NOTE} (several faults of a kind are separated by /). A
+run's page has every figure of every fault.</p>
 <div class="wide">{table(("run", "broker", "profile", *columns), rows, table_id="durability")}</div>
 """
 

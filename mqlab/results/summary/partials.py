@@ -350,11 +350,19 @@ def _merge_records(kind: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     union = BitMap64()
     marks: dict[int, int] | None = {}
+    # rcv: the seqs delivered more than once anywhere (again on one node, or on two nodes)
+    multi: BitMap64 | None = BitMap64()
     for p in parts:
         for k, v in p.items():
-            if k not in (bitmap, "marks"):
+            if k not in (bitmap, "marks", "again_bitmap"):
                 out[k] = out.get(k, 0) + int(v)
-        union |= codecs.decode_bitmap(p[bitmap])
+        seqs = codecs.decode_bitmap(p[bitmap])
+        if kind == "rcv":
+            if p.get("again_bitmap") is None or multi is None:
+                multi = None  # a record from before it was kept: per-fault figure unknown
+            else:
+                multi |= (union & seqs) | codecs.decode_bitmap(p["again_bitmap"])
+        union |= seqs
         if kind == "snt":
             if p.get("marks") is None or marks is None:
                 marks = None  # a record from before marks: per-fault figures unknown
@@ -365,6 +373,8 @@ def _merge_records(kind: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     out["records"] = len(parts)
     if kind == "snt":
         out["marks"] = None if marks is None else [[s, q] for s, q in sorted(marks.items())]
+    else:
+        out["multi_bitmap"] = None if multi is None else codecs.encode_bitmap(multi)
     return out
 
 

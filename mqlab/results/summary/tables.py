@@ -217,6 +217,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("sent", pa.int64()),
             pa.field("lost", pa.int64()),
             pa.field("recovered", pa.int64()),
+            pa.field("duplicated", pa.int64()),  # of them delivered more than once
         ],
         metadata=_META,
     ),
@@ -388,8 +389,10 @@ def fault_messages(
 ) -> list[dict[str, int | None]]:
     """Per fault: the messages handed to send() in its seconds (from the senders' marks,
     the first seq of every second), how many of them were lost and how many recovered
-    (as in the run's totals, restricted to those seqs). Unknown (None) where the run's
-    own figure is unknown or a sender has no marks (archives from before marks)."""
+    (as in the run's totals, restricted to those seqs), and how many were delivered more
+    than once (again to one receiver node, or to two). Unknown (None) where the run's own
+    figure is unknown or a sender has no marks (archives from before marks), and
+    duplicated where a receiver's record predates the seqs it got again."""
     rid = meta.run_id
     sids = sorted({k[2] for k in results if k[0] in ("snt", "rcv") and k[1] == rid})
     snt = {sid: results.get(("snt", rid, sid)) for sid in sids}
@@ -403,11 +406,12 @@ def fault_messages(
     out: list[dict[str, int | None]] = []
     for f in fault_rows:
         if no_marks or "sent" in unknown:
-            out.append({"sent": None, "lost": None, "recovered": None})
+            out.append({"sent": None, "lost": None, "recovered": None, "duplicated": None})
             continue
         start = f["start_ms"] // 1000 * 1000
         end = None if f["end_ms"] is None else f["end_ms"] // 1000 * 1000
         sent_n, lost, recovered = 0, 0, 0
+        duplicated: int | None = 0
         for sid in sids:
             s = snt[sid]
             if s is None:
@@ -425,11 +429,17 @@ def fault_messages(
             confirmed = codecs.decode_bitmap(s["confirmed_bitmap"]) & window
             lost += len(confirmed - seen - held.get(sid, BitMap64()))
             recovered += len((seen & window) - confirmed)
+            multi = r.get("multi_bitmap") if r else ""
+            if multi is None or duplicated is None:
+                duplicated = None
+            elif multi:
+                duplicated += len(codecs.decode_bitmap(multi) & window)
         out.append(
             {
                 "sent": sent_n,
                 "lost": None if "lost" in unknown else lost,
                 "recovered": None if "recovered" in unknown else recovered,
+                "duplicated": None if "duplicated" in unknown else duplicated,
             }
         )
     return out

@@ -126,7 +126,9 @@ def test_the_messages_of_a_fault_lost_and_recovered_counted_by_hand() -> None:
 
     from pyroaring import BitMap64
 
+    from mqlab.results.archive import codecs
     from mqlab.results.archive.codecs import encode_bitmap
+    from mqlab.results.summary import partials
     from mqlab.results.summary.tables import fault_messages
 
     def bm(seqs: Any) -> str:
@@ -137,21 +139,35 @@ def test_the_messages_of_a_fault_lost_and_recovered_counted_by_hand() -> None:
     marks = [[T0 + s * 1000, s * 10] for s in range(5)]
     confirmed = set(range(50)) - {25, 26, 27}  # 3 sends failed in the fault
     received = set(range(50)) - {21, 22, 23, 26, 27, 45}  # 25 recovered; 21-23, 45 missing
+    # two receiver nodes: node A got 24 twice and 30 once, node B got 30 and 31 and 44;
+    # merged as the job merges them, 24 (again on A), 30 (on A and B) and 44 (on B twice)
+    # were delivered more than once; 31 only once (only B got it)
+    node_a = {"bitmap": bm(received - {31, 44}), "again_bitmap": bm([24])}
+    node_b = {"bitmap": bm([30, 31, 44]), "again_bitmap": bm([44])}
+    merged = partials._merge_records("rcv", [node_a, node_b])
+    assert codecs.decode_bitmap(merged["multi_bitmap"]) == BitMap64([24, 30, 44])
     results = {
         ("snt", "r", 1): {"sent": 50, "confirmed_bitmap": bm(confirmed), "marks": marks},
-        ("rcv", "r", 1): {"bitmap": bm(received)},
+        ("rcv", "r", 1): merged,
         ("und", "r"): {"count": 1, "senders": {"1": bm([23])}},  # 23 still in the broker
     }
     rows = [{"start_ms": T0 + 2_500, "end_ms": T0 + 3_200}, {"start_ms": T0, "end_ms": None}]
     got = fault_messages(results, SimpleNamespace(run_id="r"), rows, {})
     assert got == [
-        {"sent": 20, "lost": 2, "recovered": 1},  # lost 21, 22 (23 is undrained); 25 back
-        {"sent": 50, "lost": 3, "recovered": 1},  # the whole run: 45 lost too
+        # lost 21, 22 (23 is undrained); 25 back; 24 and 30 twice (44 is not of its seconds)
+        {"sent": 20, "lost": 2, "recovered": 1, "duplicated": 2},
+        {"sent": 50, "lost": 3, "recovered": 1, "duplicated": 3},  # the run: 45 lost, 44 twice
+    ]
+    # a receiver's record from before it kept what it got again: duplicated unknown
+    old = partials._merge_records("rcv", [node_a, {"bitmap": bm([30, 31, 44])}])
+    results[("rcv", "r", 1)] = old
+    assert fault_messages(results, SimpleNamespace(run_id="r"), rows[:1], {}) == [
+        {"sent": 20, "lost": 2, "recovered": 1, "duplicated": None}
     ]
     # an archive without marks, or with sends unknown: unknown, never 0
     del results[("snt", "r", 1)]["marks"]
     assert fault_messages(results, SimpleNamespace(run_id="r"), rows[:1], {}) == [
-        {"sent": None, "lost": None, "recovered": None}
+        {"sent": None, "lost": None, "recovered": None, "duplicated": None}
     ]
 
 
@@ -180,12 +196,12 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
     nats = {"broker": "nats", "profile": "nats-r3"}
     redis = {"broker": "redis", "profile": "redis-async"}
 
-    def f(action: str, lost: int | None, repeats: int, quiet: int, kind: str = "") -> dict:
+    def f(action: str, lost: int | None, dup: int, quiet: int, kind: str = "") -> dict:
         return {
             "action": action,
             "kind": kind,
             "lost": lost,
-            "repeats": repeats,
+            "duplicated": dup,
             "unavailable_send_s": quiet,
         }
 
@@ -201,10 +217,12 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
     )
     text = "\n".join(lines)
     assert "| broker | profile | kill_leader | crash_all | partition: x |" in text
-    assert "| nats | nats-r3 | lost 0 · repeats 3 · 2 s | lost 0 · repeats 0 · 4 s | – |" in text
     assert (
-        "| redis | redis-async | lost 17 · repeats 0 · 5 s | – | lost unknown · repeats 1 · 0 s |"
-        in text
+        "| nats | nats-r3 | lost 0 · duplicated 3 · 2 s | lost 0 · duplicated 0 · 4 s | – |" in text
+    )
+    assert (
+        "| redis | redis-async | lost 17 · duplicated 0 · 5 s | – "
+        "| lost unknown · duplicated 1 · 0 s |" in text
     )
     assert "| pg | postgres-sync | unknown | unknown | unknown |" in text
     assert markdown.fault_matrix([(nats, [])]) == []

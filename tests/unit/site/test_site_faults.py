@@ -36,6 +36,7 @@ FAULT_COLUMNS = (
     ("sent in it", "sent"),
     ("of them lost", "lost"),
     ("recovered", "recovered"),
+    ("duplicated", "duplicated"),
 )
 CHECKER = ("lost", "unexpected", "duplicated", "recovered")
 
@@ -114,7 +115,7 @@ def expected_matrix_cell(faults: list[dict[str, Any]], kind: str) -> str:
     if not of_kind:
         return "–"
     return " / ".join(
-        f"lost {_count(f['lost'])} · repeats {_count(f['repeats'])} · "
+        f"lost {_count(f['lost'])} · duplicated {_count(f['duplicated'])} · "
         f"{_seconds(f['unavailable_send_s'])}"
         for f in of_kind
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mqlab.results.archive import codecs, hlog
+from mqlab.results.archive import codecs, hlog, records
 from mqlab.workload import envelope
 from mqlab.workload.recorder import DeliveryTracker, IntervalRecorder, ReceiverStats, SenderStats
 from mqlab.workload.schedules import FixedRate
@@ -89,6 +89,12 @@ def test_redeliveries_and_duplicates_are_not_first_deliveries_nor_reorders() -> 
     assert r.reordered == 0 and sorted(r.seqs) == [0, 1, 2, 3, 4]
     dup = _add(t, 1, [(1, 7), (1, 7)])  # the same seq twice in one batch
     assert dup.tolist() == [True, False]
+    # what this node got more than once: 1 (again later), 7 (twice in a batch); not 3,
+    # which the broker flagged but this node had never seen
+    assert sorted(r.again or []) == [1, 7]
+    assert records.ReceivedSender.from_json(r.to_json()).again == r.again
+    old = {k: v for k, v in r.to_json().items() if k != "again_bitmap"}
+    assert records.ReceivedSender.from_json(old).again is None  # from before: unknown
 
 
 def test_sequence_numbers_are_64_bit() -> None:
