@@ -110,10 +110,15 @@ class Receiver(ABC):
 
     @abstractmethod
     def ack(self, deliveries: Sequence[Delivery]) -> None:
-        """Acknowledge (remove) ``deliveries``; return when the broker accepted the acks."""
+        """Acknowledge (remove) ``deliveries``, in order. Returning means at least that the
+        acks were handed to the client library, which writes them in order; each driver's
+        docstring says what more it guarantees (the broker's confirmation, awaited here or
+        by ``close``). An ack of a delivery not handed out, or acked already, is refused
+        with DriverError where the driver tracks what it handed out."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release the connection; unacked deliveries become visible again later."""
+        """Flush pending acks and release the connection; unacked deliveries (and those
+        read ahead, never handed out) become visible again later."""
 
 
 class Driver(ABC):

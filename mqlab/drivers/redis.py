@@ -10,7 +10,27 @@
   consumer gets its unacked entries back at once), then every
   ``reclaim_interval_s`` takes over entries idle longer than
   ``visibility_timeout_s`` (XAUTOCLAIM), otherwise reads new entries (``>``).
-- ack: XACK (and XDEL, so streams do not grow) in one pipeline.
+  With ``prefetch`` > 0 (the default) a read asks for up to ``prefetch`` entries (at
+  least the receive batch) into a local buffer, and ``receive`` hands them out from
+  there, reading again (without blocking) once the buffer is half empty, and blocking
+  for new entries only when it is empty. Entries read are pending for this consumer,
+  hidden from the others; one held longer than half of ``visibility_timeout_s`` is not
+  handed out but left to XAUTOCLAIM (XAUTOCLAIM could otherwise hand it to another
+  receiver while this one hands it out), and ``close`` leaves the ones never handed
+  out pending: a receiver reusing the name re-reads them at once, any other one takes
+  them with XAUTOCLAIM after ``visibility_timeout_s``.
+- ack: XACK (and XDEL, so streams do not grow), one command per key for the whole
+  call. With ``prefetch`` > 0 every command of a receiver goes over one connection,
+  and ``ack`` returning means the acks were written to it, in the order of
+  ``deliveries``, without waiting for the replies: Redis runs them before anything the
+  receiver sends later (a receiver's later reads never see its acked entries); their
+  replies are read before the next read's reply, and by ``close`` (an error reply is
+  logged: that entry comes again). An ack lost with a connection means its entry
+  comes again (at least once). A delivery this receiver did not hand out, or acked
+  already, is not acked (``DriverError``, after acking the others): an entry still
+  held cannot be acked.
+- ``prefetch = 0`` is the behaviour before prefetch: each ``receive`` reads at most
+  its batch, and ``ack`` waits for the replies of XACK and XDEL (one pipeline).
 - redelivery: entries re-read from the own backlog or taken over by XAUTOCLAIM
   are flagged redelivered; ``redelivery_timeout_s`` is ``visibility_timeout_s``
   plus ``reclaim_interval_s`` (XAUTOCLAIM only runs that often).
@@ -42,6 +62,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,12 +73,16 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from mqlab.drivers.base import IDENTIFY_PREFIX_BYTES, Delivery, Driver, Receiver, Remaining, Sender
+from mqlab.drivers.held import Held
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
 FIELD = b"m"
 PAGE = 10_000  # entries per XRANGE / XPENDING call in remaining()
+HOLD_FRACTION = 0.5  # an entry read ahead and held longer than this part of the visibility
+# timeout is not handed out (XAUTOCLAIM may give it to another receiver soon)
+REFILL_PAUSE_S = 0.005  # after a read ahead that found too little, none for this long
 
 
 @dataclass(frozen=True)
@@ -72,6 +97,14 @@ class Settings:
     )
     reclaim_interval_s: float = spec(5.0, min=0.05, help="how often a receiver runs XAUTOCLAIM")
     delete_on_ack: bool = spec(True, help="XDEL acked entries so streams do not grow")
+    prefetch: int = spec(
+        256,
+        min=0,
+        max=65_536,
+        help="entries per receiver read ahead of receive() into a local buffer (at least the "
+        "receive batch); acks are then written without waiting for their replies; "
+        "0: each receive() reads at most its batch and each ack() waits, as before prefetch",
+    )
     socket_timeout_s: float = spec(30.0, min=1.0)
 
 
@@ -158,7 +191,116 @@ class RedisSender(Sender):
         close_client(self.r)
 
 
+class _Calls:
+    """``prefetch = 0``: every command is a round trip of its own (redis-py's client)."""
+
+    def __init__(self, r: redis.Redis):
+        self.r = r
+
+    def call(self, *args: Any, **options: Any) -> Any:
+        return self.r.execute_command(*args, **options)
+
+    def send(self, commands: Sequence[tuple[Any, ...]]) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        pipe.execute()
+
+    def settle(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+class _Wire:
+    """One connection to the primary: ``send`` writes commands at once and leaves their
+    replies to be read, in order, before the reply of the next ``call`` (or in
+    ``settle``). Redis runs a connection's commands in the order written, so a command
+    sent takes effect before anything written after it."""
+
+    UNREAD_MAX = 10_000  # replies left unread before send reads them
+
+    def __init__(self, r: redis.Redis):
+        self.r = r
+        self.conn: Any = None
+        self.unread: deque[str] = deque()  # command names whose replies were not read yet
+
+    def _conn(self) -> Any:
+        if self.conn is None:  # the pool hands it out connected
+            self.conn = self.r.connection_pool.get_connection()
+        return self.conn
+
+    def _write(self, commands: Sequence[tuple[Any, ...]]) -> None:
+        conn = self._conn()
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))
+        except BaseException:
+            self.reset()
+            raise
+        self.unread.extend(str(c[0]) for c in commands)
+
+    def _read(self, options: dict[str, Any] | None = None) -> Any:
+        """The reply of the oldest command not read yet (an error reply raises)."""
+        name = self.unread.popleft()
+        try:
+            return self.r.parse_response(self.conn, name, **(options or {}))
+        except redis.ResponseError:
+            raise  # the connection is fine
+        except BaseException:
+            self.reset()
+            raise
+
+    def _read_sent(self) -> None:
+        """Read the reply of a command only sent; an error reply is logged (an ack that
+        failed: the entry is delivered again)."""
+        name = self.unread[0]
+        try:
+            self._read()
+        except redis.ResponseError as e:
+            LOG.warning("redis: %s failed: %s", name, e)
+
+    def send(self, commands: Sequence[tuple[Any, ...]]) -> None:
+        self._write(commands)
+        if len(self.unread) > self.UNREAD_MAX:
+            self.settle()
+
+    def settle(self) -> None:
+        """Read every reply still unread."""
+        while self.unread:
+            self._read_sent()
+
+    def call(self, *args: Any, **options: Any) -> Any:
+        """Run one command and return its reply, reading the earlier replies first."""
+        self._write([args])
+        while len(self.unread) > 1:
+            self._read_sent()
+        return self._read(options)
+
+    def reset(self) -> None:
+        """Drop the connection (after a failure: replies still due are lost). The next
+        command takes one from the pool, which connects it there: to the primary the
+        sentinels name then, when they are followed."""
+        self.unread.clear()
+        if self.conn is not None:
+            self.conn.disconnect()
+            self.close()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.r.connection_pool.release(self.conn)
+            self.conn = None
+
+
 class RedisReceiver(Receiver):
+    """Reads ahead into a local buffer (``prefetch`` > 0; module docstring).
+
+    With ``prefetch`` > 0 every command goes over one connection (``_Wire``): acks are
+    written without waiting for their replies, which are read with the next read; a
+    ``receive`` served from the buffer with nothing due makes no system call. With
+    ``prefetch = 0`` (the behaviour before prefetch) each ``receive`` reads at most its
+    batch and each ``ack`` waits for XACK (and XDEL)."""
+
     def __init__(self, driver: RedisDriver, name: str):
         self.driver = driver
         self.name = name
@@ -166,6 +308,10 @@ class RedisReceiver(Receiver):
         s: Settings = driver.settings
         self.keys = driver.keys
         self.group = driver.group
+        self.prefetch = s.prefetch
+        self.io: _Calls | _Wire = _Wire(self.r) if s.prefetch else _Calls(self.r)
+        self.held = Held(s.visibility_timeout_s * HOLD_FRACTION)
+        self.dry_until = 0.0  # no read ahead before this (the last one found too little)
         self.min_idle_ms = int(s.visibility_timeout_s * 1000)
         self.reclaim_interval = s.reclaim_interval_s
         self.last_reclaim = time.monotonic()
@@ -184,13 +330,15 @@ class RedisReceiver(Receiver):
                     continue
                 out.append(Delivery(fields[FIELD], (key, entry_id), redelivered))
         if stale:
-            self._ack_ids(stale)
+            self.io.send(self._ack_commands(stale))
         return out
 
-    def _read_backlog(self, max_messages: int) -> list[Delivery]:
+    def _read_backlog(self, want: int) -> list[Delivery]:
         while self.backlog:
             key, last = next(iter(self.backlog.items()))
-            reply: Any = self.r.xreadgroup(self.group, self.name, {key: last}, count=max_messages)
+            reply: Any = self.io.call(
+                "XREADGROUP", "GROUP", self.group, self.name, "COUNT", want, "STREAMS", key, last
+            )
             entries = reply[0][1] if reply else []
             if not entries:
                 del self.backlog[key]
@@ -201,19 +349,21 @@ class RedisReceiver(Receiver):
                 return got
         return []
 
-    def _reclaim(self, max_messages: int) -> list[Delivery]:
+    def _reclaim(self, want: int) -> list[Delivery]:
         self.last_reclaim = time.monotonic()
         out: list[Delivery] = []
         for key in self.keys:
-            if len(out) >= max_messages:
+            if len(out) >= want:
                 break
-            reply = self.r.xautoclaim(
+            reply = self.io.call(
+                "XAUTOCLAIM",
                 key,
                 self.group,
                 self.name,
                 self.min_idle_ms,
-                start_id=self.cursors[key],
-                count=max_messages - len(out),
+                self.cursors[key],
+                "COUNT",
+                want - len(out),
             )
             self.cursors[key] = reply[0]
             out += self._deliveries([(key, reply[1])], True)
@@ -221,61 +371,103 @@ class RedisReceiver(Receiver):
                 LOG.debug("redis: %d pending entries of %s were deleted", len(reply[2]), key)
         return out
 
-    def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
-        try:
-            if self.backlog:
-                got = self._read_backlog(max_messages)
-                if got:
-                    return got
-            if time.monotonic() - self.last_reclaim >= self.reclaim_interval:
-                got = self._reclaim(max_messages)
-                if got:
-                    return got
-            keys, count = read_plan(self.keys, self.rotate, max_messages)
-            self.rotate = (self.rotate + len(keys)) % len(self.keys)
+    def _read(self, want: int, timeout_s: float | None) -> list[Delivery]:
+        """Own pending entries first, then (every ``reclaim_interval_s``) entries idle past
+        the visibility timeout, else new ones: at most ``want``; ``timeout_s`` None: no
+        waiting for new ones."""
+        if self.backlog:
+            got = self._read_backlog(want)
+            if got:
+                return got
+        if time.monotonic() - self.last_reclaim >= self.reclaim_interval:
+            got = self._reclaim(want)
+            if got:
+                return got
+        keys, count = read_plan(self.keys, self.rotate, want)
+        self.rotate = (self.rotate + len(keys)) % len(self.keys)
+        args: list[Any] = ["XREADGROUP", "GROUP", self.group, self.name, "COUNT", count]
+        if timeout_s is not None:
             block = min(int(timeout_s * 1000), self.max_block_ms)
-            reply = self.r.xreadgroup(
-                self.group,
-                self.name,
-                {k: b">" for k in keys},
-                count=count,
-                block=block if block > 0 else None,
-            )
-            return self._deliveries(reply, False)
+            if block > 0:
+                args += ["BLOCK", block]
+        reply = self.io.call(*args, "STREAMS", *keys, *[b">"] * len(keys))
+        return self._deliveries(reply, False)
+
+    def _wanted(self, max_messages: int, now: float) -> int:
+        """How many entries to read now: the capacity (at least the batch) once the buffer
+        is half empty, unless the last read ahead found too little a moment ago."""
+        capacity = max(self.prefetch, max_messages)
+        if not self.held:
+            return capacity
+        if len(self.held) > capacity // 2 or now < self.dry_until:
+            return 0
+        return capacity - len(self.held)
+
+    def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
+        now = time.monotonic()
+        if self.held and not (self.held.has_stale(now) or self._wanted(max_messages, now) > 0):
+            return self.held.take(max_messages)  # nothing to read: no system call
+        try:
+            stale = self.held.stale(now)
+            if stale:  # still pending: XAUTOCLAIM hands them out again
+                LOG.info("redis: %d entries read ahead held too long, dropped", len(stale))
+            want = self._wanted(max_messages, now)
+            if want > 0:
+                ahead = bool(self.held)
+                got = self._read(want, None if ahead else timeout_s)
+                if ahead and len(got) < want:
+                    self.dry_until = now + REFILL_PAUSE_S
+                self.held.add(got, time.monotonic())
         except redis.RedisError as e:
             self._after_failure()
             raise DriverError(f"redis: receive failed: {e}") from e
+        return self.held.take(max_messages)
 
     def _after_failure(self) -> None:
         """Following sentinels, a failed call may mean a new primary: read the own pending
-        entries from it again (it may hold deliveries whose reply or ack was lost)."""
+        entries from it again (it may hold deliveries whose reply or ack was lost); those
+        held here come again that way."""
         if self.driver.sentinels:
             self.backlog = {k: b"0" for k in self.keys}
+            self.held.drop()
 
-    def _ack_ids(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+    def _ack_commands(self, items: Sequence[tuple[bytes, bytes]]) -> list[tuple[Any, ...]]:
         by_key: dict[bytes, list[bytes]] = {}
         for key, entry_id in items:
             by_key.setdefault(key, []).append(entry_id)
-        pipe = self.r.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         for key, ids in by_key.items():
-            pipe.xack(key, self.group, *ids)
+            commands.append(("XACK", key, self.group, *ids))
             if self.driver.settings.delete_on_ack:
-                pipe.xdel(key, *ids)
-        pipe.execute()
+                commands.append(("XDEL", key, *ids))
+        return commands
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
-        if not deliveries:
-            return
-        try:
-            self._ack_ids([d.handle for d in deliveries])
-        except redis.RedisError as e:
-            self._after_failure()
-            raise DriverError(f"redis: ack failed: {e}") from e
+        ok, refused = self.held.acked(deliveries)
+        if ok:
+            try:
+                self.io.send(self._ack_commands([d.handle for d in ok]))
+            except redis.RedisError as e:
+                self._after_failure()
+                raise DriverError(f"redis: ack failed: {e}") from e
+        if refused:
+            raise DriverError(
+                f"redis: {refused} of {len(deliveries)} deliveries were not handed out by "
+                "this receiver or were acked already: not acked"
+            )
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            close_client(self.r)
-        self.driver.release_name(self.name)
+        try:
+            self.io.settle()
+        except redis.RedisError as e:  # closing anyway: unacked entries come again
+            LOG.warning("redis: receiver closed without its acks confirmed: %s", e)
+        finally:
+            if isinstance(self.io, _Wire):
+                with contextlib.suppress(Exception):
+                    self.io.close()
+            with contextlib.suppress(Exception):
+                close_client(self.r)
+            self.driver.release_name(self.name)
 
 
 class RedisDriver(Driver):

@@ -25,6 +25,9 @@ class Target:
     remaining_exact: bool = True  # remaining().count is exact at once (not approximate)
     remaining_counts_unacked: bool = True  # remaining() counts deliveries of open receivers
     acks_remove_at_once: bool = True  # False: only once all earlier ones are acked (offsets)
+    # a receiver holds deliveries fetched ahead of receive() (the driver's prefetch): the
+    # broker counts them as delivered (in flight) as well as those handed out unacked
+    prefetches: bool = False
 
 
 def _nats() -> Any:
@@ -78,13 +81,19 @@ def _sqs() -> Any:
 
 
 TARGETS: dict[str, Target] = {
-    "nats": Target("nats", _nats, visibility_s=2.0),
-    "redis": Target("redis", _redis, visibility_s=2.0),
+    "nats": Target("nats", _nats, visibility_s=2.0, prefetches=True),
+    "redis": Target("redis", _redis, visibility_s=2.0, prefetches=True),
     # acked entries stay in the streams: remaining() must not count them
-    "redis-keep": Target("redis", _redis_keep, visibility_s=2.0),
+    "redis-keep": Target("redis", _redis_keep, visibility_s=2.0, prefetches=True),
     # no visibility timeout: RabbitMQ redelivers when the receiver's channel closes;
     # remaining() reports only ready messages (not those held by open channels)
-    "rabbitmq": Target("rabbitmq", _rabbitmq, visibility_s=None, remaining_counts_unacked=False),
+    "rabbitmq": Target(
+        "rabbitmq",
+        _rabbitmq,
+        visibility_s=None,
+        remaining_counts_unacked=False,
+        prefetches=True,
+    ),
     # tansu: one node (replicas lowered); uncommitted offsets return after a rebalance.
     # Redeliveries are flagged from the delivered marks in the commit metadata, which
     # tansu drops: a new receiver cannot know (test_kafka.py checks what does work)
@@ -95,6 +104,7 @@ TARGETS: dict[str, Target] = {
         nodes=1,
         reports_redelivery=False,
         acks_remove_at_once=False,
+        prefetches=True,
     ),
     # SQS's message counts are approximate (moto's happen to be exact)
     "sqs": Target("sqs", _sqs, visibility_s=2.0, nodes=1, remaining_exact=False),

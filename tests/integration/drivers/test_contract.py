@@ -155,6 +155,83 @@ def test_unacked_messages_of_a_dead_receiver_are_redelivered(
             survivor.close()
 
 
+def test_what_a_closed_receiver_held_goes_to_another_receiver(
+    contract: tuple[Driver, Target],
+) -> None:
+    """A receiver hands out two messages, holds the rest fetched ahead (where the driver
+    prefetches) and closes without acking: another receiver, open all along, gets every
+    message once, within the redelivery timeout (or, on a broker without one, once the
+    channel closed); the two handed out come flagged redelivered."""
+    driver, target = contract
+    n = 30
+    s, first = driver.sender(), driver.receiver()
+    other: Any = None
+    closed = False
+    try:
+        s.send(_messages(n))
+        taken = _drain(first, 2, max_n=2, ack=False)
+        assert len(taken) == 2
+        other = driver.receiver()  # before the first one closes: no name or channel reused
+        first.close()
+        closed = True
+        if target.visibility_s is None:
+            bound_s = CLOSE_REDELIVERY_BOUND_S
+        else:
+            bound_s = target.visibility_s * 3 + 10
+        got: list[Delivery] = []
+        deadline = time.monotonic() + bound_s
+        while len(set(_seqs(got))) < n:
+            assert time.monotonic() < deadline, f"{n - len(set(_seqs(got)))} never came again"
+            batch = other.receive(10, 0.5)
+            assert len(batch) <= 10
+            other.ack(batch)
+            got += batch
+        assert sorted(_seqs(got)) == list(range(n))  # every message, each once
+        if target.reports_redelivery:
+            handed = set(_seqs(taken))
+            assert all(d.redelivered for d in got if envelope.decode(d.payload)[1] in handed)
+    finally:
+        s.close()
+        if not closed:
+            first.close()
+        if other is not None:
+            other.close()
+
+
+def test_two_prefetching_receivers_never_get_the_same_message(
+    contract: tuple[Driver, Target],
+) -> None:
+    """Both receivers alive, receiving and acking in turn: every message comes once, to one
+    of them (no duplicates in a clean run). Two at a time, while the other receiver waits
+    0.1 s for messages it may not get: a receiver that fetched all of them ahead holds the
+    last ones longer than the visibility timeout, and must not hand out any that the
+    broker meanwhile gave to the other one."""
+    driver, _ = contract
+    n = 60
+    s, r1, r2 = driver.sender(), driver.receiver(), driver.receiver()
+    try:
+        sent = _messages(n)
+        for i in range(0, n, 20):
+            s.send(sent[i : i + 20])
+        got: list[Delivery] = []
+        deadline = time.monotonic() + 60
+        quiet = False  # all came, then a round in which nothing more did
+        while not quiet and time.monotonic() < deadline:
+            had = len(got)
+            for r in (r1, r2):
+                batch = r.receive(2, 0.1)
+                assert len(batch) <= 2
+                r.ack(batch)
+                got += batch
+            quiet = had >= n and len(got) == had
+        seqs = _seqs(got)
+        assert len(seqs) == len(set(seqs)), "a message came twice"
+        assert sorted(seqs) == list(range(n))
+    finally:
+        for c in (s, r1, r2):
+            c.close()
+
+
 def test_setup_is_idempotent(contract: tuple[Driver, Target]) -> None:
     driver, _ = contract
     s = driver.sender()
@@ -313,7 +390,11 @@ def test_remaining_counts_and_identifies_what_the_broker_holds(
     held = _remaining(driver, target, len(left))
     if target.remaining_counts_unacked:
         _check_held(driver, target, driver.remaining(identify=True), left, sent)
-        assert held.in_flight in (None, len(taken) - len(acked))
+        unacked = len(taken) - len(acked)
+        if target.prefetches:  # what the holder fetched ahead is in flight as well
+            assert held.in_flight is None or unacked <= held.in_flight <= n - len(acked)
+        else:
+            assert held.in_flight in (None, unacked)
     else:  # ready messages only: the holder's channel has the rest (its prefetch)
         assert held.count <= n - len(taken) and held.in_flight is None
     holder.close()  # dies without acking the others: they are still there

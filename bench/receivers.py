@@ -1,0 +1,151 @@
+"""Benchmark: one receiver thread draining a preloaded queue, before and after prefetch.
+
+Issue 13 ("receivers that keep up"): with one round trip to fetch and one to ack per
+message, one NATS receiver thread got 359 msg/s while one sender sent 755 msg/s. For
+NATS (profile ``nats-r3``) and Redis (profile ``redis-wait1``), on local 3-node
+clusters this script starts and stops itself, it preloads N messages of 128 B, then
+times ONE receiver thread (receive batch 1 and an ack after each receive, as in the
+ordered-stream experiment) until every message was received and acked and the
+receiver closed, twice on a fresh queue each:
+
+- before: ``prefetch = 0``, the drivers' code path before prefetch (one fetch or
+  XREADGROUP per receive, an ack that waits for the server); it is slow, so it stops
+  after ``--before-s`` seconds and its rate counts what it got until then;
+- after: the profile as it is, so the driver's default ``prefetch`` (or the values of
+  ``--prefetch``, to choose that default).
+
+Prints msgs/s before and after and their ratio per broker. The reference is the old
+code path measured in the same invocation, on the same clusters.
+
+    .venv/bin/python bench/receivers.py [--messages 20000] [--prefetch 16,64,256,1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from mqlab.clusters import local
+from mqlab.drivers import registry
+from mqlab.scenario import PROJECT_PROFILES, load_profile
+from mqlab.workload import envelope
+
+PROFILES = {"nats": "nats-r3", "redis": "redis-wait1"}
+SEND_BATCH = 500  # messages per send() while preloading
+
+
+@dataclasses.dataclass(frozen=True)
+class Drained:
+    received: int
+    seconds: float
+    duplicates: int
+
+    @property
+    def rate(self) -> float:
+        return self.received / self.seconds
+
+
+def preload(driver: Any, n: int, size: int) -> None:
+    pool = envelope.PayloadPool(size, seed=1)
+    s = driver.sender()
+    try:
+        for seq in range(0, n, SEND_BATCH):
+            k = min(SEND_BATCH, n - seq)
+            s.send(envelope.encode_batch(0, seq, k, time.time_ns(), pool))
+    finally:
+        s.close()
+
+
+def drain(driver: Any, n: int, batch: int, limit_s: float) -> Drained:
+    """One receiver: receive(batch) and ack until ``n`` came or ``limit_s`` passed."""
+    r = driver.receiver()
+    seen: set[int] = set()
+    got = 0
+    start = time.monotonic()
+    try:
+        while got < n and time.monotonic() - start < limit_s:
+            deliveries = r.receive(batch, 0.5)
+            if deliveries:
+                r.ack(deliveries)
+            got += len(deliveries)
+            seen.update(envelope.decode(d.payload)[1] for d in deliveries)
+    finally:
+        r.close()  # flushes what the receiver still sends: part of the time
+    return Drained(got, time.monotonic() - start, got - len(seen))
+
+
+def measure(broker: str, cluster: Any, settings: Any, args: argparse.Namespace) -> Drained:
+    cls = registry.driver_class(broker)
+    driver = cls(settings, cluster.endpoints(), f"bench_rx_{uuid.uuid4().hex[:8]}")
+    driver.setup()
+    try:
+        preload(driver, args.messages, args.size)
+        limit_s = args.before_s if settings.prefetch == 0 else args.after_s
+        return drain(driver, args.messages, args.batch, limit_s)
+    finally:
+        driver.teardown()
+        driver.close()
+
+
+def describe(d: Drained, total: int) -> str:
+    part = f"{d.received:,}" if d.received == total else f"{d.received:,} of {total:,}"
+    dup = f", {d.duplicates} duplicates" if d.duplicates else ""
+    return f"{d.rate:,.0f} msg/s ({part} in {d.seconds:.1f} s{dup})"
+
+
+def bench(broker: str, root: Path, args: argparse.Namespace) -> list[str]:
+    profile = load_profile(PROJECT_PROFILES / f"{PROFILES[broker]}.toml")
+    lines = []
+    cluster = local.up(broker, root=root)
+    try:
+        before = measure(broker, cluster, dataclasses.replace(profile.settings, prefetch=0), args)
+        lines.append(
+            f"{broker} ({profile.name}): before (prefetch 0): {describe(before, args.messages)}"
+        )
+        for prefetch in args.prefetch or [profile.settings.prefetch]:
+            settings = dataclasses.replace(profile.settings, prefetch=prefetch)
+            after = measure(broker, cluster, settings, args)
+            lines.append(
+                f"{broker} ({profile.name}): after (prefetch {prefetch}): "
+                f"{describe(after, args.messages)}; ratio {after.rate / before.rate:.1f}x"
+            )
+            print(lines[-1], flush=True)
+    finally:
+        local.down(broker, root)
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--messages", type=int, default=20_000, help="preloaded per measurement")
+    ap.add_argument("--size", type=int, default=128, help="message bytes")
+    ap.add_argument("--batch", type=int, default=1, help="receive batch (max per receive)")
+    ap.add_argument("--brokers", default="nats,redis")
+    ap.add_argument(
+        "--prefetch",
+        type=lambda s: [int(x) for x in s.split(",")],
+        help="prefetch values to measure after (default: the driver's)",
+    )
+    ap.add_argument("--before-s", type=float, default=12.0, help="longest 'before' drain")
+    ap.add_argument("--after-s", type=float, default=60.0, help="longest 'after' drain")
+    args = ap.parse_args()
+    start = time.monotonic()
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="mqlab-bench-rx-") as d:
+        for broker in args.brokers.split(","):
+            lines += bench(broker, Path(d), args)
+    print(f"\none receiver thread, receive batch {args.batch}, {args.size} B messages:")
+    for line in lines:
+        print("  " + line)
+    print(f"({time.monotonic() - start:.0f} s in all)")
+
+
+if __name__ == "__main__":
+    main()
