@@ -162,8 +162,12 @@ def key_names(queue: str, streams: int) -> list[bytes]:
 
 
 class RedisSender(Sender):
+    """A batch is one write of its XADDs (and the WAIT) on one connection, then their
+    replies read in order: redis-py's pipeline, without its per-call machinery."""
+
     def __init__(self, driver: RedisDriver):
         self.r = driver.connect()
+        self.wire = _Wire(self.r)
         self.keys = driver.keys
         self.next_key = int.from_bytes(os.urandom(2), "big") % len(self.keys)
         self.wait = driver.settings.wait_replicas
@@ -172,14 +176,13 @@ class RedisSender(Sender):
     def send(self, batch: Sequence[bytes]) -> None:
         key = self.keys[self.next_key]
         self.next_key = (self.next_key + 1) % len(self.keys)
-        pipe = self.r.pipeline(transaction=False)
-        for m in batch:
-            pipe.xadd(key, {FIELD: m})
+        commands: list[tuple[Any, ...]] = [("XADD", key, "*", FIELD, m) for m in batch]
         if self.wait:
-            pipe.execute_command("WAIT", self.wait, self.wait_timeout_ms)
+            commands.append(("WAIT", self.wait, self.wait_timeout_ms))
         try:
-            results = pipe.execute()
+            results = self.wire.run(commands)
         except redis.RedisError as e:
+            self.wire.reset()  # a failover (READONLY) or a lost connection: reconnect next
             raise DriverError(f"redis: send failed: {e}") from e
         if self.wait and int(results[-1]) < self.wait:
             raise DriverError(
@@ -188,6 +191,7 @@ class RedisSender(Sender):
             )
 
     def close(self) -> None:
+        self.wire.close()
         close_client(self.r)
 
 
@@ -269,6 +273,22 @@ class _Wire:
         """Read every reply still unread."""
         while self.unread:
             self._read_sent()
+
+    def run(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Write ``commands`` at once, then read every reply (earlier ones first); the
+        first error reply raises once all are read (the connection stays in step)."""
+        self.settle()
+        self._write(commands)
+        out, error = [], None
+        for _ in commands:
+            try:
+                out.append(self._read())
+            except redis.ResponseError as e:
+                error = error or e
+                out.append(e)
+        if error is not None:
+            raise error
+        return out
 
     def call(self, *args: Any, **options: Any) -> Any:
         """Run one command and return its reply, reading the earlier replies first."""
