@@ -686,6 +686,7 @@ def _measure_run(
     # (when, action, node) of the second halves of faults: restart_node, resume_node;
     # heal with the key of the partition in ``cuts`` for node
     pending_restarts: list[tuple[float, str, int]] = []
+    fault_run = _FaultRun(cluster, driver, manifest, observer, pending_restarts, placement, cuts)
     t0 = time.monotonic()
     hard_deadline = t0 + w.max_run_s + 60
     drain_deadline: float | None = None
@@ -698,7 +699,7 @@ def _measure_run(
         elapsed = now - t0
         while faults and elapsed >= faults[0].at_s:
             f = faults.pop(0)
-            _apply_fault(f, cluster, driver, manifest, observer, pending_restarts, placement, cuts)
+            _apply_fault(f, fault_run)
         for pending in list(pending_restarts):
             if elapsed >= pending[0]:
                 pending_restarts.remove(pending)
@@ -755,25 +756,32 @@ def _leader(cluster: LocalCluster, driver: Driver, what: str, wait_s: float = LE
             time.sleep(1.0)
 
 
-def _apply_fault(
-    f: Any,
-    cluster: LocalCluster,
-    driver: Driver,
-    manifest: dict[str, Any],
-    observer: Observer,
-    pending: list[tuple[float, str, int]],
-    placement: Placement,
-    cuts: dict[int, Healable],
-) -> None:
+@dataclass
+class _FaultRun:
+    """What applying a fault touches: the cluster and driver, the manifest's fault log,
+    the second halves still to come (``pending``) and what is in place to heal (``cuts``)."""
+
+    cluster: LocalCluster
+    driver: Driver
+    manifest: dict[str, Any]
+    observer: Observer
+    pending: list[tuple[float, str, int]]
+    placement: Placement
+    cuts: dict[int, Healable]
+
+
+def _apply_fault(f: Any, ctx: _FaultRun) -> None:
+    cluster, driver, manifest, observer = ctx.cluster, ctx.driver, ctx.manifest, ctx.observer
+    pending = ctx.pending
     node = f.node
     if f.action == "partition":
-        _partition(f, cluster, driver, manifest, observer, pending, placement, cuts)
+        _partition(f, ctx)
         return
     if f.action == "netem":
-        _netem(f, cluster, manifest, observer, pending, placement, cuts)
+        _netem(f, ctx)
         return
     if f.action in scenario_mod.POWER_LOSS:
-        _power_loss(f, cluster, manifest, observer, pending, placement, cuts)
+        _power_loss(f, ctx)
         return
     if f.action == "kill_leader":
         node = _leader(cluster, driver, "kill_leader")
@@ -801,26 +809,25 @@ def _apply_fault(
     manifest["faults"].append(entry)
 
 
-def _partition(
-    f: Any,
-    cluster: LocalCluster,
-    driver: Driver,
-    manifest: dict[str, Any],
-    observer: Observer,
-    pending: list[tuple[float, str, int]],
-    placement: Placement,
-    cuts: dict[int, Healable],
-) -> None:
+def _on_own_hosts(placement: Placement, what: str) -> None:
+    """A fault between hosts needs hosts with network stacks of their own (the scenario
+    check refuses it earlier; this guards the run itself)."""
+    if not placement.remote:
+        raise FleetError(
+            f"{what} needs hosts of their own (every node is on this machine); "
+            'run on a lab: cluster.target = "netns"'
+        )
+
+
+def _partition(f: Any, ctx: _FaultRun) -> None:
     """Cut hosts apart with blackhole routes (``mqlab.fleet.partitions``); heal later."""
+    cluster, driver, manifest, observer = ctx.cluster, ctx.driver, ctx.manifest, ctx.observer
+    pending, placement, cuts = ctx.pending, ctx.placement, ctx.cuts
     node = f.node
     if f.partition in scenario_mod.LEADER_PARTITIONS:
         node = _leader(cluster, driver, f"partition {f.partition}")
     at_ms = int(time.time() * 1000)
-    if not placement.remote:
-        raise FleetError(
-            "a partition needs hosts of their own (every node is on this machine); "
-            'run on a lab: cluster.target = "netns"'
-        )
+    _on_own_hosts(placement, "a partition")
     clients = placement.client_hosts()
     routes = partitions.plan(f.partition, cluster.hosts, clients, node)
     hosts = {h.name: h for h in [*cluster.hosts, *clients]}
@@ -843,22 +850,12 @@ def _partition(
     pending.append((f.at_s + f.duration_s, "heal", key))
 
 
-def _netem(
-    f: Any,
-    cluster: LocalCluster,
-    manifest: dict[str, Any],
-    observer: Observer,
-    pending: list[tuple[float, str, int]],
-    placement: Placement,
-    cuts: dict[int, Healable],
-) -> None:
+def _netem(f: Any, ctx: _FaultRun) -> None:
     """Slow down node ``f.node``'s outbound link (``mqlab.fleet.linkfaults``); heal later."""
+    cluster, manifest, observer = ctx.cluster, ctx.manifest, ctx.observer
+    pending, placement, cuts = ctx.pending, ctx.placement, ctx.cuts
     at_ms = int(time.time() * 1000)
-    if not placement.remote:
-        raise FleetError(
-            "netem needs hosts of their own (every node is on this machine); "
-            'run on a lab: cluster.target = "netns"'
-        )
+    _on_own_hosts(placement, "netem")
     hosts = cluster.hosts
     peer = hosts[(f.node + 1) % len(hosts)].address if len(hosts) > 1 else hosts[0].address
     link = linkfaults.LinkFault(
@@ -902,17 +899,11 @@ class PowerCut:
             self.cluster.restart_nodes(self.nodes)
 
 
-def _power_loss(
-    f: Any,
-    cluster: LocalCluster,
-    manifest: dict[str, Any],
-    observer: Observer,
-    pending: list[tuple[float, str, int]],
-    placement: Placement,
-    cuts: dict[int, Healable],
-) -> None:
+def _power_loss(f: Any, ctx: _FaultRun) -> None:
     """Reboot broker hosts unsynced (``mqlab.fleet.powerloss``); their nodes are started
     again once the hosts are back (at ``restart_after_s`` at the soonest)."""
+    cluster, manifest, observer = ctx.cluster, ctx.manifest, ctx.observer
+    pending, placement, cuts = ctx.pending, ctx.placement, ctx.cuts
     if not placement.remote or placement.kind in ("local", "netns"):
         raise FleetError(
             f"{f.action} reboots a host's kernel: here that kernel is this machine's; "

@@ -230,6 +230,16 @@ def test_kill_leader_on_a_broker_without_leaders_is_refused(folder: Path) -> Non
 LAB = BASE.replace("nodes = 3", 'nodes = 3\ntarget = "netns"')
 
 
+def _refused_in_one_line(folder: Path, text: str, key: str, words: str) -> None:
+    """The scenario ``text`` is refused with one line naming the file, ``key`` and what."""
+    path = write(folder, text)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: {key}: ") and words in message, message
+    assert "\n" not in message
+
+
 @pytest.mark.parametrize(
     ("base", "fault", "key", "words"),
     [
@@ -278,12 +288,7 @@ LAB = BASE.replace("nodes = 3", 'nodes = 3\ntarget = "netns"')
 def test_bad_partitions_name_file_key_and_fix(
     folder: Path, base: str, fault: str, key: str, words: str
 ) -> None:
-    path = write(folder, base + f"[[faults]]\nat_s = 2\n{fault}\n")
-    with pytest.raises(ScenarioError) as info:
-        load_scenario(path)
-    text = str(info.value)
-    assert text.startswith(f"{path}: {key}: ") and words in text, text
-    assert "\n" not in text
+    _refused_in_one_line(folder, base + f"[[faults]]\nat_s = 2\n{fault}\n", key, words)
 
 
 def test_partitions_on_a_lab_load_and_round_trip(folder: Path) -> None:
@@ -384,12 +389,7 @@ def test_partitions_take_turns(folder: Path) -> None:
 def test_bad_netem_faults_name_file_key_and_fix(
     folder: Path, base: str, fault: str, key: str, words: str
 ) -> None:
-    path = write(folder, base + f"[[faults]]\nat_s = 2\n{fault}\n")
-    with pytest.raises(ScenarioError) as info:
-        load_scenario(path)
-    text = str(info.value)
-    assert text.startswith(f"{path}: {key}: ") and words in text, text
-    assert "\n" not in text
+    _refused_in_one_line(folder, base + f"[[faults]]\nat_s = 2\n{fault}\n", key, words)
 
 
 def test_netem_on_a_lab_loads_and_round_trips(folder: Path) -> None:
