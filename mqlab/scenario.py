@@ -513,13 +513,8 @@ def _cross_checks(
                 f'"{cluster.target}" that kernel is this machine\'s',
                 'run it on hosts of their own: target = "ssh" or "aws"',
             )
-        if f.action in POWER_LOSS and not registry.BROKERS[profile.broker].self_hosted:
-            raise ScenarioError(
-                path,
-                f"faults[{i}].action",
-                f"{profile.broker} runs on no host of the lab: no host to cut the power of",
-                "use a self-hosted broker",
-            )
+        if f.action in POWER_LOSS:
+            _check_self_hosted(path, f"faults[{i}]", profile, "no host to cut the power of")
         if f.duration_s is not None and f.action not in ("pause_node", "partition", "netem"):
             raise ScenarioError(
                 path,
@@ -564,20 +559,8 @@ def _cross_checks(
 def _check_partition(path: Path, i: int, f: Fault, cluster: Cluster, profile: Profile) -> None:
     """A partition: lab hosts only, a kind, how long, brokers to cut apart."""
     key = f"faults[{i}]"
-    if cluster.target == "local":
-        raise ScenarioError(
-            path,
-            f"{key}.action",
-            "a partition cuts hosts apart: every node of a local cluster is on this machine",
-            'run on a lab: cluster.target = "netns"',
-        )
-    if not registry.BROKERS[profile.broker].self_hosted:
-        raise ScenarioError(
-            path,
-            f"{key}.action",
-            f"{profile.broker} runs on no host of the lab: nothing to cut apart",
-            "use a self-hosted broker",
-        )
+    _check_lab(path, key, cluster, "a partition cuts hosts apart")
+    _check_self_hosted(path, key, profile, "nothing to cut apart")
     if f.partition is None:
         raise ScenarioError(
             path,
@@ -585,20 +568,7 @@ def _check_partition(path: Path, i: int, f: Fault, cluster: Cluster, profile: Pr
             "a partition needs which hosts to cut apart",
             "set partition = one of " + ", ".join(f'"{k}"' for k in PARTITION_KINDS),
         )
-    if f.duration_s is None:
-        raise ScenarioError(
-            path,
-            f"{key}.duration_s",
-            "a partition needs how long it lasts before it heals",
-            "set duration_s = 5 (seconds)",
-        )
-    if f.restart_after_s is not None:
-        raise ScenarioError(
-            path,
-            f"{key}.restart_after_s",
-            "partition takes no restart_after_s",
-            "use duration_s: the partition heals after it",
-        )
+    _check_heals(path, key, f, "a partition", "it heals", "the partition heals")
     if f.partition != "clients_from_leader" and cluster.nodes < 2:
         who = "the leader" if f.partition == "leader_from_brokers" else f"node {f.node}"
         raise ScenarioError(
@@ -622,20 +592,8 @@ def _check_netem(path: Path, i: int, f: Fault, cluster: Cluster, profile: Profil
                 'use action = "netem" to slow down or drop packets on a link',
             )
         return
-    if cluster.target == "local":
-        raise ScenarioError(
-            path,
-            f"{key}.action",
-            "netem slows a host's own link: every node of a local cluster is on this machine",
-            'run on a lab: cluster.target = "netns"',
-        )
-    if not registry.BROKERS[profile.broker].self_hosted:
-        raise ScenarioError(
-            path,
-            f"{key}.action",
-            f"{profile.broker} runs on no host of the lab: no link to slow down",
-            "use a self-hosted broker",
-        )
+    _check_lab(path, key, cluster, "netem slows a host's own link")
+    _check_self_hosted(path, key, profile, "no link to slow down")
     if not (f.delay_ms or f.loss_pct):
         raise ScenarioError(
             path,
@@ -650,19 +608,46 @@ def _check_netem(path: Path, i: int, f: Fault, cluster: Cluster, profile: Profil
             "jitter varies a delay: there is none",
             "set delay_ms as well",
         )
+    _check_heals(path, key, f, "netem", "the link heals", "the link heals")
+
+
+def _check_lab(path: Path, key: str, cluster: Cluster, what: str) -> None:
+    """A fault between hosts: refused on a local cluster (one machine, one network stack)."""
+    if cluster.target == "local":
+        raise ScenarioError(
+            path,
+            f"{key}.action",
+            f"{what}: every node of a local cluster is on this machine",
+            'run on a lab: cluster.target = "netns"',
+        )
+
+
+def _check_self_hosted(path: Path, key: str, profile: Profile, nothing: str) -> None:
+    """A fault on broker hosts: refused for a broker that runs on none (SQS)."""
+    if not registry.BROKERS[profile.broker].self_hosted:
+        raise ScenarioError(
+            path,
+            f"{key}.action",
+            f"{profile.broker} runs on no host of the lab: {nothing}",
+            "use a self-hosted broker",
+        )
+
+
+def _check_heals(path: Path, key: str, f: Fault, what: str, heals: str, fix: str) -> None:
+    """A fault that heals by itself: it needs duration_s and takes no restart_after_s."""
     if f.duration_s is None:
         raise ScenarioError(
             path,
             f"{key}.duration_s",
-            "netem needs how long it lasts before the link heals",
+            f"{what} needs how long it lasts before {heals}",
             "set duration_s = 5 (seconds)",
         )
     if f.restart_after_s is not None:
         raise ScenarioError(
             path,
             f"{key}.restart_after_s",
-            "netem takes no restart_after_s",
-            "use duration_s: the link heals after it",
+            f"{f.action} takes no restart_after_s",
+            f"use duration_s: {fix} after it",
         )
 
 

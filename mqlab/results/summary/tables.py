@@ -403,6 +403,23 @@ def fault_messages(
         if und is not None and und.get("count") is not None
         else {}
     )
+    # each sender's bitmaps decoded once, for every fault: (marks, sent, confirmed, seen,
+    # delivered more than once or None when unknown)
+    per_sender: dict[int, tuple[list[Any], int, BitMap64, BitMap64, BitMap64 | None]] = {}
+    if not no_marks:
+        for sid in sids:
+            s = snt[sid]
+            if s is None:
+                continue
+            r = results.get(("rcv", rid, sid))
+            multi = r.get("multi_bitmap") if r else ""
+            per_sender[sid] = (
+                sorted(s["marks"]),
+                s["sent"],
+                codecs.decode_bitmap(s["confirmed_bitmap"]),
+                codecs.decode_bitmap(r["bitmap"]) if r else BitMap64(),
+                None if multi is None else codecs.decode_bitmap(multi) if multi else BitMap64(),
+            )
     out: list[dict[str, int | None]] = []
     for f in fault_rows:
         if no_marks or "sent" in unknown:
@@ -412,28 +429,21 @@ def fault_messages(
         end = None if f["end_ms"] is None else f["end_ms"] // 1000 * 1000
         sent_n, lost, recovered = 0, 0, 0
         duplicated: int | None = 0
-        for sid in sids:
-            s = snt[sid]
-            if s is None:
-                continue
-            marks = sorted(s["marks"])
+        for sid, (marks, sent, all_confirmed, seen, again) in per_sender.items():
             lo = next((q for sec, q in marks if sec >= start), None)
             if lo is None:
                 continue
-            hi = next((q for sec, q in marks if end is not None and sec > end), s["sent"])
+            hi = next((q for sec, q in marks if end is not None and sec > end), sent)
             window = BitMap64()
             window.add_range(lo, hi)
             sent_n += hi - lo
-            r = results.get(("rcv", rid, sid))
-            seen = codecs.decode_bitmap(r["bitmap"]) if r else BitMap64()
-            confirmed = codecs.decode_bitmap(s["confirmed_bitmap"]) & window
+            confirmed = all_confirmed & window
             lost += len(confirmed - seen - held.get(sid, BitMap64()))
             recovered += len((seen & window) - confirmed)
-            multi = r.get("multi_bitmap") if r else ""
-            if multi is None or duplicated is None:
+            if again is None or duplicated is None:
                 duplicated = None
-            elif multi:
-                duplicated += len(codecs.decode_bitmap(multi) & window)
+            else:
+                duplicated += len(again & window)
         out.append(
             {
                 "sent": sent_n,
