@@ -124,6 +124,7 @@ MQPERF_COLUMNS = (
     ("lost", "Lost"),
     ("undrained", "Undrained"),
     ("duplicated", "Duplicated"),
+    ("marks", "Marks"),  # client-bound, receivers behind (mqlab.results.summary.saturation)
     ("status", "Status"),
 )
 
@@ -131,11 +132,18 @@ MQPERF_COLUMNS = (
 COST_COLUMNS = (("cost", "Cost $"), ("cost_per_m", "$ / M msgs"))  # runs on a priced lab
 
 
-def mqperf_table(rows: list[dict[str, Any]]) -> Table:
-    """The `run` table; the cost columns only when a run had a lab with a price."""
-    columns = list(MQPERF_COLUMNS)
+def mqperf_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(key, title) of the `run` table's columns: the cost columns only when a run had a
+    lab with a price, the marks only when a run has one."""
+    columns = [c for c in MQPERF_COLUMNS if c[0] != "marks" or any(r.get("marks") for r in rows)]
     if any(r.get("cost") for r in rows):
         columns[-1:-1] = COST_COLUMNS  # before the status
+    return columns
+
+
+def mqperf_table(rows: list[dict[str, Any]]) -> Table:
+    """The `run` table (:func:`mqperf_columns`)."""
+    columns = mqperf_columns(rows)
     t = Table(title="mqlab results (mqperf-style)")
     for key, col in columns:
         t.add_column(col, justify="left" if key in ("run", "status") else "right")
@@ -157,6 +165,7 @@ def mqperf_row(
     them (``markdown.processes_label``); without it, the scenario's processes_per_node,
     else 1 (an archive from before nodes ran several processes)."""
     from mqlab.results.report.unknown import show
+    from mqlab.results.summary.saturation import marks
 
     c = scenario["clients"]
     if processes is None:
@@ -182,11 +191,28 @@ def mqperf_row(
         "lost": show(d["lost"]),
         "undrained": show(d["undrained"]),
         "duplicated": show(d["duplicated"]),
+        "marks": ", ".join(marks(summary.get("saturation"))),
         # empty for a lab without a price per hour
         "cost": show(summary.get("cost_usd"), ",.4f") if priced else "",
         "cost_per_m": show(summary.get("cost_per_million_delivered_usd"), ",.4f") if priced else "",
         "status": status,
     }
+
+
+def mark_notes(summary: dict[str, Any], run: str) -> list[str]:
+    """One line per mark of the run (client-bound, receivers behind), with why: its
+    figures are not the broker's."""
+    sat = summary.get("saturation") or {}
+    out = []
+    if sat.get("client_bound"):
+        why = "; ".join(sat.get("client_bound_why") or [])
+        out.append(f"{run}: client-bound ({why}): the load generator's limit, not the broker's")
+    if sat.get("receivers_behind"):
+        out.append(
+            f"{run}: receivers behind ({sat.get('receivers_behind_why')}): processing latency "
+            "is mostly queueing"
+        )
+    return out
 
 
 def unknown_notes(summary: dict[str, Any], run: str) -> list[str]:
@@ -222,6 +248,7 @@ def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
         procs = processes_label(runs_row)
         rows.append(mqperf_row(sc, r.summary, r.scenario.label, r.status, procs))
         notes += unknown_notes(r.summary, r.scenario.label)
+        notes += mark_notes(r.summary, r.scenario.label)
     out.print(mqperf_table(rows))
     for line in notes:
         out.print(line, highlight=False)
@@ -316,11 +343,12 @@ def ls(
         for r in runs:
             out.print_json(json.dumps(listing.row(r)))
         return
+    columns, rows = listing.table([listing.row(r) for r in runs])
     t = Table()
-    for col in listing.COLUMNS:
+    for col in columns:
         t.add_column(col)
-    for r in runs:
-        t.add_row(*listing.cells(listing.row(r)))
+    for cells in rows:
+        t.add_row(*cells)
     out.print(t)
     hint = listing.fix_hint(runs)
     if hint:

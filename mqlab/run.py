@@ -40,8 +40,8 @@ from typing import Any, TypeAlias
 
 from pyroaring import BitMap64
 
+from mqlab import cpu, typed
 from mqlab import scenario as scenario_mod
-from mqlab import typed
 from mqlab.clusters import local
 from mqlab.clusters.base import LocalCluster
 from mqlab.drivers import registry
@@ -676,16 +676,42 @@ def _measure(
     """The measured run; a partition or netem still in place when it ends (completed,
     failed, interrupted, crashed) is healed before it returns."""
     cuts: dict[int, Healable] = {}  # partitions and netem in place, by their manifest entry
+    broker_cpu = _broker_cpu(cluster, run_dir, manifest)
     try:
         return _measure_run(
             s, run_dir, placement, cluster, driver, workers, manifest, observer, before, cuts
         )
     finally:
+        if broker_cpu is not None:
+            broker_cpu.stop()
         try:
             _heal_open(cuts, manifest, observer)
         except KeyboardInterrupt:  # a second Ctrl-C while healing: heal all the same
             _heal_open(cuts, manifest, observer)
             raise
+
+
+def _broker_cpu(
+    cluster: LocalCluster, run_dir: Path, manifest: dict[str, Any]
+) -> cpu.GroupRecorder | None:
+    """Record each broker node's CPU per second (``brokers/node-NN/cpu.csv``) where its
+    processes are this machine's (started here by mqlab); the manifest's ``cpu`` section
+    says whether it was recorded, and why not."""
+    hosts = cluster.hosts[: cluster.nodes]
+    if cluster.attached or not cluster.procs or not all(h.is_local for h in hosts):
+        where = "started by the image" if cluster.attached else "on other hosts"
+        manifest["cpu"] = {"brokers_recorded": False, "why": f"broker processes {where}"}
+        return None
+    manifest["cpu"] = {
+        "brokers_recorded": True,
+        "broker_cores": cpu.host_cores(),
+        "broker_nodes": sorted(cluster.procs),
+    }
+
+    def groups() -> dict[int, int]:
+        return {i: rec.pgid for i, rec in dict(cluster.procs).items()}
+
+    return cpu.GroupRecorder(groups, run_dir / layout.BROKERS).start()
 
 
 def _measure_run(

@@ -26,7 +26,7 @@ from typing import TextIO
 import numpy as np
 from pyroaring import BitMap64
 
-from mqlab import clock
+from mqlab import clock, cpu
 from mqlab.results.archive import codecs, layout
 from mqlab.results.archive.codecs import COUNT_FIELDS
 from mqlab.results.archive.hlog import IntervalLogWriter
@@ -309,6 +309,11 @@ class IntervalRecorder:
         self._counts_file = open(out_dir / layout.COUNTS, "w", encoding="ascii")  # noqa: SIM115
         self._files.append(self._counts_file)
         self._counts_file.write(codecs.counts_header())
+        # this process's CPU per interval (the same boundaries as counts.csv)
+        self._cpu_file = open(out_dir / layout.CPU, "w", encoding="ascii")  # noqa: SIM115
+        self._files.append(self._cpu_file)
+        self._cpu_file.write(codecs.cpu_header())
+        self._cpu_seen = cpu.self_cpu_us()
         self.senders: list[SenderStats] = []
         self.receivers: list[ReceiverStats] = []
         self.delivery = DeliveryTracker()
@@ -358,6 +363,13 @@ class IntervalRecorder:
                 codecs.counts_line(start_ms, end_ms - start_ms, last_ms, counts, lag_ms)
             )
             self._counts_file.flush()
+            user, system = cpu.self_cpu_us()
+            seen_user, seen_system = self._cpu_seen
+            self._cpu_seen = (user, system)
+            self._cpu_file.write(
+                codecs.cpu_line(start_ms, end_ms - start_ms, user - seen_user, system - seen_system)
+            )
+            self._cpu_file.flush()
             for k, v in counts.items():
                 self.totals[k] += v
             self.interval_start_ms = end_ms

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from mqlab import clock, typed
+from mqlab import clock, cpu, typed
 from mqlab.drivers import registry
 from mqlab.drivers.base import Endpoints
 from mqlab.results.archive import layout
@@ -212,6 +212,7 @@ class Worker:
                 messages=dict(rec.totals),
                 out_of_range=rec.out_of_range,
                 foreign=rec.delivery.foreign,
+                cores=cpu.host_cores(),
             ),
         )
         self.driver.close()

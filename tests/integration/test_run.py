@@ -19,6 +19,7 @@ from hdrh.log import HistogramLogReader
 
 from mqlab.results.archive.formats import read_json
 from mqlab.results.archive.layout import list_runs
+from tests.fixtures import reference
 from tests.integration.conftest import SharedLab, ctrl_c_able, processes_mentioning
 
 pytestmark = pytest.mark.integration
@@ -109,7 +110,46 @@ def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
         assert not re.search(rf"(?<![\w-]){re.escape(host)}(?![\w-])", text), (p, host)
         assert str(ROOT) not in text and str(Path.home()) + "/" not in text, p
     summary = read_json(run_dir / "summary.json")
+    check_cpu(run_dir, manifest, summary, per_node, expect_complete)
     return summary
+
+
+def check_cpu(run_dir: Path, manifest: dict, summary: dict, per_node: int, complete: bool) -> None:
+    """A cpu.csv per worker process, and per broker node where mqlab started the nodes on
+    this machine; the summary's CPU of each node is what those files add up to."""
+    c = tomllib.loads((run_dir / "scenario.toml").read_text())["clients"]
+    got = {n["node"]: n for n in summary["saturation"]["nodes"]}
+    warm = manifest["measure"]["warmup_end_ms"]
+    ends = {
+        r: summary["measured"][n]["end_ms"]
+        for r, n in (("sender", "send"), ("receiver", "receive"))
+    }
+    for role in ("sender", "receiver"):
+        for node in range(c[f"{role}_nodes"]):
+            key = f"{role}-{node:02d}"
+            paths = sorted(run_dir.glob(f"workers/{key}*/cpu.csv"))
+            assert len(paths) == per_node, key
+            cores = read_json(paths[0].parent / "worker.json")["cores"]
+            assert cores == len(os.sched_getaffinity(0)) and got[key]["cores"] == cores
+            if complete and ends[role] is not None:
+                cpu_s, fraction = reference.node_cpu(paths, warm, ends[role], cores)
+                assert got[key]["cpu_s"] == pytest.approx(cpu_s, abs=2e-3), key
+                assert got[key]["fraction"] == pytest.approx(fraction, abs=1e-3), key
+                assert 0 < fraction <= 1.05, key  # used some CPU, at most its cores
+    section = manifest.get("cpu")
+    if section is None and not complete:
+        return  # stopped before the measured run began
+    assert section is not None
+    assert section["brokers_recorded"] is (manifest["cluster"]["target"] == "local"), section
+    if section["brokers_recorded"]:
+        known = [e for e in ends.values() if e is not None]
+        starts = [summary["measured"][n]["start_ms"] for n in ("send", "receive")]
+        for node in section["broker_nodes"]:
+            path = run_dir / "brokers" / f"node-{node:02d}" / "cpu.csv"
+            if complete and known:
+                lo = min(s for s in starts if s is not None)
+                cpu_s, _ = reference.node_cpu([path], lo, max(known), section["broker_cores"])
+                assert got[f"broker-{node:02d}"]["cpu_s"] == pytest.approx(cpu_s, abs=2e-3)
 
 
 @pytest.mark.parametrize(("name", "shared"), SHORT_SCENARIOS, ids=[n for n, _ in SHORT_SCENARIOS])
@@ -328,6 +368,10 @@ def test_fixed_rate_run_summarizes_to_the_scheduled_rate_and_is_queryable_at_onc
     assert abs(tp["receive_msgs_per_s"] / rate - 1) < 0.01, tp
     assert rate * 11 - 2 * 2 * processes <= d["confirmed"] <= rate * 11 and d["lost"] == 0, d
     assert d["unsent"] == 0 and summary["sender_lag_ms_max"] < 500, summary
+    # well within what clients and broker can do: neither mark
+    sat = summary["saturation"]
+    assert sat["client_bound"] is False and sat["receivers_behind"] is False, sat
+    assert sat["shared_cores"] is True
     assert summary["latency_us"]["processing_us"]["p50"] < 20_000, summary["latency_us"]
     # the run is in the catalog right after `mqlab run`, with the same figures
     q = mqlab(

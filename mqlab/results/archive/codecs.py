@@ -1,4 +1,5 @@
-"""The archive's encodings: the histogram shape, 64-bit sequence bitmaps, ``counts.csv``.
+"""The archive's encodings: the histogram shape, 64-bit sequence bitmaps, ``counts.csv``,
+``cpu.csv``.
 
 Histograms are ``HdrHistogram(1, 3_600_000_000, 3)``: microseconds from 1 us to
 1 h, 3 significant digits. Bitmaps are pyroaring ``BitMap64`` in the portable
@@ -115,3 +116,55 @@ def sum_counts(rows: Iterable[CountsRow], fields: Sequence[str] = COUNT_FIELDS) 
         for f in fields:
             out[f] += r.counts[f]
     return out
+
+
+# -- cpu.csv ---------------------------------------------------------------------
+# One row per interval: the CPU time (user and system, µs) that a worker process (the
+# same boundaries as its counts.csv) or a local broker node's process group used in it.
+CPU_COLUMNS = ("start_ms", "length_ms", "user_us", "system_us")
+
+
+@dataclass(frozen=True)
+class CpuRow:
+    start_ms: int
+    length_ms: int
+    user_us: int
+    system_us: int
+
+    @property
+    def cpu_us(self) -> int:
+        return self.user_us + self.system_us
+
+
+def cpu_header() -> str:
+    return ",".join(CPU_COLUMNS) + "\n"
+
+
+def cpu_line(start_ms: int, length_ms: int, user_us: int, system_us: int) -> str:
+    return f"{int(start_ms)},{int(length_ms)},{int(user_us)},{int(system_us)}\n"
+
+
+def parse_cpu(text: str) -> tuple[list[CpuRow], list[tuple[int, str]]]:
+    """Rows of a cpu.csv, and problems as (line number, what is wrong), as
+    :func:`parse_counts` does."""
+    rows: list[CpuRow] = []
+    problems: list[tuple[int, str]] = []
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None or tuple(h.strip() for h in header) != CPU_COLUMNS:
+        return [], [(1, f"header is not {','.join(CPU_COLUMNS)}")]
+    for row in reader:
+        if not row:
+            continue
+        try:
+            values = [int(x) for x in row]
+            if len(values) != len(CPU_COLUMNS):
+                raise ValueError
+        except ValueError:
+            problems.append((reader.line_num, "not 4 integer fields (truncated or corrupt)"))
+            continue
+        if min(values[1:]) < 0:
+            problems.append((reader.line_num, "a negative length or CPU time"))
+            continue
+        rows.append(CpuRow(*values))
+    return rows, problems

@@ -19,6 +19,8 @@ SUMMARY_DIR = "summary"  # Parquet tables of the summary
 WORKERS = "workers"
 WORKER = "worker.json"
 COUNTS = "counts.csv"
+CPU = "cpu.csv"  # per worker process, and per local broker node under BROKERS
+BROKERS = "brokers"  # brokers/node-00/cpu.csv: a local broker node's process group
 SENT = "sent.json"
 DELIVERY = "delivery.json"
 # interval logs per role: metric name -> file name is f"{metric}.hlog"
@@ -36,6 +38,18 @@ def run_id(started: dt.datetime, scenario_name: str, label: str) -> str:
 
 def log_file(worker_dir: Path | str, metric: str) -> Path:
     return Path(worker_dir) / f"{metric}.hlog"
+
+
+def broker_dir(run_dir: Path | str, node: int) -> Path:
+    """Where a broker node's own records (its CPU) go: ``brokers/node-00``."""
+    return Path(run_dir) / BROKERS / f"node-{node:02d}"
+
+
+def broker_dirs(run_dir: Path | str) -> list[Path]:
+    d = Path(run_dir) / BROKERS
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.is_dir() and p.name.startswith("node-"))
 
 
 def worker_id(role: str, node: int, process: int = 0, processes: int = 1) -> str:

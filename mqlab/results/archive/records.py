@@ -196,6 +196,8 @@ class WorkerRecord:
     out_of_range: dict[str, dict[str, int]]
     foreign: int = 0
     process: int = 0  # its index among its node's worker processes (0 in older records)
+    # the cores its host let it use (os.sched_getaffinity); None in older records
+    cores: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,11 +205,13 @@ class WorkerRecord:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> WorkerRecord:
         names = cls.__dataclass_fields__
-        optional = {"foreign", "process"}  # absent in records written before they existed
+        # absent in records written before they existed
+        optional = {"foreign", "process", "cores"}
         return cls(
             **{k: d[k] for k in names if k not in optional},
             foreign=int(d.get("foreign", 0)),
             process=int(d.get("process", 0)),
+            cores=int(d["cores"]) if d.get("cores") is not None else None,
         )
 
 

@@ -15,6 +15,7 @@ from mqlab.results.archive import layout
 from mqlab.results.archive.formats import ACCEPTED_VERSIONS, V1_FIX
 from mqlab.results.archive.layout import RunInfo
 from mqlab.results.report import unknown
+from mqlab.results.summary.saturation import marks
 
 NOT_SUMMARIZED = "–"
 COLUMNS = (
@@ -133,6 +134,7 @@ def row(x: Listed) -> dict[str, Any]:
         "receive_msgs_per_s": tp.get("receive_msgs_per_s"),
         "lost": delivery.get("lost"),
         "undrained": delivery.get("undrained"),
+        "marks": marks((s or {}).get("saturation")),
         "unknown": {k: v for k, v in unknown.reasons(s or {}).items() if k in delivery},
         "price_per_hour_usd": lab.get("price_per_hour_usd"),
         "cost_usd": (s or {}).get("cost_usd"),
@@ -167,4 +169,17 @@ def cells(d: dict[str, Any]) -> list[str]:
         fig(d["lost"], ","),
         fig(d["undrained"], ","),
         cost(),
+    ]
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The columns and cells of `mqlab ls`: :data:`COLUMNS`, and ``Marks`` (client-bound,
+    receivers behind: not the broker's figures) before the cost when a run listed has one."""
+    cells_ = [cells(d) for d in rows]
+    if not any(d["marks"] for d in rows):
+        return list(COLUMNS), cells_
+    at = COLUMNS.index("Cost")
+    columns = [*COLUMNS[:at], "Marks", *COLUMNS[at:]]
+    return columns, [
+        [*c[:at], ", ".join(d["marks"]), *c[at:]] for c, d in zip(cells_, rows, strict=True)
     ]

@@ -16,7 +16,7 @@ from typing import Any
 from mqlab.errors import ArchiveError
 from mqlab.results.archive.layout import METRICS, read_scenario
 from mqlab.results.report import plots, unknown
-from mqlab.results.summary import catalog, tables
+from mqlab.results.summary import catalog, saturation, tables
 from mqlab.results.summary import faults as fault_figures
 from mqlab.results.summary.figures import FIGURES
 from mqlab.results.summary.tables import (
@@ -412,7 +412,11 @@ def run_markdown(
     worst = [w["processing_us_p95"] for w in windows if w["processing_us_count"]]
     lines = _header(run, scenario or {})
     lines += ["## mqperf table", "", *_table(MQPERF_HEADER, [mqperf_row(run)], "llllrrrr"), ""]
+    marked = saturation.marks(run)
+    if marked:
+        lines += [f"Marked **{', '.join(marked)}**: see the load generator section.", ""]
     lines += _periods(run, worst)
+    lines += ["", *_load_generator(run)]
     clocks = _clocks(run)
     if clocks:
         lines += ["", *clocks]
@@ -429,6 +433,35 @@ def run_markdown(
     if extra:
         lines += ["", *extra]
     return "\n".join(lines) + "\n"
+
+
+def _load_generator(run: dict[str, Any]) -> list[str]:
+    """Was the load generator the bottleneck: CPU per node, the marks and why."""
+    section = json.loads(run["saturation"]) if run.get("saturation") else None
+    lines = ["## Load generator", ""]
+    for sentence in saturation.explain(section):
+        lines += [sentence, ""]
+    nodes = (section or {}).get("nodes") or []
+    if nodes:
+        rows = [
+            [
+                n["node"],
+                n["host"] or "?",
+                "" if n["processes"] is None else str(n["processes"]),
+                str(n["cores"] or "?"),
+                "not recorded" if n["cpu_s"] is None else f"{n['cpu_s']:,.1f}",
+                "not recorded" if n["fraction"] is None else _percent(n["fraction"]),
+            ]
+            for n in nodes
+        ]
+        header = ["Node", "Host", "Processes", "Cores", "CPU s", "Of its cores"]
+        lines += [*_table(header, rows, "llrrrr"), ""]
+        lines += [
+            "CPU time (user + system) over each role's measured period; a broker node is "
+            "its process group, recorded where mqlab started it on this machine.",
+            "",
+        ]
+    return lines[:-1]
 
 
 def _seconds(v: int | None) -> str:

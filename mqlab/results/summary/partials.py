@@ -13,7 +13,9 @@ Keys:
 - ``("tlc", run_id, role, second_ms)``: the role's counters of one second (timeline)
 - ``("snt", run_id, sender_id)``: one sender's sent.json record
 - ``("rcv", run_id, sender_id)``: one receiver node's delivery.json record of that sender
-- ``("wrk", run_id)``: per worker id: status, foreign, out-of-range counts
+- ``("cpu", run_id, worker_id)``: ``[start_ms, length_ms, cpu_us]`` of each interval of
+  a worker's (or a broker node's, ``broker-NN``) cpu.csv from the warm-up end on
+- ``("wrk", run_id)``: per worker id: status, foreign, out-of-range counts, node, cores
 - ``("und", run_id)``: the run's undrained.json record
 - ``("ok", run_id, kind)``: worker ids whose ``kind`` record (sent, delivery) was read
 - ``("prb", run_id)``: problems found (file, line, problem)
@@ -47,7 +49,7 @@ Key = tuple[Any, ...]
 class Task:
     """One raw file to read.
 
-    kind: hlog | counts | sent | delivery | worker | undrained | logfile."""
+    kind: hlog | counts | cpu | sent | delivery | worker | undrained | logfile."""
 
     kind: str
     run_id: str
@@ -91,6 +93,7 @@ def process_task(task: Task) -> Iterator[tuple[Key, Any]]:
         "hlog": _process_hlog,
         "logfile": _process_hlog,
         "counts": _process_counts,
+        "cpu": _process_cpu,
         "sent": _process_sent,
         "delivery": _process_delivery,
         "worker": _process_worker,
@@ -228,6 +231,19 @@ def _process_counts(task: Task) -> Iterator[tuple[Key, Any]]:
         yield ("tlc", task.run_id, role, second), c
 
 
+def _process_cpu(task: Task) -> Iterator[tuple[Key, Any]]:
+    text = _read_text(task)
+    if text is None:
+        exists = Path(task.path).exists()
+        yield _problem(task, None, "unreadable file" if exists else "missing file")
+        return
+    rows, problems = codecs.parse_cpu(text)
+    for line, problem in problems:
+        yield _problem(task, line, problem)
+    kept = [[r.start_ms, r.length_ms, r.cpu_us] for r in rows if r.start_ms >= task.warmup_end_ms]
+    yield ("cpu", task.run_id, task.worker_id), kept
+
+
 def _process_sent(task: Task) -> Iterator[tuple[Key, Any]]:
     try:
         senders = records.read_sent(task.path)
@@ -259,7 +275,14 @@ def _process_worker(task: Task) -> Iterator[tuple[Key, Any]]:
         return
     yield (
         ("wrk", task.run_id),
-        {task.worker_id: {"status": w.status, "out_of_range": w.out_of_range}},
+        {
+            task.worker_id: {
+                "status": w.status,
+                "out_of_range": w.out_of_range,
+                "node": w.node,
+                "cores": w.cores,
+            }
+        },
     )
 
 
@@ -321,6 +344,8 @@ def finalize(key: Key, parts: Iterable[Any]) -> tuple[Key, Any]:
         return key, workers
     if kind == "und":
         return key, next(iter(parts))
+    if kind == "cpu":
+        return key, sorted(row for p in parts for row in p)
     if kind == "ok":
         return key, set().union(*parts)
     if kind == "prb":

@@ -73,6 +73,13 @@ class RunMeta:
     price_per_hour_usd: float | None = None
     workers: list[tuple[str, str]] = field(default_factory=list)  # (worker id, role)
     faults: str = "[]"  # JSON: the manifest's fault log
+    # JSON: worker id -> the host it ran on (the manifest's worker list)
+    worker_hosts: str = "{}"
+    # JSON: the manifest's cpu section ({"brokers_recorded", "broker_cores" | "why"}),
+    # {} in runs from before CPU was recorded
+    cpu: str = "{}"
+    cpu_workers: list[str] = field(default_factory=list)  # workers whose cpu.csv to read
+    broker_cpu_nodes: list[int] = field(default_factory=list)  # brokers/node-NN to read
 
     def fault_log(self) -> list[dict[str, Any]]:
         return list(json.loads(self.faults or "[]"))
@@ -80,9 +87,10 @@ class RunMeta:
     def row(self) -> dict[str, Any]:
         """The run's columns of the ``runs`` table (reasons go to ``context_unknown``)."""
         d = asdict(self)
-        d.pop("workers")
-        d.pop("faults")
-        d.pop("clock_unknown")
+        for k in ("workers", "faults", "clock_unknown", "worker_hosts", "cpu"):
+            d.pop(k)
+        for k in ("cpu_workers", "broker_cpu_nodes"):
+            d.pop(k)
         return d
 
 
@@ -179,7 +187,37 @@ def read_run(run_dir: Path | str) -> RunMeta:
         faults=json.dumps(
             [f for f in (man.raw.get("faults") or []) if isinstance(f, dict)], sort_keys=True
         ),
+        **_cpu_meta(run_dir, man.raw, wjson),
     )
+
+
+def _cpu_meta(
+    run_dir: Path, manifest: dict[str, Any], wjson: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """What the run recorded of its CPU: a worker's cpu.csv is expected when its
+    worker.json names its cores (mqlab writes both since it records CPU); a broker node's
+    when the manifest says brokers were recorded."""
+    hosts = {
+        str(w["id"]): str(w.get("host") or "")
+        for w in manifest.get("workers") or []
+        if isinstance(w, dict) and "id" in w
+    }
+    raw = manifest.get("cpu")
+    section: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    expected = [int(n) for n in section.get("broker_nodes") or []]
+    found = [
+        int(p.name.removeprefix("node-"))
+        for p in layout.broker_dirs(run_dir)
+        if p.name.removeprefix("node-").isdigit()
+    ]
+    return {
+        "worker_hosts": json.dumps(hosts, sort_keys=True),
+        "cpu": json.dumps(section, sort_keys=True),
+        "cpu_workers": sorted(w for w, doc in wjson.items() if doc.get("cores") is not None),
+        "broker_cpu_nodes": sorted(set(found) | set(expected))
+        if section.get("brokers_recorded")
+        else [],
+    }
 
 
 def _workers(run_dir: Path, listed: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -219,10 +257,17 @@ def tasks_for(meta: RunMeta, window_ms: int) -> list[Task]:
             out.append(Task("hlog", meta.run_id, path, metric, meta.warmup_end_ms, window_ms, wid))
         counts = str(wdir / layout.COUNTS)
         out.append(Task("counts", meta.run_id, counts, role, meta.warmup_end_ms, window_ms, wid))
+        if wid in meta.cpu_workers:
+            cpu = str(wdir / layout.CPU)
+            out.append(Task("cpu", meta.run_id, cpu, role, meta.warmup_end_ms, window_ms, wid))
         if role in RECORD:
             name, kind = RECORD[role]
             out.append(Task(kind, meta.run_id, str(wdir / name), worker_id=wid))
         out.append(Task("worker", meta.run_id, str(wdir / layout.WORKER), worker_id=wid))
+    for node in meta.broker_cpu_nodes:
+        path = str(layout.broker_dir(run, node) / layout.CPU)
+        bid = f"broker-{node:02d}"
+        out.append(Task("cpu", meta.run_id, path, "broker", meta.warmup_end_ms, window_ms, bid))
     return out
 
 

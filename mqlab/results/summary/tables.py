@@ -34,6 +34,7 @@ from mqlab.results.archive import codecs, layout
 from mqlab.results.archive.formats import FORMAT_VERSION
 from mqlab.results.archive.layout import METRICS
 from mqlab.results.summary import faults as fault_figures
+from mqlab.results.summary import saturation
 from mqlab.results.summary.figures import FIGURES
 from mqlab.results.summary.partials import TIMELINE_FIGURES, TIMELINE_METRICS, WHOLE, Key, Span
 from mqlab.results.summary.plan import RunMeta
@@ -128,6 +129,13 @@ SCHEMAS: dict[str, pa.Schema] = {
             *_TP_FIELDS,
             *_PERIOD_FIELDS,
             pa.field("sender_lag_ms_max", pa.int64()),
+            # was the load generator the bottleneck (mqlab.results.summary.saturation)
+            pa.field("client_bound", pa.bool_()),
+            pa.field("receivers_behind", pa.bool_()),
+            pa.field("client_cpu_max", pa.float64()),  # the busiest client node's cores
+            pa.field("broker_cpu_max", pa.float64()),
+            pa.field("shared_cores", pa.bool_()),
+            pa.field("saturation", pa.string()),  # JSON: summary.json's saturation section
             pa.field("longest_gap_send_s", pa.int64()),
             pa.field("longest_gap_receive_s", pa.int64()),
             *_LAT_FIELDS,
@@ -549,6 +557,48 @@ def context_figures(
     return {**cost, "context_unknown": json.dumps(why, sort_keys=True)}, why
 
 
+# -- saturation -----------------------------------------------------------------------
+def saturation_figures(
+    meta: RunMeta,
+    results: dict[Key, Any],
+    timeline: Sequence[dict[str, Any]],
+    fault_rows: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """The ``saturation`` section of the run (CPU per node, client_bound,
+    receivers_behind) and its ``runs`` columns."""
+    rid = meta.run_id
+    periods = {
+        role: period(results.get(("cnt", rid, role, WHOLE)))[:2] for role in ("sender", "receiver")
+    }
+    info = results.get(("wrk", rid), {})
+    rows = {k[2]: v for k, v in results.items() if k[0] == "cpu" and k[1] == rid}
+    nodes, unknown = saturation.cpu_figures(
+        meta.workers,
+        info,
+        rows,
+        json.loads(meta.worker_hosts or "{}"),
+        periods,
+        json.loads(meta.cpu or "{}"),
+    )
+    section = saturation.figures(
+        nodes,
+        unknown,
+        timeline,
+        periods,
+        fault_rows,
+        shared_cores=meta.cluster_target == "local" or meta.lab_kind in ("local", "netns"),
+        has_receivers=any(r == "receiver" for _w, r in meta.workers),
+    )
+    return {
+        "client_bound": section["client_bound"],
+        "receivers_behind": section["receivers_behind"],
+        "client_cpu_max": section["client_cpu_max"],
+        "broker_cpu_max": section["broker_cpu_max"],
+        "shared_cores": section["shared_cores"],
+        "saturation": saturation.as_json(section),
+    }
+
+
 # -- the tables -----------------------------------------------------------------------
 def _timeline(results: dict[Key, Any], rid: str) -> list[dict[str, Any]]:
     seconds = sorted({k[3] for k in results if k[0] in ("tlc", "tlh") and k[1] == rid})
@@ -639,6 +689,7 @@ def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict
         "window_s": window_ms / 1000,
         **_throughput(results, rid, WHOLE, meta.message_bytes),
         **_periods(results, rid),
+        **saturation_figures(meta, results, rows["timeline"], fault_rows),
         "longest_gap_send_s": fault_figures.longest_gap_s(rows["timeline"], "confirmed"),
         "longest_gap_receive_s": fault_figures.longest_gap_s(rows["timeline"], "received"),
         **_latency_flat(results, rid, WHOLE),
@@ -683,6 +734,7 @@ def as_summary(run: dict[str, Any], faults: Sequence[dict[str, Any]] = ()) -> di
         },
         "throughput": {n: run[n] for n in THROUGHPUT},
         "sender_lag_ms_max": run["sender_lag_ms_max"],
+        "saturation": json.loads(run.get("saturation") or "null"),
         "longest_gap_s": {
             "send": run.get("longest_gap_send_s"),
             "receive": run.get("longest_gap_receive_s"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -208,3 +209,27 @@ def test_marks_hold_the_first_seq_handed_to_send_in_each_second() -> None:
     old = rec.to_json()
     del old["marks"]  # an archive from before marks
     assert records.SentSender.from_json(old).marks is None
+
+
+def test_cpu_csv_has_this_process_s_cpu_on_the_counts_intervals(tmp_path: Path) -> None:
+    from mqlab import cpu
+    from mqlab.results.archive import codecs
+
+    rec = IntervalRecorder(tmp_path, "sender", "sender-00", "run", 5_000_000)
+    before = sum(cpu.self_cpu_us())
+    t = time.process_time()
+    while time.process_time() - t < 0.2:  # busy in the first interval only
+        pass
+    rec.tick(5_001_000)
+    rec.tick(5_001_500)
+    after = sum(cpu.self_cpu_us())
+    rec.close()
+    rows, problems = codecs.parse_cpu((tmp_path / "cpu.csv").read_text())
+    assert problems == []
+    assert (
+        [(r.start_ms, r.length_ms) for r in rows]
+        == [(c.start_ms, c.length_ms) for c in _counts(tmp_path / "counts.csv")]
+        == [(5_000_000, 1000), (5_001_000, 500)]
+    )
+    assert rows[0].cpu_us >= 150_000 and rows[1].cpu_us < rows[0].cpu_us
+    assert sum(r.cpu_us for r in rows) <= after - before + 20_000  # no more than was used
