@@ -435,32 +435,39 @@ def run_markdown(
     return "\n".join(lines) + "\n"
 
 
+LOAD_HEADER = ["Node", "Host", "Processes", "Cores", "CPU s", "Of its cores"]
+
+
+def load_generator_rows(section: dict[str, Any] | None) -> list[list[str]]:
+    """The CPU of each node of a run's saturation section, as the report shows it."""
+    return [
+        [
+            n["node"],
+            n["host"] or "?",
+            "" if n["processes"] is None else str(n["processes"]),
+            str(n["cores"] or "?"),
+            "not recorded" if n["cpu_s"] is None else f"{n['cpu_s']:,.1f}",
+            "not recorded" if n["fraction"] is None else _percent(n["fraction"]),
+        ]
+        for n in (section or {}).get("nodes") or []
+    ]
+
+
+LOAD_NOTE = (
+    "CPU time (user + system) over each role's measured period; a broker node is its "
+    "process group, recorded where mqlab started it on this machine."
+)
+
+
 def _load_generator(run: dict[str, Any]) -> list[str]:
     """Was the load generator the bottleneck: CPU per node, the marks and why."""
     section = json.loads(run["saturation"]) if run.get("saturation") else None
     lines = ["## Load generator", ""]
     for sentence in saturation.explain(section):
         lines += [sentence, ""]
-    nodes = (section or {}).get("nodes") or []
-    if nodes:
-        rows = [
-            [
-                n["node"],
-                n["host"] or "?",
-                "" if n["processes"] is None else str(n["processes"]),
-                str(n["cores"] or "?"),
-                "not recorded" if n["cpu_s"] is None else f"{n['cpu_s']:,.1f}",
-                "not recorded" if n["fraction"] is None else _percent(n["fraction"]),
-            ]
-            for n in nodes
-        ]
-        header = ["Node", "Host", "Processes", "Cores", "CPU s", "Of its cores"]
-        lines += [*_table(header, rows, "llrrrr"), ""]
-        lines += [
-            "CPU time (user + system) over each role's measured period; a broker node is "
-            "its process group, recorded where mqlab started it on this machine.",
-            "",
-        ]
+    rows = load_generator_rows(section)
+    if rows:
+        lines += [*_table(LOAD_HEADER, rows, "llrrrr"), "", LOAD_NOTE, ""]
     return lines[:-1]
 
 

@@ -35,7 +35,7 @@ from mqlab.results.site.html import (
     tr,
 )
 from mqlab.results.summary import faults as fault_figures
-from mqlab.results.summary import tables
+from mqlab.results.summary import saturation, tables
 from mqlab.results.summary.figures import FIGURES
 from mqlab.results.summary.tables import DELIVERY, OUT_OF_RANGE, ROLES
 
@@ -106,6 +106,11 @@ def flags(r: SiteRun) -> list[tuple[str, str | None]]:
     failed = (s.get("delivery") or {}).get("failed")
     if failed:
         out.append((f"{failed:,} failed send(s)", None))
+    sat = s.get("saturation") or {}
+    if sat.get("client_bound"):
+        out.append(("client-bound", "; ".join(sat.get("client_bound_why") or [])))
+    if sat.get("receivers_behind"):
+        out.append(("receivers behind", sat.get("receivers_behind_why")))
     return out
 
 
@@ -402,6 +407,26 @@ def _reference_section(match: compare.ReferenceMatch) -> str:
     return "\n".join(parts)
 
 
+def _load_generator(run: dict[str, Any]) -> str:
+    """The report's load generator section: the marks and why, the CPU of each node."""
+    section = json.loads(run["saturation"]) if run.get("saturation") else None
+    paras = []
+    for sentence in saturation.explain(section):
+        head, sep, rest = sentence.partition(":** ")
+        if sentence.startswith("**") and sep:
+            paras.append(f"<p><strong>{esc(head[2:])}:</strong> {esc(rest)}</p>")
+        else:
+            paras.append(f"<p>{esc(sentence)}</p>")
+    rows = markdown.load_generator_rows(section)
+    tbl = ""
+    if rows:
+        body = [tr(td(c, cls="num" if i > 1 else None) for i, c in enumerate(row)) for row in rows]
+        tbl = (
+            table(markdown.LOAD_HEADER, body, sortable=False) + f"<p>{esc(markdown.LOAD_NOTE)}</p>"
+        )
+    return "<h2>Load generator</h2>" + "".join(paras) + tbl
+
+
 def _periods(run: dict[str, Any]) -> str:
     origin = run["measure_start_ms"]
     rows = []
@@ -619,7 +644,7 @@ def run_page(r: SiteRun, images: Sequence[str], match: compare.ReferenceMatch | 
             f"<p class=note><strong>Not summarized:</strong> {esc(r.not_summarized or '')}</p>"
         )
     else:
-        parts += ["<h2>mqperf table</h2>", _mqperf_table(run)]
+        parts += ["<h2>mqperf table</h2>", _mqperf_table(run), _load_generator(run)]
         parts.append("<h2>Latency by percentile</h2>")
         parts.append(
             _plot(

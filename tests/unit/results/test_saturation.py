@@ -144,6 +144,15 @@ def test_a_client_node_over_90_percent_of_its_cores_marks_the_run_client_bound(
 
     [row] = pq.read_table(run.run_dir.parent / ".catalog" / "runs.parquet").to_pylist()
     assert row["client_bound"] is True and row["receivers_behind"] is False
+    # and the site: a flag on the index, the report's section on the run's page
+    from mqlab.results.site import write_site
+
+    built = write_site(run.run_dir.parent, run.run_dir.parent.parent / "site")
+    index = built.index.read_text()
+    assert 'title="sender-00 used 95 % of its 2 cores">client-bound</span>' in index
+    page = (built.index.parent / "runs" / run.run_id / "index.html").read_text()
+    assert "<h2>Load generator</h2>" in page
+    assert "<strong>Client-bound:</strong> sender-00 used 95 % of its 2 cores." in page
 
 
 def test_client_nodes_that_share_a_host_are_judged_together(tmp_path: Path) -> None:
