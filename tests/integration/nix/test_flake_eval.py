@@ -124,6 +124,7 @@ def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
             "pika",
             "confluent-kafka",
             "boto3",
+            "pymongo",
         ]
     )
     lib_deps = nixenv.eval_json(
