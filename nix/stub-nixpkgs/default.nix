@@ -14,6 +14,9 @@ let
     outPath = "/nix/store/00000000000000000000000000000000-${name}";
     drvPath = "/nix/store/00000000000000000000000000000000-${name}.drv";
     meta = { mainProgram = name; };
+    # the one-argument form (prevAttrs: { ... }); what it changed is kept under stubOverride
+    overrideAttrs = f: let changed = f (mk name version); in
+      mk name (changed.version or version) // changed // { stubOverride = changed; };
   };
   withArgs = name: version: args: mk name version // { stubArgs = args; } // (args.passthru or { });
   named = names: lib.genAttrs names (n: mk n "stub");
