@@ -99,20 +99,18 @@ def collection_name(queue: str) -> str:
 
 
 def client_uri(endpoints: Endpoints) -> str:
-    """Every node in the seed list; the replica set's name when the endpoints give one (the
-    client then follows the primary), else a direct connection to a single node."""
+    """Every node in the seed list: with the replica set's name when the endpoints give one,
+    else a direct connection to a single node, else the seeds alone (the client discovers
+    the replica set and its primary from them). The client follows the primary."""
     if not endpoints.nodes:
         raise DriverError("mongodb: the endpoints list no node")
     hosts = ",".join(f"{n.host}:{n.port}" for n in endpoints.nodes)
     replica_set = endpoints.extra.get("replica_set")
     if replica_set:
         return f"mongodb://{hosts}/?replicaSet={replica_set}"
-    if len(endpoints.nodes) > 1:
-        raise DriverError(
-            "mongodb: several nodes but no replica_set name in the endpoints (a replica set's "
-            "members are reached through its name)"
-        )
-    return f"mongodb://{hosts}/?directConnection=true"
+    if len(endpoints.nodes) == 1:
+        return f"mongodb://{hosts}/?directConnection=true"
+    return f"mongodb://{hosts}/"
 
 
 def connect(endpoints: Endpoints, settings: Settings, uri: str | None = None) -> Any:

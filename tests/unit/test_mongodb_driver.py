@@ -59,8 +59,8 @@ def test_uri_names_the_replica_set_or_connects_directly_to_one_node() -> None:
         "mongodb://10.0.0.0:27017,10.0.0.1:27017,10.0.0.2:27017/?replicaSet=mqlab"
     )
     assert mg.client_uri(_endpoints(1)) == "mongodb://10.0.0.0:27017/?directConnection=true"
-    with pytest.raises(DriverError, match="replica_set"):
-        mg.client_uri(_endpoints(3))
+    seeds = "mongodb://10.0.0.0:27017,10.0.0.1:27017,10.0.0.2:27017/"
+    assert mg.client_uri(_endpoints(3)) == seeds  # the client discovers the replica set
     with pytest.raises(DriverError, match="no node"):
         mg.client_uri(_endpoints(0))
 
