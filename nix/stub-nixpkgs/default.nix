@@ -14,13 +14,16 @@ let
     outPath = "/nix/store/00000000000000000000000000000000-${name}";
     drvPath = "/nix/store/00000000000000000000000000000000-${name}.drv";
     meta = { mainProgram = name; };
+    # the one-argument form (prevAttrs: { ... }); what it changed is kept under stubOverride
+    overrideAttrs = f: let changed = f (mk name version); in
+      mk name (changed.version or version) // changed // { stubOverride = changed; };
   };
   withArgs = name: version: args: mk name version // { stubArgs = args; } // (args.passthru or { });
   named = names: lib.genAttrs names (n: mk n "stub");
 
   pythonPackages = named [
     "click" "rich" "numpy" "pyroaring" "pyspark" "duckdb" "pyarrow" "matplotlib" "nats-py"
-    "psycopg" "redis" "hiredis" "pika" "confluent-kafka" "boto3" "fabric" "moto"
+    "psycopg" "redis" "hiredis" "pika" "confluent-kafka" "boto3" "pymongo" "fabric" "moto"
     "hatchling" "setuptools" "pbr" "pytest"
   ] // {
     buildPythonApplication = a: withArgs a.pname a.version a;

@@ -1,5 +1,5 @@
 """The local stand-ins: tansu (Kafka API) and moto (SQS API); and `mqlab cluster up|status|down`
-for redis, kafka and sqs."""
+for redis, kafka, sqs and mongodb."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_moto_sqs_redelivers_after_the_visibility_timeout(tmp_path: Path) -> Non
         c.stop()
 
 
-@pytest.mark.parametrize("broker", ["redis", "kafka", "sqs"])
+@pytest.mark.parametrize("broker", ["redis", "kafka", "sqs", "mongodb"])
 def test_cluster_up_status_down(
     broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,6 +74,12 @@ def _kafka() -> Any:
     )
 
 
+def _mongodb() -> Any:
+    from mqlab.drivers.mongodb import Settings
+
+    return Settings(visibility_timeout_s=2.0, poll_interval_s=0.05, op_timeout_s=10.0)
+
+
 def _sqs() -> Any:
     from mqlab.drivers.sqs import Settings
 
@@ -109,4 +115,6 @@ TARGETS: dict[str, Target] = {
     # SQS's message counts are approximate (moto's happen to be exact)
     "sqs": Target("sqs", _sqs, visibility_s=2.0, nodes=1, remaining_exact=False),
     "postgres": Target("postgres", _postgres, visibility_s=2.0),
+    # mongoeco: one process, in memory (majority and journaled are accepted, not performed)
+    "mongodb": Target("mongodb", _mongodb, visibility_s=2.0, nodes=1),
 }

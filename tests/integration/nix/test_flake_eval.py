@@ -124,6 +124,7 @@ def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
             "pika",
             "confluent-kafka",
             "boto3",
+            "pymongo",
         ]
     )
     lib_deps = nixenv.eval_json(
@@ -209,6 +210,19 @@ def test_profile_settings_others(nodes) -> None:
     assert _settings(nodes, "artemis")["journal-sync-transactional"] is True
     assert _settings(nodes, "rocketmq")["flushDiskType"] == "SYNC_FLUSH"
     assert _settings(nodes, "eventstore")["UnsafeDisableFlushToDisk"] is False
+
+
+def test_mongodb_release_is_pinned_with_the_recipe_hash(nixenv, nodes) -> None:
+    """images/brokers/mongodb.nix overrides nixpkgs' mongodb-ce with one release, its URL
+    and hash as nixpkgs' recipe has them (the comment there names the commit)."""
+    assert nodes["mongodb"]["image"]["version"] == "8.2.6"
+    src = nixenv.eval_json(
+        "nixosConfigurations.mongodb.config.mqlab.node.package.stubOverride.src.stubArgs"
+    )
+    assert src == {
+        "url": "https://fastdl.mongodb.org/linux/mongodb-linux-x86_64-ubuntu2404-8.2.6.tgz",
+        "hash": "sha256-VjFKDwqBI42XQwL7/+eGLv6WlMSY6tYqC8qSy1laDfA=",
+    }
 
 
 def test_unpinned_upstream_releases_are_marked(nodes) -> None:

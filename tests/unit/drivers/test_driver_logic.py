@@ -269,6 +269,7 @@ def test_identified_payloads_keep_the_whole_mqlab_header() -> None:
         ("nats", {"ack_wait_s": 7.0}, 7.0),
         ("redis", {"visibility_timeout_s": 4.0, "reclaim_interval_s": 0.5}, 4.5),
         ("postgres", {"visibility_timeout_s": 3.0}, 3.0),
+        ("mongodb", {"visibility_timeout_s": 5.0}, 5.0),
         ("sqs", {"visibility_timeout_s": 9}, 9.0),
         ("kafka", {"session_timeout_ms": 6000, "commit_interval_s": 2.0}, 8.0),
         ("rabbitmq", {}, 0.0),
