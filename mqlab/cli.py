@@ -206,11 +206,11 @@ def mark_notes(summary: dict[str, Any], run: str) -> list[str]:
     out = []
     if sat.get("client_bound"):
         why = "; ".join(sat.get("client_bound_why") or [])
-        out.append(f"{run}: client-bound ({why}): the load generator's limit, not the broker's")
+        out.append(f"{run}: client-bound: {why}. The load generator's limit, not the broker's.")
     if sat.get("receivers_behind"):
         out.append(
-            f"{run}: receivers behind ({sat.get('receivers_behind_why')}): processing latency "
-            "is mostly queueing"
+            f"{run}: receivers behind: {sat.get('receivers_behind_why')}. Processing latency "
+            "is mostly queueing."
         )
     return out
 

@@ -34,6 +34,7 @@ SHORT_SCENARIOS = [
     ("kafka-short.toml", "kafka"),
     ("redpanda-short.toml", "redpanda"),
     ("sqs-short.toml", "sqs"),
+    ("mongodb-short.toml", "mongodb"),
 ]
 
 
