@@ -191,7 +191,7 @@ def mqperf_row(
         "lost": show(d["lost"]),
         "undrained": show(d["undrained"]),
         "duplicated": show(d["duplicated"]),
-        "marks": ", ".join(marks(summary.get("saturation"))),
+        "marks": ", ".join(marks(summary.get("saturation"), summary.get("stand_in"))),
         # empty for a lab without a price per hour
         "cost": show(summary.get("cost_usd"), ",.4f") if priced else "",
         "cost_per_m": show(summary.get("cost_per_million_delivered_usd"), ",.4f") if priced else "",
@@ -204,6 +204,11 @@ def mark_notes(summary: dict[str, Any], run: str) -> list[str]:
     figures are not the broker's."""
     sat = summary.get("saturation") or {}
     out = []
+    if summary.get("stand_in"):
+        out.append(
+            f"{run}: stand-in: {summary['stand_in']} served, not the real system; never "
+            "quote these figures as its."
+        )
     if sat.get("client_bound"):
         why = "; ".join(sat.get("client_bound_why") or [])
         out.append(f"{run}: client-bound: {why}. The load generator's limit, not the broker's.")

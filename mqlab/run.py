@@ -263,6 +263,8 @@ def run_one(
         ]
         manifest["cluster"]["brokers_started_by"] = "image" if cluster.attached else "mqlab"
         manifest["cluster"]["coordinator_reach"] = "ssh tunnel" if placement.tunnels else "direct"
+        # a local stand-in serves instead of the real system: its runs are marked
+        manifest["broker"]["stand_in"] = None if cluster.attached else cluster.stand_in
         manifest["broker"]["server_versions"] = (
             cluster.attached_versions() if cluster.attached else cluster.server_versions()
         )

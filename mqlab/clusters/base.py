@@ -54,6 +54,10 @@ class LocalCluster(ABC):
     broker: ClassVar[str]
     default_nodes: ClassVar[int] = 3
     start_timeout_s: ClassVar[float] = 60.0
+    # what serves instead of the real system, for a local stand-in (a protocol
+    # stand-in or an emulator): every table and report marks its runs, never quoted as
+    # the real system's figures; None for the real server
+    stand_in: ClassVar[str | None] = None
 
     def __init__(self, workdir: Path, nodes: int | None = None, hosts: list[Host] | None = None):
         from mqlab.fleet.hosts import LocalHost

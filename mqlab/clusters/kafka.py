@@ -41,6 +41,7 @@ def _binary() -> str:
 
 class KafkaCluster(LocalCluster):
     broker = "kafka"
+    stand_in = "tansu, a Kafka API stand-in (one node, memory storage, no replication)"
     default_nodes = 1
     start_timeout_s = 20.0
 

@@ -195,6 +195,7 @@ def ensure_venv(progress: Progress = _quiet, env: dict[str, str] | None = None) 
 # -- the launcher ----------------------------------------------------------------------
 class MongoCluster(LocalCluster):
     broker = "mongodb"
+    stand_in = "mongoeco, a MongoDB wire stand-in (one process, in memory, no replication)"
     default_nodes = 1
     start_timeout_s = 60.0
 

@@ -35,6 +35,7 @@ def _binary() -> str:
 
 class SqsCluster(LocalCluster):
     broker = "sqs"
+    stand_in = "moto, an SQS API emulator (about 150 ms a call)"
     default_nodes = 1
     start_timeout_s = 30.0
 

@@ -36,6 +36,7 @@ SHORT_SCENARIOS = [
     ("sqs-short.toml", "sqs"),
     ("mongodb-short.toml", "mongodb"),
 ]
+STAND_INS = ("kafka", "redpanda", "sqs", "mongodb")
 
 
 def mqlab(
@@ -179,6 +180,13 @@ def test_short_run_per_driver_leaves_a_complete_archive_with_nothing_lost(
     assert summary["latency_us"]["processing_us"]["count"] > 0
     # the printed mqperf-style row
     assert "Send msgs/s" in proc.stdout and "Lost" in proc.stdout
+    # a stand-in (tansu, moto, mongoeco) serves instead of the real system: marked as such
+    if shared in STAND_INS:
+        assert summary["stand_in"] and run.manifest["broker"]["stand_in"] == summary["stand_in"]
+        printed = " ".join(proc.stdout.split())  # the note, however the console wrapped it
+        assert f"stand-in: {summary['stand_in']} served" in printed
+    else:
+        assert summary["stand_in"] is None and run.manifest["broker"]["stand_in"] is None
 
 
 FAILOVER = """

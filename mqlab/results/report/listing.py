@@ -134,7 +134,7 @@ def row(x: Listed) -> dict[str, Any]:
         "receive_msgs_per_s": tp.get("receive_msgs_per_s"),
         "lost": delivery.get("lost"),
         "undrained": delivery.get("undrained"),
-        "marks": marks((s or {}).get("saturation")),
+        "marks": marks((s or {}).get("saturation"), (s or {}).get("stand_in")),
         "unknown": {k: v for k, v in unknown.reasons(s or {}).items() if k in delivery},
         "price_per_hour_usd": lab.get("price_per_hour_usd"),
         "cost_usd": (s or {}).get("cost_usd"),

@@ -412,9 +412,14 @@ def run_markdown(
     worst = [w["processing_us_p95"] for w in windows if w["processing_us_count"]]
     lines = _header(run, scenario or {})
     lines += ["## mqperf table", "", *_table(MQPERF_HEADER, [mqperf_row(run)], "llllrrrr"), ""]
-    marked = saturation.marks(run)
+    marked = saturation.marks(run, run.get("stand_in"))
     if marked:
-        lines += [f"Marked **{', '.join(marked)}**: see the load generator section.", ""]
+        where = [] if marked == ["stand-in"] else ["see the load generator section"]
+        if run.get("stand_in"):
+            b = run["broker"]
+            served = f"{run['stand_in']} served, not {b} itself"
+            where.insert(0, f"{served}: never quote these figures as {b}'s")
+        lines += [f"Marked **{', '.join(marked)}**: {'; '.join(where)}.", ""]
     lines += _periods(run, worst)
     lines += ["", *_load_generator(run)]
     clocks = _clocks(run)

@@ -115,6 +115,20 @@ def broker_rows(broker: str, rows: list[ReferenceRow]) -> list[ReferenceRow]:
 def measurement_notes(run: dict[str, Any]) -> list[str]:
     """Where a run's figures are measured differently from the published ones."""
     notes = []
+    if run.get("stand_in"):
+        notes.append(
+            f"STAND-IN: {run['stand_in']} served this run, not {run['broker']}: its figures "
+            f"are not {run['broker']}'s and do not compare with the published ones"
+        )
+    if run.get("client_bound"):
+        notes.append(
+            "CLIENT-BOUND: this run's load generator was its limit (see its report's load "
+            "generator section), not the broker"
+        )
+    if run.get("receivers_behind"):
+        notes.append(
+            "RECEIVERS BEHIND: this run's processing latency is mostly queueing in the broker"
+        )
     lag = run.get("sender_lag_ms_max")
     if lag:
         notes.append(

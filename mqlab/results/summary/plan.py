@@ -78,6 +78,8 @@ class RunMeta:
     # JSON: the manifest's cpu section ({"brokers_recorded", "broker_cores" | "why"}),
     # {} in runs from before CPU was recorded
     cpu: str = "{}"
+    # what served instead of the real system (a local stand-in), "" for the real one
+    stand_in: str = ""
     cpu_workers: list[str] = field(default_factory=list)  # workers whose cpu.csv to read
     broker_cpu_nodes: list[int] = field(default_factory=list)  # brokers/node-NN to read
 
@@ -187,8 +189,23 @@ def read_run(run_dir: Path | str) -> RunMeta:
         faults=json.dumps(
             [f for f in (man.raw.get("faults") or []) if isinstance(f, dict)], sort_keys=True
         ),
+        stand_in=stand_in_of(man.raw),
         **_cpu_meta(run_dir, man.raw, wjson),
     )
+
+
+def stand_in_of(manifest: dict[str, Any]) -> str:
+    """What served instead of the real system: the manifest's ``broker.stand_in``; in
+    archives from before it was recorded, a server version that says it is a stand-in or
+    an emulator (as mqlab's stand-ins have always reported themselves)."""
+    raw = manifest.get("broker")
+    broker: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if "stand_in" in broker:
+        return str(broker.get("stand_in") or "")
+    for v in broker.get("server_versions") or []:
+        if isinstance(v, str) and ("stand-in" in v or "emulator" in v):
+            return v
+    return ""
 
 
 def _cpu_meta(

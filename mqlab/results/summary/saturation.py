@@ -283,11 +283,12 @@ def as_json(section: dict[str, Any]) -> str:
     return json.dumps(section, sort_keys=True)
 
 
-def marks(figures: dict[str, Any] | None) -> list[str]:
-    """The run's marks, from its saturation section or its ``runs`` row: what a table
-    shows beside its figures so that nobody quotes them as the broker's."""
+def marks(figures: dict[str, Any] | None, stand_in: str | None = None) -> list[str]:
+    """The run's marks, from its saturation section or its ``runs`` row (and what served
+    instead of the real system, if a stand-in did): what a table shows beside its figures
+    so that nobody quotes them as the broker's."""
     f = figures or {}
-    out = []
+    out = ["stand-in"] if stand_in else []
     if f.get("client_bound"):
         out.append("client-bound")
     if f.get("receivers_behind"):

@@ -129,6 +129,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             *_TP_FIELDS,
             *_PERIOD_FIELDS,
             pa.field("sender_lag_ms_max", pa.int64()),
+            # what served instead of the real system ("" for the real one): marked
+            pa.field("stand_in", pa.string()),
             # was the load generator the bottleneck (mqlab.results.summary.saturation)
             pa.field("client_bound", pa.bool_()),
             pa.field("receivers_behind", pa.bool_()),
@@ -734,6 +736,7 @@ def as_summary(run: dict[str, Any], faults: Sequence[dict[str, Any]] = ()) -> di
         },
         "throughput": {n: run[n] for n in THROUGHPUT},
         "sender_lag_ms_max": run["sender_lag_ms_max"],
+        "stand_in": run.get("stand_in") or None,
         "saturation": json.loads(run.get("saturation") or "null"),
         "longest_gap_s": {
             "send": run.get("longest_gap_send_s"),
