@@ -114,6 +114,7 @@ def _observer() -> Any:
 MQPERF_COLUMNS = (
     ("run", "Run"),
     ("threads", "Threads"),
+    ("processes", "Processes"),
     ("sender_nodes", "Sender nodes"),
     ("receiver_nodes", "Receiver nodes"),
     ("send", "Send msgs/s"),
@@ -144,13 +145,22 @@ def mqperf_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def mqperf_row(
-    scenario: dict[str, Any], summary: dict[str, Any], run: str, status: str
+    scenario: dict[str, Any],
+    summary: dict[str, Any],
+    run: str,
+    status: str,
+    processes: str | None = None,
 ) -> dict[str, Any]:
     """One row of the `run` table from a run's summary.json (format_version 2); a figure
-    the summary could not compute shows as "unknown"."""
+    the summary could not compute shows as "unknown". Threads are per worker process;
+    ``processes``: worker processes per client node as the run's ``runs`` row counts
+    them (``markdown.processes_label``); without it, the scenario's processes_per_node,
+    else 1 (an archive from before nodes ran several processes)."""
     from mqlab.results.report.unknown import show
 
     c = scenario["clients"]
+    if processes is None:
+        processes = str(c.get("processes_per_node", 1))
     th = (
         str(c["sender_threads"])
         if c["sender_threads"] == c["receiver_threads"]
@@ -162,6 +172,7 @@ def mqperf_row(
     return {
         "run": run,
         "threads": th,
+        "processes": processes,
         "sender_nodes": c["sender_nodes"],
         "receiver_nodes": c["receiver_nodes"],
         "send": f"{summary['throughput']['send_msgs_per_s']:,.0f}",
@@ -203,8 +214,13 @@ def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
     for r in results:
         import tomllib
 
+        from mqlab.results.report.markdown import processes_label
+        from mqlab.results.summary.catalog import read_run_table
+
         sc = tomllib.loads((r.run_dir / "scenario.toml").read_text())
-        rows.append(mqperf_row(sc, r.summary, r.scenario.label, r.status))
+        runs_row = read_run_table(r.run_dir, "runs").to_pylist()[0]
+        procs = processes_label(runs_row)
+        rows.append(mqperf_row(sc, r.summary, r.scenario.label, r.status, procs))
         notes += unknown_notes(r.summary, r.scenario.label)
     out.print(mqperf_table(rows))
     for line in notes:

@@ -337,13 +337,15 @@ def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
 
 
 def _echo_reference(matches: list[Any], name: str, source: str) -> None:
+    from mqlab.results.report import markdown
+
     click.echo(f"{name}: {source}")
     for m in matches:
         r = m.run
         click.echo(
             f"\n{r['run_id']} ({r['broker']}, {r['sender_threads']}/"
-            f"{r['receiver_threads']} threads, {r['sender_nodes']}s-"
-            f"{r['receiver_nodes']}r)"
+            f"{r['receiver_threads']} threads x {markdown.processes_label(r)} processes, "
+            f"{r['sender_nodes']}s-{r['receiver_nodes']}r)"
         )
         rows: list[tuple[Any, ...]] = [
             (

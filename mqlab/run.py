@@ -31,8 +31,9 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeAlias
@@ -57,7 +58,7 @@ from mqlab.results.summary.job import summarize_run
 from mqlab.scenario import Scenario
 from mqlab.signals import sigterm_as_interrupt
 from mqlab.workload import envelope
-from mqlab.workload.spec import WorkerSpec
+from mqlab.workload.spec import WorkerSpec, processes
 
 LOG = logging.getLogger(__name__)
 # a fault whose end heals something: a partition, a netem, a power cut
@@ -403,15 +404,19 @@ def _clock_section(
 
 
 def _corrections(
-    s: Scenario, placement: Placement, before: dict[str, Any], receiver: Host
+    s: Scenario,
+    placement: Placement,
+    before: dict[str, Any],
+    receiver: Host,
+    sender_processes: Sequence[int],
 ) -> dict[str, int]:
     if not before:
         return {}
     offsets = {name: est.offset_ms for name, est in before.items()}
     threads = s.clients.sender_threads
     sender_hosts = {
-        node * threads + t: placement.sender_host(node).name
-        for node in range(s.clients.sender_nodes)
+        p.first_sender_id(threads) + t: placement.sender_host(p.node).name
+        for p in processes(sender_processes)
         for t in range(threads)
     }
     if receiver.name not in offsets or any(h not in offsets for h in sender_hosts.values()):
@@ -425,6 +430,7 @@ def _worker_status(w: _Worker) -> dict[str, Any]:
         "id": w.spec.worker_id,
         "role": w.spec.role,
         "node": w.spec.node,
+        "process": w.spec.process,
         "host": w.host.name,
         "address": w.host.address,
         "exit_code": w.returncode,
@@ -457,7 +463,47 @@ def _spawn(
     return _Worker(spec, host, proc, remote_dir, local_dir)
 
 
-def _specs(
+def client_processes(s: Scenario, placement: Placement) -> dict[str, list[int]]:
+    """Worker processes per client node, by role (``{"sender": [node 0's, ...],
+    "receiver": [...]}``): the scenario's ``processes_per_node``, else the cores of each
+    node's host (``os.cpu_count()`` on this machine, ``nproc`` on a remote host; each
+    host asked once)."""
+    c = s.clients
+    cores: dict[str, int] = {}
+
+    def of(host: Host) -> int:
+        if c.processes_per_node is not None:
+            return c.processes_per_node
+        if host.name not in cores:
+            cores[host.name] = _cores(host)
+        return cores[host.name]
+
+    return {
+        "sender": [of(placement.sender_host(i)) for i in range(c.sender_nodes)],
+        "receiver": [of(placement.receiver_host(i)) for i in range(c.receiver_nodes)],
+    }
+
+
+def _cores(host: Host) -> int:
+    if host.is_local:
+        return os.cpu_count() or 1
+    out = host.run(["nproc"], timeout_s=30).out.strip()
+    if not out.isdigit() or int(out) < 1:
+        raise FleetError(f"{host.name}: nproc answered {out!r}, not a number of cores")
+    return int(out)
+
+
+def _shape(per_node: Sequence[int], threads: int) -> str:
+    """``2 node(s) x 2 processes x 4 threads`` (what a role runs), for the progress line."""
+    each = (
+        f"{per_node[0]} process(es)"
+        if len(set(per_node)) == 1
+        else f"{sum(per_node)} processes in all"
+    )
+    return f"{len(per_node)} node(s) x {each} x {threads} threads"
+
+
+def worker_specs(
     s: Scenario,
     run_id: str,
     run_dir: Path,
@@ -466,17 +512,19 @@ def _specs(
     queue: str,
     role: str,
     before: dict[str, Any],
+    shape: dict[str, list[int]],
 ) -> list[tuple[WorkerSpec, Host, PurePosixPath]]:
+    """One spec per worker process of ``role``: ``shape[role][i]`` on node ``i``
+    (:func:`client_processes`); ids, sender ids and seeds as ``mqlab.workload.spec`` and
+    ``layout.worker_id`` say, so one process per node gives the specs runs always had."""
     c = s.clients
-    nodes, threads = (
-        (c.sender_nodes, c.sender_threads)
-        if role == "sender"
-        else (c.receiver_nodes, c.receiver_threads)
-    )
+    threads = c.sender_threads if role == "sender" else c.receiver_threads
+    per_node = shape[role]
     out = []
-    for i in range(nodes):
+    for proc in processes(per_node):
+        i = proc.node
         host = placement.sender_host(i) if role == "sender" else placement.receiver_host(i)
-        wid = f"{role}-{i:02d}"
+        wid = layout.worker_id(role, i, proc.process, per_node[i])
         remote_dir = placement.runs_dir(host, run_dir) / wid
         spec = WorkerSpec(
             run_id=run_id,
@@ -490,11 +538,13 @@ def _specs(
             queue=queue,
             workload=typed.to_table(s.workload),
             out_dir=str(remote_dir),
-            seed=(1 if role == "sender" else 2) * 1000 + i,
+            seed=proc.seed(role),
             host=host.name,
-            clock_corrections_us=_corrections(s, placement, before, host)
+            clock_corrections_us=_corrections(s, placement, before, host, shape["sender"])
             if role == "receiver"
             else {},
+            process=proc.process,
+            first_sender_id=proc.first_sender_id(threads) if role == "sender" else 0,
         )
         out.append((spec, host, remote_dir))
     return out
@@ -651,9 +701,13 @@ def _measure_run(
     cuts: dict[int, Healable],
 ) -> str:
     endpoints = cluster.endpoints().to_json()
+    shape = client_processes(s, placement)
+    manifest["clients"]["processes"] = shape
 
     def start(role: str) -> list[_Worker]:
-        specs = _specs(s, run_dir.name, run_dir, placement, endpoints, driver.queue, role, before)
+        specs = worker_specs(
+            s, run_dir.name, run_dir, placement, endpoints, driver.queue, role, before, shape
+        )
         started = []
         for spec, host, remote_dir in specs:
             started.append(_spawn(spec, host, placement, remote_dir, run_dir))
@@ -662,13 +716,12 @@ def _measure_run(
 
     receivers = start("receiver")
     observer.phase(
-        f"receivers: {len(receivers)} node(s) x {s.clients.receiver_threads} threads"
-        f" on {_where(receivers)}"
+        f"receivers: {_shape(shape['receiver'], s.clients.receiver_threads)} on {_where(receivers)}"
     )
     _wait_ready(receivers)
     senders = start("sender")
     observer.phase(
-        f"senders: {len(senders)} node(s) x {s.clients.sender_threads} threads on {_where(senders)}"
+        f"senders: {_shape(shape['sender'], s.clients.sender_threads)} on {_where(senders)}"
     )
     _wait_ready(senders)  # connected, about to send
     start_ms = int(time.time() * 1000)
@@ -678,7 +731,7 @@ def _measure_run(
     _write_manifest(run_dir, manifest)
     w = s.workload
     expected = (
-        w.messages_per_thread * s.clients.sender_threads * s.clients.sender_nodes
+        w.messages_per_thread * s.clients.sender_threads * sum(shape["sender"])
         if w.messages_per_thread
         else None
     )

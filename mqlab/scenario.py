@@ -10,6 +10,7 @@ links lists that vary together (e.g. sender and receiver nodes).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import tomllib
 from dataclasses import dataclass, field
@@ -101,6 +102,13 @@ class Clients:
     sender_threads: int = spec(1, min=1, max=1000)
     receiver_threads: int = spec(1, min=1, max=1000)
     threads: int | None = spec(None, min=1, max=1000, help="sets sender and receiver threads")
+    processes_per_node: int | None = spec(
+        None,
+        min=1,
+        max=1000,
+        help="worker processes per client node, each running the threads; "
+        "default: the node's cores",
+    )
 
 
 @dataclass(frozen=True)
@@ -420,8 +428,8 @@ def _build_one(
                     "given together with clients.threads",
                     "use either threads or sender_threads/receiver_threads",
                 )
-        clients = Clients(
-            clients.sender_nodes, clients.receiver_nodes, clients.threads, clients.threads, None
+        clients = dataclasses.replace(
+            clients, sender_threads=clients.threads, receiver_threads=clients.threads, threads=None
         )
     faults_raw = raw.get("faults", [])
     if not isinstance(faults_raw, list):

@@ -1,13 +1,29 @@
-"""What the orchestrator tells one worker process (written as JSON, read by the worker)."""
+"""What the orchestrator tells one worker process (written as JSON, read by the worker),
+and how a role's worker processes are laid out over its client nodes.
+
+A client node runs one or more worker processes (``clients.processes_per_node``), each
+with the role's threads. The processes of a role are numbered node by node (``index``):
+node 0's processes first, then node 1's. Sender ids and seeds derive from that index, so
+they are unique across every thread of every process of every node of the run, and with
+one process per node they are what they always were (index = node):
+
+- sender id of thread ``t`` = ``index * threads + t`` (= ``(node * P + p) * T + t`` when
+  every node runs P processes; ``node * T + t`` when P = 1);
+- seed = ``1000 + index`` (senders) or ``2000 + index`` (receivers) while index < 1000;
+  further indexes take the next free blocks of a thousand, alternating between the roles
+  (senders 3000-3999, receivers 4000-4999, ...), so no two processes of a run share one.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4  # 4: process, first_sender_id
+ROLE_SEED_BLOCK = {"sender": 1, "receiver": 2}
 
 
 @dataclass(frozen=True)
@@ -25,9 +41,11 @@ class WorkerSpec:
     out_dir: str
     seed: int
     host: str = "local"  # the inventory name of the host it runs on
-    # receivers: sender node (as a string) -> µs to subtract from that node's end-to-end
+    # receivers: sender id (as a string) -> µs to subtract from that sender's end-to-end
     # latencies: this host's clock offset minus the sender host's (both to the coordinator)
     clock_corrections_us: dict[str, int] = field(default_factory=dict)
+    process: int = 0  # its index among the worker processes of its node
+    first_sender_id: int = 0  # senders: thread t sends as first_sender_id + t
     format_version: int = FORMAT_VERSION
 
     def write(self, path: Path) -> None:
@@ -42,3 +60,30 @@ class WorkerSpec:
                 f"is not {FORMAT_VERSION}"
             )
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class Process:
+    """One worker process of a role: its node, its index on that node (``process``) and
+    among all the role's processes of the run, node by node (``index``)."""
+
+    node: int
+    process: int
+    index: int
+
+    def first_sender_id(self, threads: int) -> int:
+        return self.index * threads
+
+    def seed(self, role: str) -> int:
+        block, rest = divmod(self.index, 1000)
+        return (2 * block + ROLE_SEED_BLOCK[role]) * 1000 + rest
+
+
+def processes(per_node: Sequence[int]) -> list[Process]:
+    """Every worker process of a role whose node ``i`` runs ``per_node[i]`` of them."""
+    out: list[Process] = []
+    for node, n in enumerate(per_node):
+        if n < 1:
+            raise ValueError(f"node {node}: {n} worker processes (at least 1)")
+        out += [Process(node, p, len(out) + p) for p in range(n)]
+    return out

@@ -1,4 +1,4 @@
-"""One client node: a process running sender or receiver threads and recording.
+"""One worker process of a client node: sender or receiver threads, and recording.
 
 ``python -m mqlab.workload.worker SPEC.json`` — the same entry point runs locally and
 on remote hosts (from the shipped bundle); the coordinator attaches to its stdin and
@@ -81,7 +81,7 @@ class Worker:
         if spec.role == "sender":
             pool = envelope.PayloadPool(w.message_bytes, seed=spec.seed)
             for t in range(spec.threads):
-                stats = SenderStats(spec.node * spec.threads + t)
+                stats = SenderStats(spec.first_sender_id + t)
                 self.recorder.senders.append(stats)
                 args = (
                     run_sender,
@@ -201,6 +201,7 @@ class Worker:
                 worker_id=self.spec.worker_id,
                 role=self.spec.role,
                 node=self.spec.node,
+                process=self.spec.process,
                 threads=self.spec.threads,
                 sender_ids=[s.sender_id for s in rec.senders],
                 started_ms=self.started_ms,

@@ -125,8 +125,9 @@ def run_under_faults(
     text = (
         f'format_version = 1\nname = "{name}"\nprofile = "{profile}"\n'
         f"[cluster]\nnodes = {nodes}\n[workload]\n{table(w)}"
+        # one worker process per node: the load these fault tests are calibrated for
         f"[clients]\nsender_nodes = 1\nreceiver_nodes = 1\nthreads = {threads}\n"
-        + "".join(f"[[faults]]\n{table(f)}" for f in faults)
+        "processes_per_node = 1\n" + "".join(f"[[faults]]\n{table(f)}" for f in faults)
     )
     path = tmp_path / f"{name}.toml"
     path.write_text(text)

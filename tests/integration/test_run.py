@@ -74,7 +74,18 @@ def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
     c = scenario["clients"]
     senders = sorted((run_dir / "workers").glob("sender-*"))
     receivers = sorted((run_dir / "workers").glob("receiver-*"))
-    assert len(senders) == c["sender_nodes"] and len(receivers) == c["receiver_nodes"]
+    # one worker folder per process of every client node; the processes per node as the
+    # scenario says, else this machine's cores (every node of a local run is here)
+    per_node = c.get("processes_per_node", os.cpu_count())
+    assert manifest["clients"]["processes"] == {
+        "sender": [per_node] * c["sender_nodes"],
+        "receiver": [per_node] * c["receiver_nodes"],
+    }
+    assert len(senders) == c["sender_nodes"] * per_node
+    assert len(receivers) == c["receiver_nodes"] * per_node
+    for role, dirs in (("sender", senders), ("receiver", receivers)):
+        nodes = [read_json(d / "worker.json")["node"] for d in dirs]
+        assert sorted(set(nodes)) == list(range(c[f"{role}_nodes"])), nodes
     for d in senders + receivers:
         assert read_json(d / "worker.json")["status"] == (
             "ok" if expect_complete else read_json(d / "worker.json")["status"]
@@ -240,8 +251,10 @@ def test_interrupted_run_leaves_a_partial_archive_and_no_processes(
     # what was collected is kept: at least what the workers had counted before the SIGINT
     d = summary["delivery"]
     assert d["confirmed"] >= confirmed and d["received"] >= received, (d, confirmed, received)
-    for worker in ("sender-00", "receiver-00"):
-        assert read_json(run.path / "workers" / worker / "worker.json")["status"] == "interrupted"
+    workers = sorted((run.path / "workers").iterdir())
+    assert {w.name.split("-")[0] for w in workers} == {"sender", "receiver"}
+    for worker in workers:
+        assert read_json(worker / "worker.json")["status"] == "interrupted", worker.name
     assert not processes_mentioning(str(state_dir))
 
 
@@ -307,10 +320,13 @@ def test_fixed_rate_run_summarizes_to_the_scheduled_rate_and_is_queryable_at_onc
     [run] = list_runs(results)
     summary = check_archive(run.path)
     tp, d = summary["throughput"], summary["delivery"]
-    # 2 threads x 100 msg/s, measured over exactly the counted period
-    assert abs(tp["send_msgs_per_s"] / 200 - 1) < 0.01, tp
-    assert abs(tp["receive_msgs_per_s"] / 200 - 1) < 0.01, tp
-    assert 2 * 100 * 11 - 4 <= d["confirmed"] <= 2 * 100 * 11 and d["lost"] == 0, d
+    # 2 threads x 100 msg/s in each worker process (rate_per_s is per sender thread),
+    # measured over exactly the counted period
+    processes = sum(read_json(run.path / "manifest.json")["clients"]["processes"]["sender"])
+    rate = 2 * 100 * processes
+    assert abs(tp["send_msgs_per_s"] / rate - 1) < 0.01, tp
+    assert abs(tp["receive_msgs_per_s"] / rate - 1) < 0.01, tp
+    assert rate * 11 - 2 * 2 * processes <= d["confirmed"] <= rate * 11 and d["lost"] == 0, d
     assert d["unsent"] == 0 and summary["sender_lag_ms_max"] < 500, summary
     assert summary["latency_us"]["processing_us"]["p50"] < 20_000, summary["latency_us"]
     # the run is in the catalog right after `mqlab run`, with the same figures

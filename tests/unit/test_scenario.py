@@ -100,6 +100,39 @@ def test_resolved_scenario_round_trips_through_toml(folder: Path) -> None:
     assert doc["clients"]["sender_threads"] == 2 and "threads" not in doc["clients"]
 
 
+def test_processes_per_node_defaults_to_the_cores_and_round_trips(folder: Path) -> None:
+    import tomllib
+
+    [s] = load_scenario(write(folder, BASE))
+    assert s.clients.processes_per_node is None  # the run resolves it: each node's cores
+    assert "processes_per_node" not in tomllib.loads(to_toml(s))["clients"]
+    [s] = load_scenario(write(folder, BASE + "processes_per_node = 4\n"))
+    assert s.clients.processes_per_node == 4
+    assert (s.clients.sender_threads, s.clients.receiver_threads) == (2, 2)  # per process
+    again = write(folder, to_toml(s).split("\n[resolved_profile]")[0] + "\n")
+    [back] = load_scenario(again)
+    assert back.clients == s.clients
+    runs = load_scenario(write(folder, BASE + "processes_per_node = [1, 2]\n"))
+    assert [r.clients.processes_per_node for r in runs] == [1, 2]
+    assert runs[1].label == "p3_2t-1s-2r_processes_per_node-2"
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("0", "0 is too small (must be >= 1)"),
+        ("-3", "-3 is too small (must be >= 1)"),
+        ("1.5", "expected"),
+        ('"all"', "expected"),
+    ],
+)
+def test_processes_per_node_below_one_is_refused_in_one_line(
+    folder: Path, value: str, words: str
+) -> None:
+    text = BASE + f"processes_per_node = {value}\n"
+    _refused_in_one_line(folder, text, "clients.processes_per_node", words)
+
+
 @pytest.mark.parametrize(
     ("edit", "key", "words"),
     [

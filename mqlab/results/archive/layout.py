@@ -38,8 +38,26 @@ def log_file(worker_dir: Path | str, metric: str) -> Path:
     return Path(worker_dir) / f"{metric}.hlog"
 
 
+def worker_id(role: str, node: int, process: int = 0, processes: int = 1) -> str:
+    """The id (and folder name) of a worker process: ``sender-03`` on a node that runs one
+    process (as every run did before nodes ran several), ``sender-03-p01`` (process 1 of
+    node 3) on a node that runs several. Two digits at least: ids sort by node, then
+    process."""
+    base = f"{role}-{node:02d}"
+    return base if processes == 1 else f"{base}-p{process:02d}"
+
+
+def parse_worker_id(wid: str) -> tuple[str, int | None, int]:
+    """(role, node, process) of a worker id; node None when the id names none."""
+    role, _, rest = wid.partition("-")
+    node_text, _, proc_text = rest.partition("-p")
+    node = int(node_text) if node_text.isdigit() else None
+    process = int(proc_text) if proc_text.isdigit() else 0
+    return role, node, process
+
+
 def role_of(worker_id: str) -> str:
-    """``sender-03`` -> ``sender``."""
+    """``sender-03`` (or ``sender-03-p01``) -> ``sender``."""
     return worker_id.split("-", 1)[0]
 
 

@@ -150,6 +150,12 @@ def base_manifest(
             "nodes": scenario.cluster.nodes,
             "reused": False,
         },
+        # processes_per_node as the scenario says (None: each node's cores); processes:
+        # {"sender": [per node], "receiver": [per node]} as run, set once resolved
+        "clients": {
+            "processes_per_node": scenario.clients.processes_per_node,
+            "processes": None,
+        },
         "host": host_info(),
         "clock": clock_info(scenario.cluster.target, scenario.cluster.clock_budget_ms),
         "lab": dict(lab) if lab is not None else local_lab(),

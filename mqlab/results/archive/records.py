@@ -178,12 +178,12 @@ def read_undrained(path: Path | str) -> UndrainedRecord:
 # -- worker.json -------------------------------------------------------------------
 @dataclass
 class WorkerRecord:
-    """One worker process (client node): how it ran and what it counted in total."""
+    """One worker process of a client node: how it ran and what it counted in total."""
 
     worker_id: str
     role: str
     node: int
-    threads: int
+    threads: int  # of this process
     sender_ids: list[int]
     started_ms: int  # the process started recording
     go_ms: int | None  # senders: the common start signal it sent on (None: never started)
@@ -195,6 +195,7 @@ class WorkerRecord:
     # each recorded clamped into the range and counted here
     out_of_range: dict[str, dict[str, int]]
     foreign: int = 0
+    process: int = 0  # its index among its node's worker processes (0 in older records)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -202,7 +203,12 @@ class WorkerRecord:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> WorkerRecord:
         names = cls.__dataclass_fields__
-        return cls(**{k: d[k] for k in names if k != "foreign"}, foreign=int(d.get("foreign", 0)))
+        optional = {"foreign", "process"}  # absent in records written before they existed
+        return cls(
+            **{k: d[k] for k in names if k not in optional},
+            foreign=int(d.get("foreign", 0)),
+            process=int(d.get("process", 0)),
+        )
 
 
 def write_worker(path: Path | str, rec: WorkerRecord) -> None:

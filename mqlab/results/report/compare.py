@@ -47,6 +47,8 @@ TRIAL_KEY = (
     "receiver_threads",
     "sender_nodes",
     "receiver_nodes",
+    "sender_processes",
+    "receiver_processes",
     "message_bytes",
     "batch",
     "sweep",
@@ -86,11 +88,20 @@ def resolve_run(ref: str, results_dir: Path | str) -> dict[str, Any]:
 def trials_of(run: dict[str, Any], results_dir: Path | str) -> list[dict[str, Any]]:
     """All catalogued runs with the same configuration (the run itself included)."""
     same = [
-        r for r in catalog.load_runs(results_dir) if all(r.get(k) == run.get(k) for k in TRIAL_KEY)
+        r
+        for r in catalog.load_runs(results_dir)
+        if all(_trial_value(r, k) == _trial_value(run, k) for k in TRIAL_KEY)
     ]
     if not any(r["run_id"] == run["run_id"] for r in same):
         same.append(run)
     return same
+
+
+def _trial_value(run: dict[str, Any], key: str) -> Any:
+    """``run[key]``; processes per node null in rows summarized before they were counted,
+    of runs with one per node."""
+    v = run.get(key)
+    return 1 if v is None and key.endswith("_processes") else v
 
 
 def _noise_verdict(

@@ -36,6 +36,7 @@ MAX_PROBLEMS_SHOWN = 20
 # the mqperf table; "send latency" is the latency of one send() call (a batch)
 MQPERF_HEADER = (
     "Threads",
+    "Processes",
     "Sender nodes",
     "Receiver nodes",
     "Send msgs/s",
@@ -105,13 +106,28 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = ""
 
 
 def threads_label(run: dict[str, Any]) -> str:
+    """Threads per worker process (senders/receivers when they differ)."""
     st, rt = run["sender_threads"], run["receiver_threads"]
     return str(st) if st == rt else f"{st}/{rt}"
+
+
+def processes_of(run: dict[str, Any], role: str) -> int:
+    """Worker processes per ``role`` node of a ``runs`` row; a row summarized before they
+    were counted is of a run with one per node (null there)."""
+    v = run.get(f"{role}_processes")
+    return 1 if v is None else int(v)
+
+
+def processes_label(run: dict[str, Any]) -> str:
+    """Worker processes per client node (senders/receivers when they differ)."""
+    sp, rp = processes_of(run, "sender"), processes_of(run, "receiver")
+    return str(sp) if sp == rp else f"{sp}/{rp}"
 
 
 def mqperf_row(run: dict[str, Any]) -> list[str]:
     return [
         threads_label(run),
+        processes_label(run),
         str(run["sender_nodes"]),
         str(run["receiver_nodes"]),
         _num(run["send_msgs_per_s"]),
@@ -119,6 +135,15 @@ def mqperf_row(run: dict[str, Any]) -> list[str]:
         _ms(run["processing_us_p95"]),
         _ms(run["send_call_us_p95"]),
     ]
+
+
+def clients_shape(run: dict[str, Any]) -> str:
+    """``2 sender node(s) × 2 process(es) × 4 threads, 1 receiver node(s) × ...``"""
+    return ", ".join(
+        f"{run[f'{role}_nodes']} {role} node(s) × {processes_of(run, role)} process(es) × "
+        f"{run[f'{role}_threads']} threads"
+        for role in ("sender", "receiver")
+    )
 
 
 def _schedule(scenario: dict[str, Any]) -> str | None:
@@ -225,8 +250,7 @@ def _header(run: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
         f"- started {run['started_at']}, ended {run['ended_at']}",
         f"- message size {run['message_bytes']} bytes, batch {run['batch']}"
         + (f", {schedule}" if schedule else ""),
-        f"- {run['sender_nodes']} sender node(s) × {run['sender_threads']} threads, "
-        f"{run['receiver_nodes']} receiver node(s) × {run['receiver_threads']} threads",
+        f"- {clients_shape(run)}",
         *_cost(run),
         "",
     ]
@@ -387,7 +411,7 @@ def run_markdown(
     reasons = unknown.reasons(run)
     worst = [w["processing_us_p95"] for w in windows if w["processing_us_count"]]
     lines = _header(run, scenario or {})
-    lines += ["## mqperf table", "", *_table(MQPERF_HEADER, [mqperf_row(run)], "lllrrrr"), ""]
+    lines += ["## mqperf table", "", *_table(MQPERF_HEADER, [mqperf_row(run)], "llllrrrr"), ""]
     lines += _periods(run, worst)
     clocks = _clocks(run)
     if clocks:
@@ -638,7 +662,7 @@ def report_sweep(run_dirs: Sequence[Path | str], out_dir: Path | str) -> Path:
             ]
             for r in runs
         ],
-        "lllllrrrrrr",
+        "llllllrrrrrr",
     )
     if any(r["delivery_lost"] is None or r["delivery_undrained"] is None for r in runs):
         lines += ["", "Unknown figures: see each run's report.md for why."]

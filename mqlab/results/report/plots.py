@@ -206,18 +206,20 @@ def plot_timeline(
 def plot_sweep(
     runs: list[dict[str, Any]], path: Path, field: str, ylabel: str, title: str, scale: float = 1.0
 ) -> None:
-    """``field`` against sender threads, one line per (sender nodes, receiver nodes)."""
-    lines: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
+    """``field`` against sender threads, one line per (sender nodes, receiver nodes,
+    sender processes per node)."""
+    lines: dict[tuple[int, int, int], list[tuple[int, float]]] = defaultdict(list)
     for r in runs:
         if r.get(field) is not None:
-            lines[(r["sender_nodes"], r["receiver_nodes"])].append(
-                (r["sender_threads"], r[field] * scale)
-            )
+            procs = r.get("sender_processes")
+            key = (r["sender_nodes"], r["receiver_nodes"], 1 if procs is None else int(procs))
+            lines[key].append((r["sender_threads"], r[field] * scale))
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for (s, rn), pts in sorted(lines.items()):
+    for (s, rn, sp), pts in sorted(lines.items()):
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{s}s-{rn}r nodes")
-    ax.set_xlabel("sender threads per node")
+        label = f"{s}s-{rn}r nodes" + (f", {sp} processes each" if sp != 1 else "")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.set_xlabel("sender threads per process")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)

@@ -88,14 +88,21 @@ def load_reference(name: str = "mqperf-2021") -> list[ReferenceRow]:
     return rows
 
 
+def _per_node(run: dict[str, Any], role: str) -> int:
+    """A run's threads per ``role`` node: its processes per node x threads per process
+    (mqperf's client nodes ran one process, so its threads are per node)."""
+    processes = run.get(f"{role}_processes")
+    return (1 if processes is None else int(processes)) * int(run[f"{role}_threads"])
+
+
 def matching_rows(run: dict[str, Any], rows: list[ReferenceRow]) -> list[ReferenceRow]:
-    """Published rows with the run's broker, threads and nodes."""
+    """Published rows with the run's broker, threads per node and nodes."""
     return [
         r
         for r in rows
         if r.broker == run["broker"]
-        and r.sender_threads == run["sender_threads"]
-        and r.receiver_threads == run["receiver_threads"]
+        and r.sender_threads == _per_node(run, "sender")
+        and r.receiver_threads == _per_node(run, "receiver")
         and r.sender_nodes == run["sender_nodes"]
         and r.receiver_nodes == run["receiver_nodes"]
     ]

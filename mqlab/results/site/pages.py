@@ -283,8 +283,7 @@ def _facts(r: SiteRun) -> str:
             ),
             (
                 "clients",
-                f"{run['sender_nodes']} sender node(s) × {run['sender_threads']} threads, "
-                f"{run['receiver_nodes']} receiver node(s) × {run['receiver_threads']} threads",
+                markdown.clients_shape(run),
             ),
             ("cluster", run.get("cluster_target")),
         ]
@@ -682,6 +681,7 @@ def _side_by_side(runs: Sequence[SiteRun]) -> str:
         ("scenario", lambda run: run["scenario"]),
         ("status", lambda run: run["status"]),
         ("threads", markdown.threads_label),
+        ("processes", markdown.processes_label),
         ("nodes", lambda run: f"{run['sender_nodes']}s-{run['receiver_nodes']}r"),
         ("message bytes", lambda run: run["message_bytes"]),
     ]
@@ -731,15 +731,16 @@ def _reference_table(runs: Sequence[SiteRun], matches: dict[str, compare.Referen
     for r in summarized:
         run = r.run
         assert run is not None
-        cells = markdown.mqperf_row(run)  # threads, nodes, send, receive, p95s (report's)
+        cells = markdown.mqperf_row(run)  # threads, processes, nodes, ... (report's)
         rows.append(
             tr(
                 [
                     td(f"mqlab: {_run_link(r)}", sort=f"mqlab {r.run_id}", raw=True),
                     td(run["broker"]),
                     td(cells[0]),
-                    td(cells[1], cls="num"),
+                    td(cells[1]),
                     td(cells[2], cls="num"),
+                    td(cells[3], cls="num"),
                     figure(run["send_msgs_per_s"], ",.0f", unknown.why(run, "send_msgs_per_s")),
                     figure(
                         run["receive_msgs_per_s"], ",.0f", unknown.why(run, "receive_msgs_per_s")
@@ -768,6 +769,7 @@ def _reference_table(runs: Sequence[SiteRun], matches: dict[str, compare.Referen
                         label,
                         td(x.broker),
                         td(_threads(x.sender_threads, x.receiver_threads)),
+                        td("1"),  # mqperf: one client process per node, with its threads
                         td(str(x.sender_nodes), cls="num"),
                         td(str(x.receiver_nodes), cls="num"),
                         send,
@@ -784,6 +786,7 @@ def _reference_table(runs: Sequence[SiteRun], matches: dict[str, compare.Referen
         "source",
         "broker",
         "threads",
+        "processes",
         "sender nodes",
         "receiver nodes",
         "send msgs/s",

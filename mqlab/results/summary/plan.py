@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import tomllib
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ class RunMeta:
     receiver_threads: int
     sender_nodes: int
     receiver_nodes: int
+    # worker processes per client node (the most on any node, should nodes differ);
+    # sender_threads / receiver_threads are per process
+    sender_processes: int
+    receiver_processes: int
     message_bytes: int | None
     batch: int | None
     status: str
@@ -116,8 +121,20 @@ def read_run(run_dir: Path | str) -> RunMeta:
         v = _find_key(scenario, (f"{role}_threads",))
         return int(v if v is not None else (fallback or 0))
 
+    def node_of(wid: str) -> Any:
+        node = wjson[wid].get("node")
+        if node is None:  # no worker.json: the node its id names, else a node of its own
+            node = layout.parse_worker_id(wid)[1]
+        return wid if node is None else int(node)
+
+    def per_node(role: str) -> Counter[Any]:
+        return Counter(node_of(w) for w, r in workers if r == role)
+
     def nodes(role: str) -> int:
-        return len({wjson[w].get("node", w) for w, r in workers if r == role})
+        return len(per_node(role))
+
+    def processes(role: str) -> int:
+        return max(per_node(role).values(), default=0)
 
     st = threads("sender", m.group("st") if m else None)
     rt = threads("receiver", (m.group("rt") or m.group("st")) if m else None)
@@ -133,6 +150,8 @@ def read_run(run_dir: Path | str) -> RunMeta:
         receiver_threads=rt,
         sender_nodes=nodes("sender"),
         receiver_nodes=nodes("receiver"),
+        sender_processes=processes("sender"),
+        receiver_processes=processes("receiver"),
         message_bytes=int(msg_bytes) if msg_bytes is not None else None,
         batch=int(batch) if batch is not None else None,
         status=man.status,

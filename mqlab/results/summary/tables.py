@@ -86,6 +86,8 @@ _META_FIELDS = [
     pa.field("receiver_threads", pa.int64()),
     pa.field("sender_nodes", pa.int64()),
     pa.field("receiver_nodes", pa.int64()),
+    pa.field("sender_processes", pa.int64()),  # per node; threads are per process
+    pa.field("receiver_processes", pa.int64()),
     pa.field("message_bytes", pa.int64()),
     pa.field("batch", pa.int64()),
     pa.field("status", pa.string()),

@@ -84,6 +84,7 @@ def write_scenario(path: Path, **sections: dict[str, Any]) -> Path:
     (``top`` holds top-level keys)."""
     data = tomllib.loads(QUICKSTART.read_text())
     data["workload"].update(duration_s=4, warmup_s=1)
+    data["clients"]["processes_per_node"] = 1  # the worker ids and hosts these tests check
     for section, values in sections.items():
         target = data if section == "top" else data.setdefault(section, {})
         for key, value in values.items():

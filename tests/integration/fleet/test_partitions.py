@@ -122,6 +122,7 @@ send_batch_max = 1
 sender_nodes = 1
 receiver_nodes = 1
 threads = 2
+processes_per_node = 1
 [[faults]]
 at_s = 3
 action = "partition"
@@ -336,6 +337,7 @@ send_batch_max = 1
 sender_nodes = 1
 receiver_nodes = 1
 threads = 2
+processes_per_node = 1
 [[faults]]
 at_s = 3
 action = "netem"

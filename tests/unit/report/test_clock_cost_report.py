@@ -105,7 +105,7 @@ def test_run_and_ls_tables_show_the_cost_of_a_priced_run(tmp_path: Path) -> None
     row = cli.mqperf_row(layout.read_scenario(run.run_dir), summary, "x", "complete")
     assert (row["cost"], row["cost_per_m"]) == ("0.2550", "321.5637")
     headers = [c.header for c in cli.mqperf_table([row]).columns]
-    assert headers[8:10] == ["Lost", "Undrained"] and headers[-3:] == [
+    assert headers[9:11] == ["Lost", "Undrained"] and headers[-3:] == [
         "Cost $",
         "$ / M msgs",
         "Status",

@@ -133,7 +133,7 @@ def test_run_table_shows_unknown_lost_and_undrained(lab: Lab) -> None:
     row = cli.mqperf_row(scenario, _summary(lab.complete.run_dir), "y", "complete")
     assert (row["lost"], row["undrained"]) == (str(lab.complete.lost), str(lab.complete.undrained))
     assert cli.unknown_notes(_summary(lab.complete.run_dir), "y") == []
-    assert [c.header for c in cli.mqperf_table([row]).columns][8:10] == ["Lost", "Undrained"]
+    assert [c.header for c in cli.mqperf_table([row]).columns][9:11] == ["Lost", "Undrained"]
 
 
 def test_ls_shows_lost_unknown_and_unsummarized_runs(lab: Lab, tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ def report_of(run_dir: Path) -> str:
 def test_report_shows_the_archives_figures(lab: Lab) -> None:
     run = lab.complete
     text = report_of(run.run_dir)
-    assert "| 2 | 1 | 2 | 100 | 80 |" in text  # mqperf row: threads, nodes, msgs/s
+    assert "| 2 | 1 | 1 | 2 | 100 | 80 |" in text  # mqperf row: threads, processes, nodes, msgs/s
     assert cell(text, "confirmed") == f"{run.confirmed:,}"
     assert cell(text, "failed") == str(run.failed)
     assert cell(text, "received") == f"{run.received:,}"

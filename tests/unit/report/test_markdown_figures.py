@@ -39,6 +39,8 @@ def row(lab: Lab) -> dict[str, Any]:
         receiver_threads=8,
         sender_nodes=2,
         receiver_nodes=4,
+        sender_processes=3,
+        receiver_processes=1,
         send_msgs_per_s=12345.4,
         receive_msgs_per_s=999.6,
         send_mb_per_s=0.0123456,
@@ -76,13 +78,16 @@ def test_mqperf_row_formats_rates_and_latencies_in_ms(row: dict[str, Any]) -> No
     lines = lines_of(row)
     i = lines.index("## mqperf table")
     assert lines[i + 2 : i + 5] == [
-        "| Threads | Sender nodes | Receiver nodes | Send msgs/s | Receive msgs/s "
+        "| Threads | Processes | Sender nodes | Receiver nodes | Send msgs/s | Receive msgs/s "
         "| Processing latency p95 | Send latency p95 |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
-        "| 4/8 | 2 | 4 | 12,345 | 1,000 | 1,234.6 ms | unknown |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
+        "| 4/8 | 3/1 | 2 | 4 | 12,345 | 1,000 | 1,234.6 ms | unknown |",
     ]
-    same = lines_of({**row, "receiver_threads": 4})
-    assert "| 4 | 2 | 4 | 12,345 | 1,000 | 1,234.6 ms | unknown |" in same
+    same = lines_of({**row, "receiver_threads": 4, "receiver_processes": 3})
+    assert "| 4 | 3 | 2 | 4 | 12,345 | 1,000 | 1,234.6 ms | unknown |" in same
+    # a row summarized before processes were counted: a run with one per node
+    older = lines_of({**row, "sender_processes": None, "receiver_processes": None})
+    assert "| 4/8 | 1 | 2 | 4 | 12,345 | 1,000 | 1,234.6 ms | unknown |" in older
 
 
 def test_measured_periods_count_from_the_senders_start(row: dict[str, Any]) -> None:
@@ -137,7 +142,10 @@ def test_delivery_and_latency_tables(row: dict[str, Any]) -> None:
 def test_header_names_the_schedule(row: dict[str, Any], workload: dict, shown: str) -> None:
     lines = lines_of(row, scenario={"workload": workload})
     assert f"- message size 100 bytes, batch 1{shown}" in lines
-    assert "- 2 sender node(s) × 4 threads, 4 receiver node(s) × 8 threads" in lines
+    assert (
+        "- 2 sender node(s) × 3 process(es) × 4 threads, "
+        "4 receiver node(s) × 1 process(es) × 8 threads"
+    ) in lines
 
 
 def test_cost_line_of_a_priced_lab(row: dict[str, Any]) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mqlab.results.archive import layout
+from mqlab.results.archive import layout, records
+from mqlab.results.archive.formats import read_json, write_json
 from mqlab.results.summary import partials, plan
 from mqlab.results.summary.job import summarize_run
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
@@ -39,6 +40,48 @@ def test_run_metadata_reads_scenario_workers_and_manifest(tmp_path: Path) -> Non
     assert len(tasks) == 1 + 2 * 6 + 3 * 5
     assert kinds.count("hlog") == 2 * 3 + 3 * 2 and kinds.count("undrained") == 1
     assert {t.metric for t in tasks if t.kind == "hlog"} == set(layout.METRICS)
+
+
+def _as_processes_of_one_node(r: SyntheticRun, nodes: int) -> None:
+    """Make the ``nodes`` sender and receiver nodes of a synthetic run the processes of one
+    node each (``sender-00-p00``, ...), as a run with processes_per_node = nodes leaves
+    them: the same logs and records under other ids."""
+    workers = []
+    for role in layout.ROLES:
+        for n in range(nodes):
+            old, new = f"{role}-{n:02d}", layout.worker_id(role, 0, n, nodes)
+            d = r.run_dir / layout.WORKERS / new
+            (r.run_dir / layout.WORKERS / old).rename(d)
+            rec = records.read_worker(d / layout.WORKER)
+            rec.worker_id, rec.node, rec.process = new, 0, n
+            records.write_worker(d / layout.WORKER, rec)
+            workers.append({"id": new, "role": role, "node": 0, "process": n, "status": "ok"})
+    manifest = read_json(r.run_dir / layout.MANIFEST)
+    manifest["workers"] = workers
+    write_json(r.run_dir / layout.MANIFEST, manifest)
+
+
+def test_processes_of_one_node_count_as_one_node_and_merge_like_nodes(tmp_path: Path) -> None:
+    spec = SyntheticSpec(sender_nodes=2, receiver_nodes=2, sender_threads=3, duration_s=3)
+    r = write_synthetic_run(tmp_path, spec)
+    _as_processes_of_one_node(r, 2)
+    m = plan.read_run(r.run_dir)
+    assert (m.sender_nodes, m.receiver_nodes) == (1, 1)
+    assert (m.sender_processes, m.receiver_processes) == (2, 2)
+    assert (m.sender_threads, m.receiver_threads) == (3, 5)  # per process
+    summary = summarize_run(r.run_dir)
+    assert summary["delivery"] == r.delivery  # the workers' records merge as nodes' do
+    assert summary["unknown"] == {}
+    # a worker whose worker.json is gone: its id still names its node
+    (r.run_dir / layout.WORKERS / "sender-00-p01" / layout.WORKER).unlink()
+    m = plan.read_run(r.run_dir)
+    assert (m.sender_nodes, m.sender_processes) == (1, 2)
+
+
+def test_an_archive_from_before_processes_has_one_per_node(synthetic_run: SyntheticRun) -> None:
+    m = plan.read_run(synthetic_run.run_dir)
+    assert (m.sender_processes, m.receiver_processes) == (1, 1)
+    assert m.receiver_nodes == synthetic_run.spec.receiver_nodes
 
 
 def test_missing_and_corrupt_files_are_counted_and_the_rest_summarized(

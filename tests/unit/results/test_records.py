@@ -27,6 +27,21 @@ def test_records_round_trip_with_64_bit_seqs(tmp_path: Path) -> None:
     assert records.read_undrained(tmp_path / "undrained.json") == und
 
 
+def test_a_worker_record_names_its_process_and_older_ones_read_as_process_0(
+    tmp_path: Path,
+) -> None:
+    rec = records.WorkerRecord(
+        "sender-01-p02", "sender", 1, 4, [20, 21, 22, 23], 1, 2, 3, "ok", None, {}, {}, 0, 2
+    )
+    records.write_worker(tmp_path / "worker.json", rec)
+    assert records.read_worker(tmp_path / "worker.json") == rec
+    older = rec.to_json()
+    del older["process"], older["foreign"]
+    write_json(tmp_path / "old.json", {**older, "worker_id": "sender-01"})
+    back = records.read_worker(tmp_path / "old.json")
+    assert (back.worker_id, back.node, back.process, back.foreign) == ("sender-01", 1, 0, 0)
+
+
 def test_manifest_and_summary_readers_are_typed_and_strict(tmp_path: Path) -> None:
     write_json(
         tmp_path / "manifest.json",

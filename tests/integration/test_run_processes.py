@@ -1,0 +1,138 @@
+"""A run whose client nodes each run several worker processes (``processes_per_node``),
+end to end on the local Redis cluster: a folder per process, sender ids unique across
+every thread of every process of every node, and the summary's delivery and throughput
+figures as computed here, independently, from the workers' own records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyroaring import BitMap64
+
+from mqlab.results.archive import codecs, records
+from mqlab.results.archive.formats import read_json
+from mqlab.results.archive.layout import list_runs
+from mqlab.results.summary.catalog import read_run_table
+from tests.integration.conftest import SharedLab
+from tests.integration.test_run import check_archive, mqlab
+
+pytestmark = pytest.mark.integration
+SENDER_NODES, RECEIVER_NODES, PROCESSES, THREADS = 2, 1, 2, 2
+SCENARIO = f"""
+format_version = 1
+name = "redis-processes"
+profile = "redis-wait1"
+[cluster]
+target = "local"
+nodes = 3
+[workload]
+message_bytes = 1024
+send_batch_min = 1
+send_batch_max = 10
+receive_batch_max = 10
+duration_s = 5
+warmup_s = 1
+[clients]
+sender_nodes = {SENDER_NODES}
+receiver_nodes = {RECEIVER_NODES}
+threads = {THREADS}
+processes_per_node = {PROCESSES}
+"""
+
+
+def test_several_processes_per_node_account_for_every_sender_id(
+    tmp_path: Path, shared_lab: SharedLab
+) -> None:
+    shared_lab.cluster("redis")
+    scenario = tmp_path / "processes.toml"
+    scenario.write_text(SCENARIO)
+    results = tmp_path / "results"
+    proc = mqlab("run", str(scenario), "--results", str(results), env_state=shared_lab.root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run] = list_runs(results)
+    summary = check_archive(run.path)  # a folder per process, every node, all ok
+    manifest = read_json(run.path / "manifest.json")
+    assert manifest["clients"] == {
+        "processes_per_node": PROCESSES,
+        "processes": {"sender": [PROCESSES] * SENDER_NODES, "receiver": [PROCESSES]},
+    }
+    workers = run.path / "workers"
+    sender_dirs = sorted(workers.glob("sender-*"))
+    receiver_dirs = sorted(workers.glob("receiver-*"))
+    assert [d.name for d in sender_dirs] == [
+        "sender-00-p00",
+        "sender-00-p01",
+        "sender-01-p00",
+        "sender-01-p01",
+    ]
+    assert [d.name for d in receiver_dirs] == ["receiver-00-p00", "receiver-00-p01"]
+    for d in sender_dirs + receiver_dirs:  # 2 per node, each naming its node and process
+        w = records.read_worker(d / "worker.json")
+        node, process = int(d.name[len(w.role) + 1 :][:2]), int(d.name[-2:])
+        assert (w.worker_id, w.node, w.process, w.threads) == (d.name, node, process, THREADS)
+
+    # sender ids: each sender thread of each process of each node sends as its own id
+    sent: dict[int, records.SentSender] = {}
+    for d in sender_dirs:
+        mine = records.read_sent(d / "sent.json")
+        assert sorted(mine) == records.read_worker(d / "worker.json").sender_ids
+        assert not set(mine) & set(sent), d.name  # no id in two processes
+        sent.update(mine)
+        assert all(s.confirmed > 0 for s in mine.values()), d.name  # every thread sent
+    assert sorted(sent) == list(range(SENDER_NODES * PROCESSES * THREADS))
+
+    # delivery, per sender id: C confirmed, U received by any receiver process, B left
+    received: dict[int, list[records.ReceivedSender]] = {}
+    for d in receiver_dirs:
+        for sid, r in records.read_delivery(d / "delivery.json").senders.items():
+            received.setdefault(sid, []).append(r)
+    assert set(received) <= set(sent)
+    undrained = records.read_undrained(run.path / "undrained.json")
+    expected_rows = []
+    for sid in sorted(sent):
+        s, rs = sent[sid], received.get(sid, [])
+        seen = BitMap64()
+        for r in rs:
+            seen |= r.seqs
+        held = undrained.senders.get(sid, BitMap64())
+        n_received = sum(r.received for r in rs)
+        expected_rows.append(
+            {
+                "sender_id": sid,
+                "sent": s.sent,
+                "confirmed": s.confirmed,
+                "received": n_received,
+                "unique_received": len(seen),
+                "duplicated": n_received - len(seen),
+                "lost": len(s.confirmed_seqs - seen - held),
+            }
+        )
+    rows = read_run_table(run.path, "delivery").to_pylist()
+    assert [{k: row[k] for k in expected_rows[0]} for row in rows] == expected_rows
+    d = summary["delivery"]
+    for figure in ("sent", "confirmed", "received", "unique_received", "duplicated", "lost"):
+        assert d[figure] == sum(row[figure] for row in expected_rows), figure
+    assert d["lost"] == 0 and d["failed"] == 0 and d["unique_received"] == d["confirmed"], d
+
+    # send msgs/s: the sum over the processes of their counted confirmations, over the
+    # measured period (first counted interval's start to the last counted confirmation)
+    warmup_end = manifest["measure"]["warmup_end_ms"]
+    counted, starts, last = [], [], []
+    for dd in sender_dirs:
+        rows_csv, problems = codecs.parse_counts((dd / "counts.csv").read_text())
+        assert problems == []
+        measured = [r for r in rows_csv if r.start_ms >= warmup_end]
+        counted.append(sum(r.counts["confirmed"] for r in measured))
+        starts.append(min(r.start_ms for r in measured))
+        last.append(max(r.last_ms for r in measured if r.counts["confirmed"]))
+    seconds = (max(last) - min(starts)) / 1000
+    assert all(n > 0 for n in counted), counted
+    per_process = [n / seconds for n in counted]
+    assert summary["throughput"]["send_msgs_per_s"] == round(sum(counted) / seconds, 3)
+    assert abs(summary["throughput"]["send_msgs_per_s"] - sum(per_process)) < 1e-3
+    # the run table names the shape: 2 threads per process, 2 processes per node
+    runs_row = read_run_table(run.path, "runs").to_pylist()[0]
+    assert (runs_row["sender_processes"], runs_row["receiver_processes"]) == (2, 2)
+    assert (runs_row["sender_nodes"], runs_row["sender_threads"]) == (SENDER_NODES, THREADS)
+    assert "Processes" in proc.stdout

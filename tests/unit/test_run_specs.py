@@ -1,0 +1,193 @@
+"""The worker processes a run starts (mqlab/run.py ``client_processes`` and ``worker_specs``):
+how many per client node, their ids, sender ids and seeds, the receivers' clock
+corrections by sender id. Expected values are written out by hand or computed here from
+the documented scheme, not with the code under test."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from mqlab import run as run_mod
+from mqlab.errors import FleetError
+from mqlab.fleet.hosts import LocalHost, Result
+from mqlab.fleet.placement import Placement
+from mqlab.scenario import Scenario, load_scenario
+from mqlab.workload.spec import WorkerSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class RemoteHost(LocalHost):
+    """A host reached over SSH, as far as the run can tell: it answers ``nproc``."""
+
+    is_local = False
+
+    def __init__(self, name: str, cores: str):
+        super().__init__(name, f"10.0.0.{len(name)}", Path("/srv/mqlab"))
+        self.cores = cores
+        self.asked: list[Any] = []
+
+    def run(self, cmd, *, timeout_s=60.0, env=None, check=True):
+        self.asked.append(cmd)
+        return Result(0, self.cores + "\n", "")
+
+
+def scenario(
+    processes: int | None, senders: int = 2, receivers: int = 1, threads: int = 3
+) -> Scenario:
+    [s] = load_scenario(ROOT / "scenarios" / "redis-short.toml")
+    clients = dataclasses.replace(
+        s.clients,
+        sender_nodes=senders,
+        receiver_nodes=receivers,
+        sender_threads=threads,
+        receiver_threads=threads + 1,
+        processes_per_node=processes,
+    )
+    return dataclasses.replace(s, clients=clients)
+
+
+def local() -> Placement:
+    here = LocalHost()
+    return Placement("local", "local", [here] * 3, [here], [here])
+
+
+def specs(
+    s: Scenario,
+    placement: Placement,
+    run_dir: Path,
+    role: str,
+    before: dict[str, Any] | None = None,
+) -> list[WorkerSpec]:
+    shape = run_mod.client_processes(s, placement)
+    out = run_mod.worker_specs(s, "run-1", run_dir, placement, {}, "q", role, before or {}, shape)
+    return [spec for spec, _host, _dir in out]
+
+
+def sender_ids(spec: WorkerSpec) -> list[int]:
+    """The ids the worker's threads send as (mqlab/workload/worker.py)."""
+    return [spec.first_sender_id + t for t in range(spec.threads)]
+
+
+def test_one_process_per_node_gives_the_specs_runs_always_had(tmp_path: Path) -> None:
+    s = scenario(1, senders=3, receivers=2, threads=3)
+    senders = specs(s, local(), tmp_path, "sender")
+    receivers = specs(s, local(), tmp_path, "receiver")
+    workers = tmp_path.resolve() / "workers"
+    # before processes per node: id role-NN, node NN, seed 1000 + NN (senders) or
+    # 2000 + NN (receivers), sender id node * threads + thread
+    assert [(x.worker_id, x.node, x.process, x.threads, x.seed, x.out_dir) for x in senders] == [
+        ("sender-00", 0, 0, 3, 1000, str(workers / "sender-00")),
+        ("sender-01", 1, 0, 3, 1001, str(workers / "sender-01")),
+        ("sender-02", 2, 0, 3, 1002, str(workers / "sender-02")),
+    ]
+    assert [sender_ids(x) for x in senders] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert [(x.worker_id, x.node, x.threads, x.seed) for x in receivers] == [
+        ("receiver-00", 0, 4, 2000),
+        ("receiver-01", 1, 4, 2001),
+    ]
+
+
+@pytest.mark.parametrize(("nodes", "processes", "threads"), [(1, 2, 2), (2, 2, 3), (3, 4, 5)])
+def test_sender_ids_are_unique_over_nodes_processes_and_threads(
+    tmp_path: Path, nodes: int, processes: int, threads: int
+) -> None:
+    s = scenario(processes, senders=nodes, receivers=nodes, threads=threads)
+    senders = specs(s, local(), tmp_path, "sender")
+    assert len(senders) == nodes * processes
+    expected = {
+        (node, p): [(node * processes + p) * threads + t for t in range(threads)]
+        for node in range(nodes)
+        for p in range(processes)
+    }
+    assert {(x.node, x.process): sender_ids(x) for x in senders} == expected
+    every = [sid for x in senders for sid in sender_ids(x)]
+    assert sorted(every) == list(range(nodes * processes * threads))  # each id once
+
+
+def test_worker_ids_name_node_and_process_and_sort(tmp_path: Path) -> None:
+    s = scenario(2, senders=2, receivers=1, threads=2)
+    senders = specs(s, local(), tmp_path, "sender")
+    receivers = specs(s, local(), tmp_path, "receiver")
+    ids = [x.worker_id for x in senders]
+    assert ids == ["sender-00-p00", "sender-00-p01", "sender-01-p00", "sender-01-p01"]
+    assert sorted(ids) == ids
+    assert [x.worker_id for x in receivers] == ["receiver-00-p00", "receiver-00-p01"]
+    assert len({x.out_dir for x in senders + receivers}) == 6  # a folder each
+    assert [(x.node, x.process) for x in senders] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    twelve = [x.worker_id for x in specs(scenario(12, senders=1), local(), tmp_path, "sender")]
+    assert twelve[:3] == ["sender-00-p00", "sender-00-p01", "sender-00-p02"]
+    assert sorted(twelve) == twelve and twelve[-1] == "sender-00-p11"
+
+
+def test_seeds_differ_for_every_process_and_thread_of_both_roles(tmp_path: Path) -> None:
+    s = scenario(3, senders=2, receivers=2, threads=4)
+    everyone = specs(s, local(), tmp_path, "sender") + specs(s, local(), tmp_path, "receiver")
+    seeds = [x.seed for x in everyone]
+    assert len(set(seeds)) == len(seeds) == 12
+    assert [x.seed for x in everyone[:6]] == [1000, 1001, 1002, 1003, 1004, 1005]
+    thread_seeds = [x.seed * 1000 + t for x in everyone for t in range(x.threads)]
+    assert len(set(thread_seeds)) == len(thread_seeds)
+    # past a thousand processes of a role the blocks alternate: never a shared seed
+    many = specs(scenario(700, senders=2, receivers=2, threads=1), local(), tmp_path, "sender")
+    many += specs(scenario(700, senders=2, receivers=2, threads=1), local(), tmp_path, "receiver")
+    assert len({x.seed for x in many}) == len(many) == 2800
+    assert many[1000].seed == 3000 and many[1400 + 1000].seed == 4000
+
+
+def test_the_default_is_the_cores_of_each_node_host(tmp_path: Path) -> None:
+    s = scenario(None, senders=2, receivers=1)
+    cores = os.cpu_count()
+    assert run_mod.client_processes(s, local()) == {
+        "sender": [cores, cores],
+        "receiver": [cores],
+    }
+    big, small = RemoteHost("sender-0", "8"), RemoteHost("sender-1", "2")
+    recv = RemoteHost("receiver-0", "4")
+    lab = Placement("ssh", "lab", [], [big, small], [recv])
+    s3 = scenario(None, senders=3, receivers=2)  # node 2 on sender-0 again: asked once
+    assert run_mod.client_processes(s3, lab) == {"sender": [8, 2, 8], "receiver": [4, 4]}
+    assert big.asked == [["nproc"]] and small.asked == [["nproc"]] and recv.asked == [["nproc"]]
+    # the scenario's value wins, and no host is asked
+    fixed = RemoteHost("sender-0", "8")
+    lab2 = Placement("ssh", "lab", [], [fixed], [fixed])
+    assert run_mod.client_processes(scenario(3), lab2) == {"sender": [3, 3], "receiver": [3]}
+    assert fixed.asked == []
+    # processes per node differing between nodes: sender ids still unique, node by node
+    senders = specs(s3, lab, tmp_path, "sender")
+    assert [(x.worker_id, x.host) for x in senders[8:11]] == [
+        ("sender-01-p00", "sender-1"),
+        ("sender-01-p01", "sender-1"),
+        ("sender-02-p00", "sender-0"),
+    ]
+    every = [sid for x in senders for sid in sender_ids(x)]
+    assert sorted(every) == list(range(18 * 3))
+
+
+def test_a_host_that_does_not_answer_a_number_fails_the_run_in_one_line() -> None:
+    bad = RemoteHost("sender-0", "nproc: command not found")
+    lab = Placement("ssh", "lab", [], [bad], [bad])
+    with pytest.raises(FleetError, match=r"^sender-0: nproc answered 'nproc: command not found'"):
+        run_mod.client_processes(scenario(None), lab)
+
+
+def test_receivers_correct_each_sender_id_by_its_process_host(tmp_path: Path) -> None:
+    a, b = RemoteHost("sender-0", "2"), RemoteHost("sender-1", "2")
+    r = RemoteHost("receiver-0", "2")
+    lab = Placement("ssh", "lab", [], [a, b], [r])
+    before = {
+        "sender-0": SimpleNamespace(offset_ms=1.0),
+        "sender-1": SimpleNamespace(offset_ms=-2.0),
+        "receiver-0": SimpleNamespace(offset_ms=0.5),
+    }
+    s = scenario(2, senders=2, receivers=1, threads=2)
+    [first, second] = specs(s, lab, tmp_path, "receiver", before)
+    # sender ids 0-3: node 0's two processes (on sender-0), 4-7: node 1's (on sender-1)
+    expected = {str(i): -500 for i in range(4)} | {str(i): 2500 for i in range(4, 8)}
+    assert first.clock_corrections_us == second.clock_corrections_us == expected
