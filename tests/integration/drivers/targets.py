@@ -74,6 +74,14 @@ def _kafka() -> Any:
     )
 
 
+def _pulsar() -> Any:
+    from mqlab.drivers.pulsar import Settings
+
+    return Settings(
+        ensemble_size=1, write_quorum=1, ack_quorum=1, ack_timeout_s=10.0, operation_timeout_s=5
+    )
+
+
 def _sqs() -> Any:
     from mqlab.drivers.sqs import Settings
 
@@ -109,4 +117,8 @@ TARGETS: dict[str, Target] = {
     # SQS's message counts are approximate (moto's happen to be exact)
     "sqs": Target("sqs", _sqs, visibility_s=2.0, nodes=1, remaining_exact=False),
     "postgres": Target("postgres", _postgres, visibility_s=2.0),
+    # pulsar-lite: one process, one copy. The ack timeout is client-side, at least 10 s in
+    # pulsar-client, counted from receive(); the receiver queue (prefetch) is in flight.
+    # remaining(): messages stored minus distinct acks (live counters; in_flight unknown)
+    "pulsar": Target("pulsar", _pulsar, visibility_s=10.0, nodes=1, prefetches=True),
 }
