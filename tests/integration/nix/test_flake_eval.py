@@ -124,6 +124,7 @@ def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
             "pika",
             "confluent-kafka",
             "boto3",
+            "pulsar-client",
         ]
     )
     lib_deps = nixenv.eval_json(
@@ -212,8 +213,9 @@ def test_profile_settings_others(nodes) -> None:
 
 
 def test_unpinned_upstream_releases_are_marked(nodes) -> None:
-    for broker in ("pulsar", "artemis", "rocketmq"):
+    for broker in ("artemis", "rocketmq"):
         assert nodes[broker]["image"]["package"].endswith("-not-pinned"), broker
+    assert not nodes["pulsar"]["image"]["package"].endswith("-not-pinned")  # pinned
 
 
 def test_a_new_dependency_without_mapping_fails_evaluation(nixenv) -> None:
