@@ -32,8 +32,9 @@
   pulsar-lite has no admin API: its Prometheus page gives messages stored on the topic
   minus the subscription's distinct acks (live counters, exact while the server has not
   restarted since ``setup``; ``in_flight`` unknown), else its backlog gauge, an upper
-  bound recomputed every ``stats_period_s`` (see :func:`lite_remaining`). Messages cannot
-  be read without consuming them (``identify`` gives no payloads).
+  bound recomputed every ``stats_period_s`` and there only once a consumer subscribed
+  again after the restart (see :func:`lite_remaining`). Messages cannot be read without
+  consuming them (``identify`` gives no payloads).
 - pulsar-lite refuses a subscribe whose consumer id another connection already uses on
   the subscription; receivers on the stand-in start at a random id and try again with
   the next one (see :func:`spread_consumer_id`).
@@ -275,25 +276,12 @@ class PulsarReceiver(Receiver):
     def __init__(self, driver: PulsarDriver):
         s: Settings = driver.settings
         self.client = _client(driver)
-        tries = STANDIN_SUBSCRIBE_TRIES if driver.stand_in else 1
         try:
-            if driver.stand_in:
-                spread_consumer_id(self.client, random.randrange(STANDIN_ID_SPREAD))
-            for attempt in range(1, tries + 1):
-                try:
-                    self.consumer = self.client.subscribe(
-                        driver.topic,
-                        driver.subscription,
-                        consumer_type=pulsar.ConsumerType.Shared,
-                        receiver_queue_size=s.prefetch,
-                        unacked_messages_timeout_ms=int(s.ack_timeout_s * 1000),
-                        initial_position=pulsar.InitialPosition.Earliest,
-                    )
-                    break
-                except pulsar.Timeout:
-                    if attempt == tries:
-                        raise
-                    LOG.info("pulsar: subscribe timed out (a consumer id in use?); again")
+            self.consumer = driver.subscribe(
+                self.client,
+                receiver_queue_size=s.prefetch,
+                unacked_messages_timeout_ms=int(s.ack_timeout_s * 1000),
+            )
         except (pulsar.PulsarException, ValueError) as e:
             self.client.close()
             raise DriverError(
@@ -405,23 +393,39 @@ class PulsarDriver(Driver):
             self.lite_started = self._lite_stats().get("started")
         client = _client(self)
         try:  # the durable subscription: from now on the topic keeps what is sent
-            client.subscribe(
-                self.topic,
-                self.subscription,
-                consumer_type=pulsar.ConsumerType.Shared,
-                initial_position=pulsar.InitialPosition.Earliest,
-            ).close()
+            self.subscribe(client).close()
         except pulsar.PulsarException as e:
             raise DriverError(f"pulsar: cannot subscribe to {self.topic}: {e}") from e
         finally:
             client.close()
 
+    def subscribe(self, client: pulsar.Client, **options: Any) -> pulsar.Consumer:
+        """A consumer of the shared subscription. On the stand-in, from a random consumer
+        id on, and again with the next id while pulsar-lite refuses one in use (see
+        :func:`spread_consumer_id`)."""
+        tries = STANDIN_SUBSCRIBE_TRIES if self.stand_in else 1
+        if self.stand_in:
+            spread_consumer_id(client, random.randrange(STANDIN_ID_SPREAD))
+        attempt = 1
+        while True:
+            try:
+                return client.subscribe(
+                    self.topic,
+                    self.subscription,
+                    consumer_type=pulsar.ConsumerType.Shared,
+                    initial_position=pulsar.InitialPosition.Earliest,
+                    **options,
+                )
+            except pulsar.Timeout:
+                if attempt >= tries:
+                    raise
+                attempt += 1
+                LOG.info("pulsar: subscribe timed out (a consumer id in use?): again")
+
     def teardown(self) -> None:
         client = _client(self)
         try:
-            client.subscribe(
-                self.topic, self.subscription, consumer_type=pulsar.ConsumerType.Shared
-            ).unsubscribe()
+            self.subscribe(client).unsubscribe()
         except pulsar.PulsarException as e:
             LOG.debug("pulsar: unsubscribe %s: %s", self.subscription, e)
         finally:
@@ -475,8 +479,11 @@ class PulsarDriver(Driver):
         )
         time.sleep(self.stats_period_s)  # a gauge snapshot from after now
         rem = lite_remaining(self._lite_stats(), None)
-        if rem is None:
-            raise DriverError(f"pulsar: no stats for subscription {self.subscription}")
+        if rem is None:  # a restarted pulsar-lite loads a subscription when one subscribes
+            raise DriverError(
+                f"pulsar: no stats for subscription {self.subscription} (after a restart "
+                "pulsar-lite has it only once a consumer subscribed again): count unknown"
+            )
         return rem
 
     def sender(self) -> Sender:
