@@ -122,12 +122,12 @@ class PulsarCluster(LocalCluster):
         """Send one message on a topic of its own, receive and ack it: (served, why not)."""
         import pulsar
 
-        from mqlab.drivers.pulsar import CLIENT_LOG, topic_name
+        from mqlab.drivers.pulsar import client_logger, topic_name
 
         topic = topic_name(f"mqlab-health-{uuid.uuid4().hex[:8]}")
         body = uuid.uuid4().bytes
         client = pulsar.Client(
-            f"pulsar://{self.service}", operation_timeout_seconds=5, logger=CLIENT_LOG
+            f"pulsar://{self.service}", operation_timeout_seconds=5, logger=client_logger()
         )
         try:
             consumer = client.subscribe(

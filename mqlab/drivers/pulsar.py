@@ -63,9 +63,17 @@ from mqlab.errors import DriverError
 from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
-#: pulsar-client writes its own log to stdout unless given a logger: this one, WARNING up
-CLIENT_LOG = logging.getLogger(f"{__name__}.client")
-CLIENT_LOG.setLevel(logging.WARNING)
+
+
+def client_logger() -> Any:
+    """Where pulsar-client logs (warnings and errors): to stderr, never stdout (its default;
+    a worker's stdout carries its events). Not through a Python logger: with one, the
+    client's threads log into a finalizing interpreter at exit and the process sometimes
+    aborts ("terminate called without an active exception", exit -6; seen in pulsar-short
+    here, and apache/pulsar-client-python issue 256)."""
+    return pulsar.FileLogger(pulsar.LoggerLevel.Warn, "/dev/stderr")
+
+
 TENANT_NAMESPACE = "public/default"
 MIN_ACK_TIMEOUT_S = 10.0  # pulsar-client refuses a shorter ack timeout
 ACK_GROUPING_S = 0.3  # pulsar-client writes grouped acks within 100 ms
@@ -199,7 +207,7 @@ def _client(driver: PulsarDriver) -> pulsar.Client:
         return pulsar.Client(
             service_url(driver.endpoints),
             operation_timeout_seconds=s.operation_timeout_s,
-            logger=CLIENT_LOG,
+            logger=client_logger(),
         )
     except (pulsar.PulsarException, ValueError) as e:
         raise DriverError(f"pulsar: cannot make a client for {driver.endpoints}: {e}") from e
