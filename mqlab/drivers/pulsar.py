@@ -64,16 +64,6 @@ from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
 
-
-def client_logger() -> Any:
-    """Where pulsar-client logs (warnings and errors): to stderr, never stdout (its default;
-    a worker's stdout carries its events). Not through a Python logger: with one, the
-    client's threads log into a finalizing interpreter at exit and the process sometimes
-    aborts ("terminate called without an active exception", exit -6; seen in pulsar-short
-    here, and apache/pulsar-client-python issue 256)."""
-    return pulsar.FileLogger(pulsar.LoggerLevel.Warn, "/dev/stderr")
-
-
 TENANT_NAMESPACE = "public/default"
 MIN_ACK_TIMEOUT_S = 10.0  # pulsar-client refuses a shorter ack timeout
 ACK_GROUPING_S = 0.3  # pulsar-client writes grouped acks within 100 ms
@@ -82,6 +72,15 @@ HTTP_TIMEOUT_S = 10.0
 ID_SPREAD_TOPIC = f"persistent://{TENANT_NAMESPACE}/mqlab-consumer-ids"
 STANDIN_ID_SPREAD = 256  # a receiver's client starts at a random consumer id below this
 STANDIN_SUBSCRIBE_TRIES = 8
+
+
+def client_logger() -> Any:
+    """Where pulsar-client logs (warnings and errors): to stderr, never stdout (its default;
+    a worker's stdout carries its events). Not through a Python logger: with one, the
+    client's threads log into a finalizing interpreter at exit and the process sometimes
+    aborts ("terminate called without an active exception", exit -6; seen in pulsar-short
+    here, and apache/pulsar-client-python issue 256)."""
+    return pulsar.FileLogger(pulsar.LoggerLevel.Warn, "/dev/stderr")
 
 
 @dataclass(frozen=True)
@@ -237,7 +236,8 @@ class PulsarSender(Sender):
         """pulsar-client's callback (its own thread); it must not raise."""
         with self.done:
             if batch != self.batch:  # that send failed already (timed out)
-                LOG.warning("pulsar: late send callback of batch %d: %s", batch, result)
+                level = logging.DEBUG if result == pulsar.Result.Ok else logging.WARNING
+                LOG.log(level, "pulsar: late send callback of batch %d: %s", batch, result)
                 return
             self.waiting -= 1
             if result != pulsar.Result.Ok:
