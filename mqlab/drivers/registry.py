@@ -84,7 +84,14 @@ BROKERS: dict[str, BrokerInfo] = {
             "sqs",
             "moto server (SQS API emulator): semantics only, far too slow for numbers",
         ),
-        BrokerInfo("pulsar", "Apache Pulsar", None, True, None, "no local server"),
+        BrokerInfo(
+            "pulsar",
+            "Apache Pulsar",
+            "pulsar",
+            True,
+            "pulsar",
+            "protocol stand-in only: pulsar-lite (single process, RocksDB, one copy)",
+        ),
         BrokerInfo(
             "mongodb",
             "MongoDB as a queue",

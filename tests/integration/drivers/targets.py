@@ -80,6 +80,14 @@ def _mongodb() -> Any:
     return Settings(visibility_timeout_s=2.0, poll_interval_s=0.05, op_timeout_s=10.0)
 
 
+def _pulsar() -> Any:
+    from mqlab.drivers.pulsar import Settings
+
+    return Settings(
+        ensemble_size=1, write_quorum=1, ack_quorum=1, ack_timeout_s=10.0, operation_timeout_s=5
+    )
+
+
 def _sqs() -> Any:
     from mqlab.drivers.sqs import Settings
 
@@ -117,4 +125,8 @@ TARGETS: dict[str, Target] = {
     "postgres": Target("postgres", _postgres, visibility_s=2.0),
     # mongoeco: one process, in memory (majority and journaled are accepted, not performed)
     "mongodb": Target("mongodb", _mongodb, visibility_s=2.0, nodes=1),
+    # pulsar-lite: one process, one copy. The ack timeout is client-side, at least 10 s in
+    # pulsar-client, counted from receive(); the receiver queue (prefetch) is in flight.
+    # remaining(): messages stored minus distinct acks (live counters; in_flight unknown)
+    "pulsar": Target("pulsar", _pulsar, visibility_s=10.0, nodes=1, prefetches=True),
 }

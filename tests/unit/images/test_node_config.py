@@ -305,6 +305,17 @@ def test_render_mongodb_numeric_write_concern_stays_a_number() -> None:
 def test_render_pulsar_broker_bookie_and_zookeeper() -> None:
     files = render("pulsar", PULSAR, index=2)
     assert set(files) == {"broker.conf", "bookkeeper.conf", "zookeeper.conf", "myid"}
+    # node 0 alone registers the cluster in ZooKeeper (initialize-cluster-metadata)
+    first = render("pulsar", PULSAR, index=0)
+    assert set(first) - set(files) == {"cluster-metadata.args"}
+    args = first["cluster-metadata.args"].splitlines()
+    assert dict(zip(args[::2], args[1::2], strict=True)) == {
+        "--cluster": "mqlab",
+        "--metadata-store": "zk:10.0.1.10:2181,10.0.1.11:2181,10.0.1.12:2181",
+        "--configuration-metadata-store": "zk:10.0.1.10:2181,10.0.1.11:2181,10.0.1.12:2181",
+        "--web-service-url": "http://10.0.1.10:8080,10.0.1.11:8080,10.0.1.12:8080",
+        "--broker-service-url": "pulsar://10.0.1.10:6650,10.0.1.11:6650,10.0.1.12:6650",
+    }
     zk = "10.0.1.10:2181,10.0.1.11:2181,10.0.1.12:2181"
     assert properties(files["broker.conf"]) == {
         "managedLedgerDefaultEnsembleSize": "3",
@@ -332,6 +343,7 @@ def test_render_pulsar_broker_bookie_and_zookeeper() -> None:
         "clientPort": "2181",
         "initLimit": "10",
         "syncLimit": "5",
+        "admin.enableServer": "false",  # its admin server would take the broker's 8080
         "server.1": "10.0.1.10:2888:3888",
         "server.2": "10.0.1.11:2888:3888",
         "server.3": "10.0.1.12:2888:3888",
