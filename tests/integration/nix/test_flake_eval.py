@@ -110,6 +110,21 @@ def test_hdrhistogram_is_built_from_the_uv_lock_sdist(nixenv) -> None:
     assert hdr == {"url": locked["sdist"]["url"], "hash": locked["sdist"]["hash"]}
 
 
+def test_rocketmq_client_is_built_from_the_uv_lock_sdist_with_its_dependencies(nixenv) -> None:
+    """Not in nixpkgs: built from uv.lock's sdist, its run-time dependencies from nixpkgs
+    (python-deps.nix ``dependencies``)."""
+    (lib,) = nixenv.eval_json(
+        f"packages.{SYSTEM}.worker.workerPython.stubArgs.packages",
+        "ps: map (p: map (x: { n = x.pname; s = x.stubArgs.src.stubArgs or null; "
+        "d = map (y: y.pname) (x.stubArgs.dependencies or [ ]); }) p.stubArgs.dependencies) ps",
+    )
+    (rmq,) = [p for p in lib if p["n"] == "rocketmq-python-client"]
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    locked = next(p for p in lock["package"] if p["name"] == "rocketmq-python-client")
+    assert rmq["s"] == {"url": locked["sdist"]["url"], "hash": locked["sdist"]["hash"]}
+    assert sorted(rmq["d"]) == sorted(d["name"] for d in locked["dependencies"])
+
+
 def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
     worker = nixenv.eval_json(f"packages.{SYSTEM}.worker.workerDeps")
     assert sorted(worker) == sorted(
@@ -125,6 +140,7 @@ def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
             "confluent-kafka",
             "boto3",
             "pymongo",
+            "rocketmq-python-client",
         ]
     )
     lib_deps = nixenv.eval_json(
