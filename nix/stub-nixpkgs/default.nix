@@ -41,6 +41,7 @@ named [
   "mongodb-ce" "mongosh" "eventstore" "jdk17_headless" "jdk17" "terraform" "uv" "awscli2" "chrony"
   "jq" "curl" "xfsprogs" "util-linux" "coreutils" "gnugrep" "gnused" "gnutar" "gzip" "iproute2"
   "procps" "sysstat" "git" "openssl" "bash" "findutils" "ruff" "nix" "e2fsprogs" "hostname"
+  "gawk" "unzip"
 ]
 // {
   inherit lib system python3;
