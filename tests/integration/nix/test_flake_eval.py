@@ -110,6 +110,21 @@ def test_hdrhistogram_is_built_from_the_uv_lock_sdist(nixenv) -> None:
     assert hdr == {"url": locked["sdist"]["url"], "hash": locked["sdist"]["hash"]}
 
 
+def test_rocketmq_client_is_built_from_the_uv_lock_sdist_with_its_dependencies(nixenv) -> None:
+    """Not in nixpkgs: built from uv.lock's sdist, its run-time dependencies from nixpkgs
+    (python-deps.nix ``dependencies``)."""
+    (lib,) = nixenv.eval_json(
+        f"packages.{SYSTEM}.worker.workerPython.stubArgs.packages",
+        "ps: map (p: map (x: { n = x.pname; s = x.stubArgs.src.stubArgs or null; "
+        "d = map (y: y.pname) (x.stubArgs.dependencies or [ ]); }) p.stubArgs.dependencies) ps",
+    )
+    (rmq,) = [p for p in lib if p["n"] == "rocketmq-python-client"]
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    locked = next(p for p in lock["package"] if p["name"] == "rocketmq-python-client")
+    assert rmq["s"] == {"url": locked["sdist"]["url"], "hash": locked["sdist"]["hash"]}
+    assert sorted(rmq["d"]) == sorted(d["name"] for d in locked["dependencies"])
+
+
 def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
     worker = nixenv.eval_json(f"packages.{SYSTEM}.worker.workerDeps")
     assert sorted(worker) == sorted(
@@ -126,6 +141,7 @@ def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
             "boto3",
             "pymongo",
             "pulsar-client",
+            "rocketmq-python-client",
         ]
     )
     lib_deps = nixenv.eval_json(
@@ -209,7 +225,7 @@ def test_profile_settings_others(nodes) -> None:
     p = _settings(nodes, "pulsar")
     assert (p["managedLedgerDefaultWriteQuorum"], p["managedLedgerDefaultAckQuorum"]) == (3, 2)
     assert _settings(nodes, "artemis")["journal-sync-transactional"] is True
-    assert _settings(nodes, "rocketmq")["flushDiskType"] == "SYNC_FLUSH"
+    assert _settings(nodes, "rocketmq")["flushDiskType"] == "ASYNC_FLUSH"  # as mqperf 2021
     assert _settings(nodes, "eventstore")["UnsafeDisableFlushToDisk"] is False
 
 
@@ -227,9 +243,29 @@ def test_mongodb_release_is_pinned_with_the_recipe_hash(nixenv, nodes) -> None:
 
 
 def test_unpinned_upstream_releases_are_marked(nodes) -> None:
-    for broker in ("artemis", "rocketmq"):
+    for broker in ("artemis",):
         assert nodes[broker]["image"]["package"].endswith("-not-pinned"), broker
     assert not nodes["pulsar"]["image"]["package"].endswith("-not-pinned")  # pinned
+
+
+def test_rocketmq_release_is_pinned_with_the_recipe_hash(nixenv, nodes) -> None:
+    """nix/upstream.nix fetches RocketMQ 5.3.1 with the sha256 of Spack's recipe (named
+    there), unpacks the zip and installs it; the image's services run its scripts."""
+    assert nodes["rocketmq"]["image"]["version"] == "5.3.1"
+    assert not nodes["rocketmq"]["image"]["package"].endswith("-not-pinned")
+    pkg = "nixosConfigurations.rocketmq.config.mqlab.node.package"
+    src = nixenv.eval_json(f"{pkg}.stubArgs.src.stubArgs")
+    assert src == {
+        "url": "https://archive.apache.org/dist/rocketmq/5.3.1/rocketmq-all-5.3.1-bin-release.zip",
+        "hash": "sha256-JR1yYfom016v/vai/OMIgAVK96WIPVeN0xV0v5CKi5c=",
+    }
+    unpack = nixenv.eval_json(f"{pkg}.stubArgs.nativeBuildInputs", "map (p: p.pname)")
+    assert unpack == ["unzip"]
+    scripts = nixenv.eval_json("nixosConfigurations.rocketmq.config.mqlab.node.services")
+    assert "NamesrvStartup -c /run/mqlab/conf/namesrv.conf" in scripts["mqlab-rocketmq-namesrv"]
+    broker = scripts["mqlab-rocketmq-broker"]
+    assert "ProxyStartup -pm local" in broker and "-bc /run/mqlab/conf/broker.conf" in broker
+    assert "-pc /run/mqlab/conf/rmq-proxy.json" in broker and "JAVA_HOME=" in broker
 
 
 def test_a_new_dependency_without_mapping_fails_evaluation(nixenv) -> None:

@@ -168,11 +168,11 @@ PULSAR = {
     "allowAutoTopicCreation": False,
     "mqlab.replicas": 3,
 }
-ROCKETMQ = {
-    "enableDLegerCommitLog": True,
-    "flushDiskType": "SYNC_FLUSH",
-    "brokerRole": "ASYNC_MASTER",
+ROCKETMQ = {  # images/brokers/rocketmq.nix
+    "flushDiskType": "ASYNC_FLUSH",
     "autoCreateTopicEnable": False,
+    "autoCreateSubscriptionGroup": True,
+    "mqlab.dledger_peers": 3,
 }
 
 
@@ -360,25 +360,34 @@ def test_render_pulsar_broker_bookie_and_zookeeper() -> None:
 
 def test_render_rocketmq_dledger_broker() -> None:
     files = render("rocketmq", ROCKETMQ, index=1)
-    assert set(files) == {"broker.conf"}
+    assert set(files) == {"namesrv.conf", "broker.conf", "rmq-proxy.json"}
+    namesrvs = "10.0.1.10:9876;10.0.1.11:9876;10.0.1.12:9876"
     assert properties(files["broker.conf"]) == {
-        "enableDLegerCommitLog": "true",
-        "flushDiskType": "SYNC_FLUSH",
-        "brokerRole": "ASYNC_MASTER",
+        "flushDiskType": "ASYNC_FLUSH",
         "autoCreateTopicEnable": "false",
+        "autoCreateSubscriptionGroup": "true",
         "brokerClusterName": "mqlab",
         "brokerName": "mqlab-broker",
         "brokerIP1": "10.0.1.11",
         "listenPort": "10911",
-        "namesrvAddr": "10.0.1.10:9876;10.0.1.11:9876;10.0.1.12:9876",
+        "namesrvAddr": namesrvs,
         "storePathRootDir": "/var/lib/mqlab/rocketmq",
+        "enableDLegerCommitLog": "true",
         "dLegerGroup": "mqlab-broker",
         "dLegerPeers": "n0-10.0.1.10:40911;n1-10.0.1.11:40911;n2-10.0.1.12:40911",
         "dLegerSelfId": "n1",
     }
+    assert properties(files["namesrv.conf"]) == {"listenPort": "9876"}
+    assert json.loads(files["rmq-proxy.json"]) == {
+        "rocketMQClusterName": "mqlab",
+        "namesrvAddr": namesrvs,
+        "grpcServerPort": 8081,
+        "remotingListenPort": 8080,
+    }
     for i in (0, 2):
         conf = properties(render("rocketmq", ROCKETMQ, index=i)["broker.conf"])
         assert (conf["dLegerSelfId"], conf["brokerIP1"]) == (f"n{i}", PEERS[i])
+        assert conf["dLegerPeers"] == "n0-10.0.1.10:40911;n1-10.0.1.11:40911;n2-10.0.1.12:40911"
 
 
 class _Imds(BaseHTTPRequestHandler):

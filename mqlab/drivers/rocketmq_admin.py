@@ -1,0 +1,174 @@
+"""RocketMQ's remoting protocol, only as far as the RocketMQ driver needs it: create a
+topic, ask a name server whether it routes one, delete it.
+
+Why a second protocol: the 5.x gRPC client (``rocketmq-python-client``) has no admin
+calls, and the gRPC proxy does not create a topic on first use (apache/rocketmq#6540:
+auto-creation through the proxy is not implemented, by design). ``mqadmin updateTopic``
+sends these same requests.
+
+A frame is ``int32 length`` (of all that follows), ``int32`` whose high byte is the
+header's serialization (0: JSON) and whose low three bytes are the header's length, the
+header (a JSON RemotingCommand: code, language, version, opaque, flag, extFields), then
+the body. A response has bit 0 of ``flag`` set and the request's ``opaque``; its ``code``
+0 is success, ``remark`` says why not. Request codes and header fields as in RocketMQ's
+RequestCode and CreateTopicRequestHeader (5.x).
+
+Stdlib only; one short TCP connection per request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from mqlab.errors import DriverError
+
+UPDATE_AND_CREATE_TOPIC = 17
+GET_ROUTEINFO_BY_TOPIC = 105
+DELETE_TOPIC_IN_BROKER = 215
+DELETE_TOPIC_IN_NAMESRV = 216
+SUCCESS = 0
+TOPIC_NOT_EXIST = 17  # a response code (not the request code of the same number)
+RESPONSE_FLAG = 1
+JSON_SERIALIZATION = 0
+MAX_FRAME = 16 * 1024 * 1024
+PERM_READ_WRITE = 4 | 2  # PermName.PERM_READ | PermName.PERM_WRITE
+DEFAULT_TOPIC = "TBW102"  # the template topic every broker knows
+
+_opaque = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Reply:
+    code: int
+    remark: str
+    opaque: int
+    flag: int
+    body: bytes
+
+
+def encode(code: int, ext: dict[str, str], opaque: int, body: bytes = b"") -> bytes:
+    """One request frame."""
+    header = json.dumps(
+        {
+            "code": code,
+            "language": "PYTHON",
+            "version": 0,
+            "opaque": opaque,
+            "flag": 0,
+            "extFields": ext,
+            "serializeTypeCurrentRPC": "JSON",
+        },
+        separators=(",", ":"),
+    ).encode()
+    return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+
+
+def decode(frame: bytes) -> Reply:
+    """A frame without its leading length field."""
+    if len(frame) < 4:
+        raise DriverError(f"rocketmq admin: frame of {len(frame)} bytes, no header length")
+    (mark,) = struct.unpack(">i", frame[:4])
+    kind, size = (mark >> 24) & 0xFF, mark & 0xFFFFFF
+    if kind != JSON_SERIALIZATION:
+        raise DriverError(f"rocketmq admin: header serialized as type {kind}, not JSON")
+    if 4 + size > len(frame):
+        raise DriverError(f"rocketmq admin: header of {size} bytes in a {len(frame)}-byte frame")
+    try:
+        header: dict[str, Any] = json.loads(frame[4 : 4 + size])
+    except ValueError as e:
+        raise DriverError(f"rocketmq admin: unreadable header: {e}") from None
+    return Reply(
+        code=int(header.get("code", -1)),
+        remark=str(header.get("remark") or ""),
+        opaque=int(header.get("opaque", -1)),
+        flag=int(header.get("flag", 0)),
+        body=frame[4 + size :],
+    )
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(min(n - got, 65536))
+        if not chunk:
+            raise DriverError(f"rocketmq admin: connection closed after {got} of {n} bytes")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def exchange(sock: socket.socket, code: int, ext: dict[str, str]) -> Reply:
+    """Send one request on ``sock`` and read its response."""
+    opaque = next(_opaque)
+    sock.sendall(encode(code, ext, opaque))
+    (length,) = struct.unpack(">i", _read_exactly(sock, 4))
+    if not 4 <= length <= MAX_FRAME:
+        raise DriverError(f"rocketmq admin: frame length {length} out of range")
+    reply = decode(_read_exactly(sock, length))
+    if not reply.flag & RESPONSE_FLAG or reply.opaque != opaque:
+        raise DriverError(
+            f"rocketmq admin: expected the response to request {opaque}, "
+            f"got flag {reply.flag} opaque {reply.opaque}"
+        )
+    return reply
+
+
+def call(address: tuple[str, int], code: int, ext: dict[str, str], timeout_s: float) -> Reply:
+    """One request to ``address`` (host, port) on a connection of its own."""
+    try:
+        with socket.create_connection(address, timeout=timeout_s) as sock:
+            return exchange(sock, code, ext)
+    except OSError as e:
+        raise DriverError(f"rocketmq admin: {address[0]}:{address[1]}: {e}") from e
+
+
+def _check(reply: Reply, what: str, address: tuple[str, int]) -> None:
+    if reply.code != SUCCESS:
+        raise DriverError(
+            f"rocketmq admin: {what} refused by {address[0]}:{address[1]} "
+            f"(code {reply.code}: {reply.remark})"
+        )
+
+
+def create_topic_request(topic: str, queues: int) -> dict[str, str]:
+    """UPDATE_AND_CREATE_TOPIC's header: ``queues`` read and write queues, readable and
+    writable, normal (not ordered) messages only."""
+    return {
+        "topic": topic,
+        "defaultTopic": DEFAULT_TOPIC,
+        "readQueueNums": str(queues),
+        "writeQueueNums": str(queues),
+        "perm": str(PERM_READ_WRITE),
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": "0",
+        "order": "false",
+        "attributes": "+message.type=NORMAL",
+    }
+
+
+def create_topic(broker: tuple[str, int], topic: str, queues: int, timeout_s: float) -> None:
+    reply = call(broker, UPDATE_AND_CREATE_TOPIC, create_topic_request(topic, queues), timeout_s)
+    _check(reply, f"creating topic {topic}", broker)
+
+
+def topic_routed(namesrv: tuple[str, int], topic: str, timeout_s: float) -> bool:
+    """Whether the name server has a route for ``topic`` (a broker registered it)."""
+    reply = call(namesrv, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout_s)
+    if reply.code == TOPIC_NOT_EXIST:
+        return False
+    _check(reply, f"the route of {topic}", namesrv)
+    return True
+
+
+def delete_topic(broker: tuple[str, int], topic: str, timeout_s: float) -> None:
+    _check(call(broker, DELETE_TOPIC_IN_BROKER, {"topic": topic}, timeout_s), "delete", broker)
+
+
+def delete_route(namesrv: tuple[str, int], topic: str, timeout_s: float) -> None:
+    reply = call(namesrv, DELETE_TOPIC_IN_NAMESRV, {"topic": topic}, timeout_s)
+    _check(reply, f"deleting the route of {topic}", namesrv)

@@ -1,0 +1,503 @@
+"""The RocketMQ driver's own logic, with no server (none is obtainable here): names,
+settings, batching of sends, ack bookkeeping, redelivery flags, error mapping, and the
+remoting admin frames. The client library is replaced by scripted stand-ins of the few
+objects the driver calls (Producer.send_async, SimpleConsumer.receive/ack/shutdown);
+whether a real proxy and broker behave as the module docstring says is verified
+nowhere yet (docs/brokers.md)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mqlab.drivers import registry
+from mqlab.drivers import rocketmq as rm
+from mqlab.drivers import rocketmq_admin as admin
+from mqlab.drivers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.errors import DriverError, ScenarioError
+from mqlab.typed import build
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def endpoints(n: int = 3, **extra: Any) -> Endpoints:
+    nodes = tuple(
+        NodeEndpoint(i, f"10.0.1.{10 + i}", 8081, {"broker": 10911, "namesrv": 9876})
+        for i in range(n)
+    )
+    return Endpoints("rocketmq", nodes, extra)
+
+
+def driver(queue: str = "mqlab_20261123t101010z_42", **settings: Any) -> rm.RocketmqDriver:
+    return rm.RocketmqDriver(rm.Settings(**settings), endpoints(), queue)
+
+
+# -- names, settings, endpoints ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("queue", ["mqlab_20261123t101010z_42", "contract_0123abcd", "a-b_C9"])
+def test_plain_queue_names_are_the_topic(queue: str) -> None:
+    assert rm.topic_name(queue) == queue
+    assert rm.group_name(queue) == f"{queue}-workers"
+
+
+@pytest.mark.parametrize("queue", ["a.b", "a b", "x" * 200, "%RETRY%x", ""])
+def test_other_queue_names_become_valid_distinct_topics(queue: str) -> None:
+    topic = rm.topic_name(queue)
+    assert rm._TOPIC_CHARS.match(topic) and len(topic) <= rm.MAX_TOPIC
+    assert rm.topic_name(queue) == topic  # stable
+    assert topic != rm.topic_name(queue + "x")
+
+
+def test_names_that_sanitize_alike_stay_apart() -> None:
+    assert rm.topic_name("a.b") != rm.topic_name("a b")
+
+
+def test_settings_come_from_the_profile_and_are_checked(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    s = build(rm.Settings, {"queues": 16, "invisible_duration_s": 60}, path)
+    assert (s.queues, s.invisible_duration_s, s.long_poll_s) == (16, 60, 5)
+    for bad in (
+        {"invisible_duration_s": 5},  # the proxy refuses under 10 s
+        {"invisible_duration_s": 43_201},  # ... and over 12 h
+        {"long_poll_s": 1},  # below the proxy's minimum poll: its deadline check fails
+        {"invisible_duration_s": 30.5},  # whole seconds: the client sends seconds only
+        {"queues": 0},
+        {"partitions": 3},
+    ):
+        with pytest.raises(ScenarioError):
+            build(rm.Settings, bad, path)
+
+
+def test_the_profile_validates_and_names_its_driver() -> None:
+    from mqlab.scenario import load_profile
+
+    p = load_profile(ROOT / "scenarios" / "profiles" / "rocketmq-dledger.toml")
+    assert p.broker == "rocketmq" and p.settings == rm.Settings()
+    assert registry.driver_class("rocketmq") is rm.RocketmqDriver
+    assert registry.BROKERS["rocketmq"].local_cluster is None
+
+
+def test_access_point_and_admin_addresses_come_from_the_endpoints() -> None:
+    e = endpoints()
+    assert rm.access_point(e) == "10.0.1.10:8081;10.0.1.11:8081;10.0.1.12:8081"
+    assert rm.admin_addresses(e, "broker") == [(f"10.0.1.{10 + i}", 10911) for i in range(3)]
+    assert rm.admin_addresses(e, "namesrv")[2] == ("10.0.1.12", 9876)
+    with pytest.raises(DriverError, match="no node"):
+        rm.access_point(Endpoints("rocketmq", ()))
+    bare = Endpoints("rocketmq", (NodeEndpoint(0, "h", 8081),))
+    with pytest.raises(DriverError, match="node 0 has no broker port"):
+        rm.admin_addresses(bare, "broker")
+
+
+def test_redelivery_timeout_is_the_invisible_duration() -> None:
+    assert driver(invisible_duration_s=45).redelivery_timeout_s == 45.0
+
+
+def test_remaining_is_unknown_and_says_why() -> None:
+    with pytest.raises(DriverError, match="cannot be asked"):
+        driver().remaining()
+    with pytest.raises(DriverError):
+        driver().remaining(identify=True)
+    assert rm.RocketmqDriver.identifies_remaining is False
+
+
+def test_server_versions_without_a_launcher_name_each_proxy() -> None:
+    assert driver().server_versions()[0] == "RocketMQ proxy 10.0.1.10:8081"
+    named = rm.RocketmqDriver(rm.Settings(), endpoints(server="RocketMQ 5.3.1"), "q")
+    assert named.server_versions() == ["RocketMQ 5.3.1"]
+
+
+def test_the_client_library_is_not_imported_with_the_driver_module() -> None:
+    """Loading a profile or validating a scenario must not import rocketmq (it configures a
+    file logger under ~/logs at import)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from mqlab.drivers import rocketmq\n"
+        "from mqlab.scenario import load_scenario\n"
+        "from pathlib import Path\n"
+        "load_scenario(Path('scenarios/aws/rocketmq-short-aws.toml'))\n"
+        "print('rocketmq' in sys.modules, 'grpc' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["False", "False"]
+
+
+# -- the client library's stand-ins --------------------------------------------------------
+
+
+@dataclass
+class Msg:
+    """The attributes of rocketmq.Message the driver reads."""
+
+    body: bytes
+    message_id: str
+    receipt_handle: str = "rh-1"
+    delivery_attempt: int | None = 1
+    corrupted: bool = False
+    topic: str = ""
+
+
+class Producer:
+    def __init__(self, outcomes: list[Any]):
+        self.outcomes = outcomes  # per message: "ok", an exception, "hang" or "raise"
+        self.sent: list[Any] = []
+        self.shut = False
+
+    def send_async(self, message: Any) -> Future:
+        outcome = self.outcomes[len(self.sent)]
+        if outcome == "raise":
+            raise RuntimeError("IllegalStateException: producer is not running now.")
+        self.sent.append(message)
+        f: Future = Future()
+        if outcome == "ok":
+            f.set_result(f"receipt-{len(self.sent)}")
+        elif isinstance(outcome, BaseException):
+            f.set_exception(outcome)
+        return f  # "hang": never resolved
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+class Consumer:
+    def __init__(self, batches: list[Any]):
+        self.batches = batches
+        self.asked: list[tuple[int, int]] = []
+        self.acked: list[str] = []
+        self.refuse: set[str] = set()
+
+    def receive(self, max_message_num: int, invisible_duration: int) -> list[Msg]:
+        self.asked.append((max_message_num, invisible_duration))
+        got = self.batches.pop(0)
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def ack(self, message: Msg) -> None:
+        if message.message_id in self.refuse:
+            raise RuntimeError("BadRequestException: 40012, receipt handle is expired")
+        self.acked.append(message.message_id)
+
+    def shutdown(self) -> None:
+        raise RuntimeError("already shut down")  # close must not fail for it
+
+
+def sender(outcomes: list[Any], **settings: Any) -> tuple[rm.RocketmqSender, Producer]:
+    d = driver(**settings)
+    d.new_message = lambda payload: {"topic": d.topic, "body": payload}  # type: ignore[method-assign]
+    p = Producer(outcomes)
+    return rm.RocketmqSender(d, p), p
+
+
+def receiver(batches: list[Any], **settings: Any) -> tuple[rm.RocketmqReceiver, Consumer]:
+    c = Consumer(batches)
+    return rm.RocketmqReceiver(driver(**settings), c), c
+
+
+# -- sends ---------------------------------------------------------------------------------
+
+
+def test_a_batch_is_sent_whole_and_returns_once_every_message_is_confirmed() -> None:
+    s, p = sender(["ok"] * 3)
+    s.send([b"a", b"b", b"c"])
+    assert [m["body"] for m in p.sent] == [b"a", b"b", b"c"]
+    assert {m["topic"] for m in p.sent} == {"mqlab_20261123t101010z_42"}
+
+
+def test_one_failed_message_fails_the_batch_and_names_the_cause() -> None:
+    s, _ = sender(["ok", RuntimeError("ProxyTimeoutException: 40401, master persistence"), "ok"])
+    with pytest.raises(DriverError, match=r"1 of 3 messages failed .*ProxyTimeoutException"):
+        s.send([b"a", b"b", b"c"])
+
+
+def test_an_unconfirmed_message_fails_the_batch_after_the_send_timeout() -> None:
+    s, _ = sender(["ok", "hang"], send_timeout_s=0.1)
+    with pytest.raises(DriverError, match=r"0 of 2 messages failed and 1 were unconfirmed"):
+        s.send([b"a", b"b"])
+
+
+def test_a_send_the_client_refuses_at_once_is_a_driver_error() -> None:
+    s, _ = sender(["ok", "raise"])
+    with pytest.raises(DriverError, match="not running"):
+        s.send([b"a", b"b"])
+
+
+def test_close_shuts_the_producer_down() -> None:
+    s, p = sender([])
+    s.close()
+    assert p.shut
+
+
+# -- receives, acks, redelivery -------------------------------------------------------------
+
+
+def test_receive_asks_for_at_most_32_with_the_invisible_duration() -> None:
+    r, c = receiver([[], [], []], invisible_duration_s=45)
+    assert r.receive(10, 0.5) == []
+    r.receive(100, 0.5)
+    r.receive(0, 0.5)
+    assert c.asked == [(10, 45), (32, 45), (1, 45)]
+
+
+def test_deliveries_carry_body_and_message_and_flag_later_attempts() -> None:
+    first, again = Msg(b"x", "m1"), Msg(b"y", "m2", "rh-9", delivery_attempt=3)
+    unknown = Msg(b"z", "m3", delivery_attempt=None)  # no attempt count: the first
+    r, _ = receiver([[first, again, unknown]])
+    got = r.receive(10, 0.5)
+    assert [(d.payload, d.handle, d.redelivered) for d in got] == [
+        (b"x", first, False),
+        (b"y", again, True),
+        (b"z", unknown, False),
+    ]
+
+
+def test_a_corrupted_message_is_not_handed_out() -> None:
+    r, _ = receiver([[Msg(b"x", "m1", corrupted=True), Msg(b"y", "m2")]])
+    assert [d.payload for d in r.receive(10, 0.5)] == [b"y"]
+
+
+def test_a_failed_receive_is_a_driver_error() -> None:
+    r, _ = receiver([RuntimeError("NotFoundException: 40402, topic not found")])
+    with pytest.raises(DriverError, match="receive failed: RuntimeError: NotFoundException"):
+        r.receive(10, 0.5)
+
+
+def test_acks_go_one_by_one_in_order_and_only_once() -> None:
+    r, c = receiver([[Msg(b"a", "m1"), Msg(b"b", "m2"), Msg(b"c", "m3")]])
+    got = r.receive(10, 0.5)
+    r.ack(list(reversed(got)))
+    assert c.acked == ["m3", "m2", "m1"]
+    with pytest.raises(DriverError, match="3 of 3 deliveries were not handed out"):
+        r.ack(got)  # acked already
+    assert c.acked == ["m3", "m2", "m1"] and not r.out
+
+
+def test_a_delivery_not_handed_out_is_refused_after_acking_the_others() -> None:
+    r, c = receiver([[Msg(b"a", "m1")]])
+    got = r.receive(10, 0.5)
+    stranger = Delivery(b"s", Msg(b"s", "m9"), False)
+    with pytest.raises(DriverError, match="1 of 2 deliveries were not handed out"):
+        r.ack([stranger, *got])
+    assert c.acked == ["m1"]
+
+
+def test_each_delivery_of_a_message_is_acked_by_its_own_receipt_handle() -> None:
+    """A message delivered twice (its invisible duration ran out) has two handles: each
+    delivery handed out may be acked once."""
+    one, two = Msg(b"a", "m1", "rh-1"), Msg(b"a", "m1", "rh-2", delivery_attempt=2)
+    r, c = receiver([[one], [two]])
+    d1, d2 = r.receive(10, 0.5) + r.receive(10, 0.5)
+    r.ack([d2, d1])
+    assert c.acked == ["m1", "m1"]
+    with pytest.raises(DriverError):
+        r.ack([d1])
+
+
+def test_a_refused_ack_is_reported_after_the_others_and_may_be_tried_again() -> None:
+    r, c = receiver([[Msg(b"a", "m1"), Msg(b"b", "m2"), Msg(b"c", "m3")]])
+    got = r.receive(10, 0.5)
+    c.refuse = {"m2"}
+    with pytest.raises(DriverError, match=r"1 of 3 acks failed .*receipt handle is expired"):
+        r.ack(got)
+    assert c.acked == ["m1", "m3"]
+    c.refuse = set()
+    r.ack([got[1]])  # still handed out and unacked: a retry may go through
+    assert c.acked == ["m1", "m3", "m2"] and not r.out
+
+
+def test_close_tolerates_a_consumer_that_fails_to_shut_down() -> None:
+    r, _ = receiver([])
+    r.close()
+
+
+def test_the_client_is_started_and_a_failed_start_is_a_driver_error() -> None:
+    class Failing:
+        def startup(self) -> None:
+            raise RuntimeError("update topic route raise exception")
+
+    d = driver()
+    d.new_producer = Failing  # type: ignore[method-assign,assignment]
+    with pytest.raises(DriverError, match="cannot start a producer on 10.0.1.10:8081;"):
+        d.sender()
+
+
+def test_describe_keeps_the_first_line_of_a_client_error() -> None:
+    assert rm.describe(RuntimeError("a\nb")) == "RuntimeError: a"
+    assert rm.describe(TimeoutError()) == "TimeoutError"
+
+
+# -- the remoting admin ----------------------------------------------------------------------
+
+
+def test_a_request_frame_is_length_header_length_json_header() -> None:
+    frame = admin.encode(17, {"topic": "t"}, 7)
+    total, mark = struct.unpack(">ii", frame[:8])
+    assert total == len(frame) - 4 and mark >> 24 == 0 and mark & 0xFFFFFF == len(frame) - 8
+    header = json.loads(frame[8:])
+    assert header["code"] == 17 and header["opaque"] == 7 and header["flag"] == 0
+    assert header["extFields"] == {"topic": "t"} and header["language"] == "PYTHON"
+
+
+def test_a_response_frame_is_decoded_with_its_body() -> None:
+    head = json.dumps({"code": 17, "remark": "No topic route info", "opaque": 3, "flag": 1})
+    raw = struct.pack(">i", len(head)) + head.encode() + b"BODY"
+    reply = admin.decode(raw)
+    assert (reply.code, reply.remark, reply.opaque, reply.flag) == (17, "No topic route info", 3, 1)
+    assert reply.body == b"BODY"
+    with pytest.raises(DriverError, match="not JSON"):
+        admin.decode(struct.pack(">i", (1 << 24) | 2) + b"{}")
+    with pytest.raises(DriverError, match="header of 99 bytes"):
+        admin.decode(struct.pack(">i", 99) + b"{}")
+
+
+def test_the_create_topic_header_has_every_required_field() -> None:
+    ext = admin.create_topic_request("t1", 8)
+    assert ext == {
+        "topic": "t1",
+        "defaultTopic": "TBW102",
+        "readQueueNums": "8",
+        "writeQueueNums": "8",
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": "0",
+        "order": "false",
+        "attributes": "+message.type=NORMAL",
+    }
+
+
+def _answer(sock: socket.socket, replies: list[tuple[int, str]], seen: list[dict]) -> None:
+    """The far end of a socket pair: read each request, answer it as a broker would."""
+    for code, remark in replies:
+        (length,) = struct.unpack(">i", admin._read_exactly(sock, 4))
+        frame = admin._read_exactly(sock, length)
+        header = json.loads(frame[4 : 4 + (struct.unpack(">i", frame[:4])[0] & 0xFFFFFF)])
+        seen.append(header)
+        out = json.dumps({"code": code, "remark": remark, "opaque": header["opaque"], "flag": 1})
+        sock.sendall(struct.pack(">ii", 4 + len(out), len(out)) + out.encode())
+
+
+def test_exchange_sends_a_request_and_matches_its_response() -> None:
+    near, far = socket.socketpair()
+    seen: list[dict] = []
+    t = threading.Thread(target=_answer, args=(far, [(0, ""), (17, "no route")], seen))
+    t.start()
+    with near, far:
+        ok = admin.exchange(near, admin.UPDATE_AND_CREATE_TOPIC, {"topic": "t"})
+        missing = admin.exchange(near, admin.GET_ROUTEINFO_BY_TOPIC, {"topic": "t"})
+        t.join()
+    assert ok.code == admin.SUCCESS and (missing.code, missing.remark) == (17, "no route")
+    assert [h["code"] for h in seen] == [17, 105]
+
+
+def test_a_response_to_another_request_is_an_error() -> None:
+    near, far = socket.socketpair()
+
+    def wrong() -> None:
+        admin._read_exactly(far, 4 + struct.unpack(">i", admin._read_exactly(far, 4))[0] - 4)
+        out = json.dumps({"code": 0, "opaque": -5, "flag": 1}).encode()
+        far.sendall(struct.pack(">ii", 4 + len(out), len(out)) + out)
+
+    t = threading.Thread(target=wrong)
+    t.start()
+    with near, far, pytest.raises(DriverError, match="opaque -5"):
+        admin.exchange(near, admin.UPDATE_AND_CREATE_TOPIC, {})
+    t.join()
+
+
+class Admin:
+    """Stands in for rocketmq_admin's calls: records them, fails for chosen hosts."""
+
+    def __init__(self, down: set[str] = frozenset(), routed_after: int = 0):  # type: ignore[assignment]
+        self.down, self.routed_after = down, routed_after
+        self.calls: list[tuple[str, str]] = []
+
+    def _call(self, what: str, address: tuple[str, int]) -> None:
+        self.calls.append((what, address[0]))
+        if address[0] in self.down:
+            raise DriverError(f"rocketmq admin: {address[0]}:{address[1]}: refused")
+
+    def create_topic(self, a: tuple[str, int], topic: str, queues: int, _t: float) -> None:
+        self._call(f"create {topic} {queues}", a)
+
+    def topic_routed(self, a: tuple[str, int], _topic: str, _t: float) -> bool:
+        self._call("routed?", a)
+        return sum(c[0] == "routed?" for c in self.calls) > self.routed_after
+
+    def delete_topic(self, a: tuple[str, int], topic: str, _t: float) -> None:
+        self._call(f"delete {topic}", a)
+
+    def delete_route(self, a: tuple[str, int], topic: str, _t: float) -> None:
+        self._call(f"unroute {topic}", a)
+
+
+def test_setup_creates_the_topic_on_every_broker_and_waits_for_its_route(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = Admin(down={"10.0.1.11"}, routed_after=4)
+    for name in ("create_topic", "topic_routed", "delete_topic", "delete_route"):
+        monkeypatch.setattr(rm.admin, name, getattr(fake, name))
+    monkeypatch.setattr(rm, "ROUTE_POLL_S", 0.0)
+    d = driver("q1", queues=4)
+    d.setup()
+    creates = [c for c in fake.calls if c[0].startswith("create")]
+    assert creates == [("create q1 4", f"10.0.1.{10 + i}") for i in range(3)]
+    # name servers asked in turn (the one on the node that is down fails) until one routes it
+    asked = [c[1] for c in fake.calls if c[0] == "routed?"]
+    assert asked == [f"10.0.1.{10 + i % 3}" for i in range(6)]
+    fake.calls.clear()
+    d.teardown()  # a node down is only logged
+    assert [c[0] for c in fake.calls] == ["delete q1"] * 3 + ["unroute q1"] * 3
+
+
+def test_setup_fails_when_no_broker_creates_the_topic_or_no_name_server_routes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nobody = Admin(down={f"10.0.1.{10 + i}" for i in range(3)})
+    monkeypatch.setattr(rm.admin, "create_topic", nobody.create_topic)
+    with pytest.raises(DriverError, match="no broker created topic q1"):
+        driver("q1").setup()
+    never = Admin(routed_after=10**9)
+    monkeypatch.setattr(rm.admin, "create_topic", never.create_topic)
+    monkeypatch.setattr(rm.admin, "topic_routed", never.topic_routed)
+    monkeypatch.setattr(rm, "ROUTE_POLL_S", 0.0)
+    with pytest.raises(DriverError, match="no name server routes topic q1 0.1 s after"):
+        driver("q1", admin_timeout_s=0.1).setup()
+
+
+# -- the glue to the real client library (constructed, never started: no server) -----------
+
+
+def test_the_client_library_is_built_with_the_driver_settings() -> None:
+    import logging
+
+    rmq = rm.client()
+    lg = logging.getLogger(rm.CLIENT_LOGGER)
+    assert not lg.handlers and lg.propagate and lg.level == logging.WARNING
+    d = driver("q1", request_timeout_s=4, long_poll_s=7)
+    m = d.new_message(b"payload")
+    assert isinstance(m, rmq.Message) and (m.topic, m.body) == ("q1", b"payload")
+    conf = d.configuration()
+    assert conf.request_timeout == 4
+    assert [(a.host, a.port) for a in conf.rpc_endpoints.endpoints.addresses] == [
+        (f"10.0.1.{10 + i}", 8081) for i in range(3)
+    ]
+    c = d.new_consumer()
+    assert isinstance(c, rmq.SimpleConsumer)
+    assert (c.consumer_group, c.await_duration) == ("q1-workers", 7)
+    p = d.new_producer()
+    assert isinstance(p, rmq.Producer) and p.topics == {"q1"}
+    assert not c.is_running and not p.is_running
