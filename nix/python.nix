@@ -25,6 +25,7 @@ let
       src = pkgs.fetchurl { inherit (l.sdist) url hash; };
       pyproject = true;
       build-system = b.map (a: ps.${a}) (e.buildSystem or [ "setuptools" ]);
+      dependencies = b.map (a: ps.${a}) (e.deps or [ ]);
       doCheck = false;
     };
   providers = ps: n: let e = entry n; in if e.fromLock or false then [ (fromLock ps n) ] else b.map (a: ps.${a}) e.attrs;

@@ -25,6 +25,8 @@ let
     "click" "rich" "numpy" "pyroaring" "pyspark" "duckdb" "pyarrow" "matplotlib" "nats-py"
     "psycopg" "redis" "hiredis" "pika" "confluent-kafka" "boto3" "pymongo" "fabric" "moto"
     "hatchling" "setuptools" "pbr" "pytest"
+    "poetry-core" "grpcio" "grpcio-tools" "grpcio-status" "protobuf" "googleapis-common-protos"
+    "typing-extensions"
   ] // {
     buildPythonApplication = a: withArgs a.pname a.version a;
     buildPythonPackage = a: withArgs a.pname a.version a;

@@ -110,6 +110,35 @@ def test_hdrhistogram_is_built_from_the_uv_lock_sdist(nixenv) -> None:
     assert hdr == {"url": locked["sdist"]["url"], "hash": locked["sdist"]["hash"]}
 
 
+def test_kurrentdbclient_is_built_from_the_uv_lock_sdist_with_its_runtime_deps(nixenv) -> None:
+    """Not in nixpkgs: its sdist (URL and hash from uv.lock), built with poetry-core, and
+    what it imports at run time from nixpkgs, or the worker could not import it."""
+    (lib,) = nixenv.eval_json(
+        f"packages.{SYSTEM}.worker.workerPython.stubArgs.packages",
+        "ps: map (p: map (x: { v = x.version; src = x.stubArgs.src.stubArgs; "
+        "build = map (y: y.pname) x.stubArgs.build-system; "
+        "deps = map (y: y.pname) x.stubArgs.dependencies; }) "
+        '(builtins.filter (x: x.pname == "kurrentdbclient") p.stubArgs.dependencies)) ps',
+    )
+    (kdb,) = lib
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    locked = next(p for p in lock["package"] if p["name"] == "kurrentdbclient")
+    assert kdb["v"] == locked["version"]
+    assert kdb["src"] == {"url": locked["sdist"]["url"], "hash": locked["sdist"]["hash"]}
+    assert kdb["build"] == ["poetry-core"]
+    runtime = set(kdb["deps"])
+    assert runtime == {
+        "grpcio",
+        "grpcio-tools",
+        "grpcio-status",
+        "protobuf",
+        "googleapis-common-protos",
+        "typing-extensions",
+    }
+    # every runtime requirement uv.lock records for it is among them
+    assert {d["name"] for d in locked["dependencies"]} <= runtime
+
+
 def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
     worker = nixenv.eval_json(f"packages.{SYSTEM}.worker.workerDeps")
     assert sorted(worker) == sorted(
@@ -125,6 +154,7 @@ def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
             "confluent-kafka",
             "boto3",
             "pymongo",
+            "kurrentdbclient",
         ]
     )
     lib_deps = nixenv.eval_json(
