@@ -95,7 +95,14 @@ BROKERS: dict[str, BrokerInfo] = {
         ),
         BrokerInfo("artemis", "ActiveMQ Artemis", None, True, None, "no local server"),
         BrokerInfo("rocketmq", "Apache RocketMQ", None, True, None, "no local server"),
-        BrokerInfo("eventstore", "EventStoreDB / KurrentDB", None, True, None, "no local server"),
+        BrokerInfo(
+            "eventstore",
+            "EventStoreDB / KurrentDB",
+            "eventstore",
+            True,
+            None,
+            "no local server (none obtainable here): the cloud path only (profile eventstore-r3)",
+        ),
     ]
 }
 
