@@ -47,6 +47,7 @@ named [
   python3Minimal = mk "python3-minimal" "3.13.0";
   stubPackage = mk;
   fetchurl = a: withArgs (b.baseNameOf a.url) "" a;
+  fetchFromGitHub = a: withArgs "source" "" a;
   writeText = name: text: withArgs name "" { inherit text; };
   writeShellScript = name: text: withArgs name "" { inherit text; };
   writeScript = name: text: withArgs name "" { inherit text; };

@@ -255,6 +255,30 @@ def test_mongodb_release_is_pinned_with_the_recipe_hash(nixenv, nodes) -> None:
     }
 
 
+def test_eventstore_release_is_pinned_with_the_recipe_hash(nixenv, nodes) -> None:
+    """images/brokers/eventstore.nix overrides nixpkgs' eventstore with one release: tag
+    and hash as nixpkgs' recipe has them (the comment there names the commit)."""
+    assert nodes["eventstore"]["image"]["version"] == "24.10.6"
+    override = nixenv.eval_json(
+        "nixosConfigurations.eventstore.config.mqlab.node.package.stubOverride",
+        "o: { src = o.src.stubArgs; v = o.MINVERVERSIONOVERRIDE; }",
+    )
+    assert override == {
+        "src": {
+            "owner": "EventStore",
+            "repo": "EventStore",
+            "tag": "v24.10.6",
+            "hash": "sha256-8/sagvMyJ1/onGMuJ28QLWI5M8dBDWyGOcZKUv3PJsQ=",
+            "leaveDotGit": True,
+        },
+        "v": "24.10.6",
+    }
+    image = nodes["eventstore"]["image"]
+    assert image["ports"] == [2113, 1112]
+    assert image["settings"]["mqlab.quorum"] == 2 and image["settings"]["Insecure"] is True
+    assert "mqlab-eventstore" in nodes["eventstore"]["services"]
+
+
 def test_unpinned_upstream_releases_are_marked(nodes) -> None:
     for broker in ("pulsar", "artemis", "rocketmq"):
         assert nodes[broker]["image"]["package"].endswith("-not-pinned"), broker
