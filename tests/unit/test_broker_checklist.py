@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BROKERS = registry.BROKERS
 DRIVEN = [b for b in BROKERS.values() if b.driver_module is not None]
 LOCAL = [b for b in DRIVEN if b.local_cluster is not None]
+CLOUD_ONLY = [b for b in DRIVEN if b.local_cluster is None]  # no server obtainable here
 
 
 def _profiles() -> dict[str, str]:
@@ -60,6 +61,39 @@ def test_every_local_broker_has_a_launcher_a_contract_target_and_a_short_scenari
         assert local_scenarios.get(b.name), f"{b.name}: add scenarios/{b.name}-short.toml"
 
 
+def test_every_driven_broker_without_a_local_cluster_has_a_cloud_scenario(
+    tmp_path: Path,
+) -> None:
+    """No local server, so no contract target and no local short run: its short run is a
+    scenario for a lab whose images run it (scenarios/aws/), which loads, and mqlab refuses
+    every target that would need a local launcher, in one line."""
+    from mqlab.errors import ScenarioError
+    from mqlab.scenario import load_scenario
+
+    profiles = _profiles()
+    cloud: dict[str, list[Path]] = {}
+    for p in sorted((ROOT / "scenarios" / "aws").glob("*.toml")):
+        raw = tomllib.loads(p.read_text())
+        profile = raw.get("profile")
+        if raw.get("cluster", {}).get("target") == "aws" and isinstance(profile, str):
+            cloud.setdefault(profiles[profile], []).append(p)
+    for b in CLOUD_ONLY:
+        assert b.self_hosted, f"{b.name}: a SaaS broker needs a local emulator (as SQS)"
+        assert not any(t.broker == b.name for t in TARGETS.values()), b.name
+        assert cloud.get(b.name), f"{b.name}: add scenarios/aws/{b.name}-short-aws.toml"
+        for p in cloud[b.name]:
+            assert load_scenario(p), p
+        local = tmp_path / f"{b.name}-local.toml"
+        text = cloud[b.name][0].read_text()
+        local.write_text(text.replace('target = "aws"', 'target = "local"', 1))
+        try:
+            load_scenario(local)
+        except ScenarioError as e:
+            assert "has no local cluster" in str(e) and "\n" not in str(e), e
+        else:
+            raise AssertionError(f"{b.name}: a local run was accepted without a local cluster")
+
+
 def test_every_profile_names_a_driven_broker_and_every_driven_broker_has_one() -> None:
     profiles = _profiles()
     driven = {b.name for b in DRIVEN}
@@ -99,6 +133,7 @@ def test_the_checklist_names_each_place() -> None:
         "images/brokers/",
         "scenarios/profiles/",
         "scenarios/",
+        "scenarios/aws/",
         "tests/integration/drivers/targets.py",
         "nix/python-deps.nix",
         "pyproject.toml",
