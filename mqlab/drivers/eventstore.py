@@ -123,7 +123,12 @@ class EventStoreSettings:
     ack_delay_s: float = spec(
         0.2, min=0.0, max=10.0, help="longest an ack waits in kurrentdbclient before it is sent"
     )
-    send_timeout_s: float = spec(10.0, min=0.1, help="an append not acknowledged by then fails")
+    send_timeout_s: float = spec(
+        10.0,
+        min=0.1,
+        help="an append not acknowledged by then fails; kurrentdbclient tries it once more, "
+        "so a send fails after up to twice this",
+    )
 
     def __post_init__(self) -> None:
         if self.read_batch_size >= self.history_buffer_size:
