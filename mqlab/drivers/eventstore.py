@@ -208,6 +208,11 @@ def _connect(driver: EventStoreDriver) -> KurrentDBClient:
         raise DriverError(f"eventstore: cannot connect to {uri}: {e}") from e
 
 
+def _stop_quietly(sub: Any) -> None:
+    with contextlib.suppress(Exception):  # it failed already; nothing more to lose
+        sub.stop()
+
+
 class EventStoreSender(Sender):
     def __init__(self, driver: EventStoreDriver):
         self.client = _connect(driver)
@@ -326,8 +331,9 @@ class EventStoreReceiver(Receiver):
             # connection is gone); read the group anew for the next receive()
             self.held.drop()
             old = self.sub
-        with contextlib.suppress(Exception):
-            old.stop()
+        # ended apart from the rest: kurrentdbclient waits up to 5 s for a stream that
+        # failed to take its last requests
+        threading.Thread(target=_stop_quietly, args=(old,), daemon=True).start()
         try:
             self._subscribe()
         except DriverError as e:
