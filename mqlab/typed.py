@@ -16,6 +16,18 @@ from mqlab.errors import ScenarioError
 T = TypeVar("T")
 
 
+class SettingsProblem(ValueError):
+    """Raised by a settings dataclass's ``__post_init__`` when fields disagree with each
+    other (each alone passed its own checks): ``build`` turns it into the one-line
+    ScenarioError naming the file and ``key``."""
+
+    def __init__(self, key: str, problem: str, fix: str | None = None):
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+        self.fix = fix
+
+
 def _type_name(tp: Any) -> str:
     if tp is bool:
         return "true/false"
@@ -95,7 +107,10 @@ def build(cls: type[T], table: dict[str, Any], path: Path, prefix: str = "") -> 
         value = _convert(table[name], hints[name], path, key)
         check_value(f, value, path, key)
         kwargs[name] = value
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except SettingsProblem as e:
+        raise ScenarioError(path, dotted + e.key, e.problem, e.fix) from None
 
 
 def check_value(f: dataclasses.Field[Any], value: Any, path: Path, key: str) -> None:

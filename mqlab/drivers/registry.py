@@ -109,7 +109,14 @@ BROKERS: dict[str, BrokerInfo] = {
             None,
             "no local server (none in any reachable registry): the cloud path only",
         ),
-        BrokerInfo("eventstore", "EventStoreDB / KurrentDB", None, True, None, "no local server"),
+        BrokerInfo(
+            "eventstore",
+            "EventStoreDB / KurrentDB",
+            "eventstore",
+            True,
+            None,
+            "no local server (none obtainable here): the cloud path only (profile eventstore-r3)",
+        ),
     ]
 }
 

@@ -39,7 +39,7 @@ BROKERS = (
 #: every broker's standard ports (port name -> number), as on a host of its own
 STANDARD_PORTS: dict[str, dict[str, int]] = {
     "artemis": {"core": 61616, "console": 8161},
-    "eventstore": {"http": 2113, "tcp": 1112},
+    "eventstore": {"node": 2113, "replication": 1112},
     "kafka": {"kafka": 9092, "controller": 9093},
     "mongodb": {"mongo": 27017},
     "nats": {"client": 4222, "cluster": 6222, "http": 8222},

@@ -25,8 +25,8 @@ let
     "click" "rich" "numpy" "pyroaring" "pyspark" "duckdb" "pyarrow" "matplotlib" "nats-py"
     "psycopg" "redis" "hiredis" "pika" "confluent-kafka" "boto3" "pymongo" "pulsar-client" "fabric" "moto"
     "hatchling" "setuptools" "pbr" "pytest"
-    "grpcio" "grpcio-tools" "protobuf" "opentelemetry-api" "opentelemetry-sdk"
-    "opentelemetry-exporter-otlp"
+    "grpcio" "grpcio-tools" "grpcio-status" "protobuf" "opentelemetry-api" "opentelemetry-sdk"
+    "opentelemetry-exporter-otlp" "poetry-core" "googleapis-common-protos" "typing-extensions"
   ] // {
     buildPythonApplication = a: withArgs a.pname a.version a;
     buildPythonPackage = a: withArgs a.pname a.version a;
@@ -48,6 +48,7 @@ named [
   python3Minimal = mk "python3-minimal" "3.13.0";
   stubPackage = mk;
   fetchurl = a: withArgs (b.baseNameOf a.url) "" a;
+  fetchFromGitHub = a: withArgs "source" "" a;
   writeText = name: text: withArgs name "" { inherit text; };
   writeShellScript = name: text: withArgs name "" { inherit text; };
   writeScript = name: text: withArgs name "" { inherit text; };

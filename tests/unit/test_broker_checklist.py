@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BROKERS = registry.BROKERS
 DRIVEN = [b for b in BROKERS.values() if b.driver_module is not None]
 LOCAL = [b for b in DRIVEN if b.local_cluster is not None]
-CLOUD_ONLY = [b for b in DRIVEN if b.local_cluster is None]
+CLOUD_ONLY = [b for b in DRIVEN if b.local_cluster is None]  # no server obtainable here
 
 
 def _profiles() -> dict[str, str]:
@@ -61,19 +61,24 @@ def test_every_local_broker_has_a_launcher_a_contract_target_and_a_short_scenari
         assert local_scenarios.get(b.name), f"{b.name}: add scenarios/{b.name}-short.toml"
 
 
-def test_every_driven_broker_without_a_local_server_has_a_cloud_scenario_and_unit_tests() -> None:
-    """No local cluster, so no contract target and no local short run: its cloud scenario
-    (target "aws") must validate, and its driver's own logic has unit tests of its own."""
+def test_every_driven_broker_without_a_local_server_has_a_cloud_scenario_and_unit_tests(
+    tmp_path: Path,
+) -> None:
+    """No local server, so no contract target and no local short run: its short run is a
+    scenario for a lab whose images run it (target "aws"), which validates; its driver's
+    own logic has unit tests of its own; and mqlab refuses a local target in one line."""
+    from mqlab.errors import ScenarioError
     from mqlab.scenario import load_scenario
 
     profiles = _profiles()
     cloud: dict[str, list[Path]] = {}
     for p in sorted((ROOT / "scenarios").rglob("*.toml")):
         raw = tomllib.loads(p.read_text())
-        if raw.get("cluster", {}).get("target") == "aws" and raw.get("profile") in profiles:
-            cloud.setdefault(profiles[raw["profile"]], []).append(p)
+        profile = raw.get("profile")
+        if raw.get("cluster", {}).get("target") == "aws" and profile in profiles:
+            cloud.setdefault(profiles[profile], []).append(p)
     for b in CLOUD_ONLY:
-        assert b.self_hosted, f"{b.name}: a SaaS broker runs against the service itself"
+        assert b.self_hosted, f"{b.name}: a SaaS broker needs a local emulator (as SQS)"
         assert cloud.get(b.name), f'{b.name}: add a scenario with target = "aws" (scenarios/aws/)'
         for path in cloud[b.name]:
             assert load_scenario(path), path
@@ -84,6 +89,15 @@ def test_every_driven_broker_without_a_local_server_has_a_cloud_scenario_and_uni
         assert not any(t.broker == b.name for t in TARGETS.values()), (
             f"{b.name}: a contract target needs a local server"
         )
+        local = tmp_path / f"{b.name}-local.toml"
+        text = cloud[b.name][0].read_text()
+        local.write_text(text.replace('target = "aws"', 'target = "local"', 1))
+        try:
+            load_scenario(local)
+        except ScenarioError as e:
+            assert "has no local cluster" in str(e) and "\n" not in str(e), e
+        else:
+            raise AssertionError(f"{b.name}: a local run was accepted without a local cluster")
 
 
 def test_every_profile_names_a_driven_broker_and_every_driven_broker_has_one() -> None:
@@ -125,6 +139,7 @@ def test_the_checklist_names_each_place() -> None:
         "images/brokers/",
         "scenarios/profiles/",
         "scenarios/",
+        "scenarios/aws/",
         "tests/integration/drivers/targets.py",
         "nix/python-deps.nix",
         "pyproject.toml",

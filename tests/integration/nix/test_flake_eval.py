@@ -125,6 +125,35 @@ def test_rocketmq_client_is_built_from_the_uv_lock_sdist_with_its_dependencies(n
     assert sorted(rmq["d"]) == sorted(d["name"] for d in locked["dependencies"])
 
 
+def test_kurrentdbclient_is_built_from_the_uv_lock_sdist_with_its_runtime_deps(nixenv) -> None:
+    """Not in nixpkgs: its sdist (URL and hash from uv.lock), built with poetry-core, and
+    what it imports at run time from nixpkgs, or the worker could not import it."""
+    (lib,) = nixenv.eval_json(
+        f"packages.{SYSTEM}.worker.workerPython.stubArgs.packages",
+        "ps: map (p: map (x: { v = x.version; src = x.stubArgs.src.stubArgs; "
+        "build = map (y: y.pname) x.stubArgs.build-system; "
+        "deps = map (y: y.pname) x.stubArgs.dependencies; }) "
+        '(builtins.filter (x: x.pname == "kurrentdbclient") p.stubArgs.dependencies)) ps',
+    )
+    (kdb,) = lib
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    locked = next(p for p in lock["package"] if p["name"] == "kurrentdbclient")
+    assert kdb["v"] == locked["version"]
+    assert kdb["src"] == {"url": locked["sdist"]["url"], "hash": locked["sdist"]["hash"]}
+    assert kdb["build"] == ["poetry-core"]
+    runtime = set(kdb["deps"])
+    assert runtime == {
+        "grpcio",
+        "grpcio-tools",
+        "grpcio-status",
+        "protobuf",
+        "googleapis-common-protos",
+        "typing-extensions",
+    }
+    # every runtime requirement uv.lock records for it is among them
+    assert {d["name"] for d in locked["dependencies"]} <= runtime
+
+
 def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
     worker = nixenv.eval_json(f"packages.{SYSTEM}.worker.workerDeps")
     assert sorted(worker) == sorted(
@@ -142,6 +171,7 @@ def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
             "pymongo",
             "pulsar-client",
             "rocketmq-python-client",
+            "kurrentdbclient",
         ]
     )
     lib_deps = nixenv.eval_json(
@@ -240,6 +270,30 @@ def test_mongodb_release_is_pinned_with_the_recipe_hash(nixenv, nodes) -> None:
         "url": "https://fastdl.mongodb.org/linux/mongodb-linux-x86_64-ubuntu2404-8.2.6.tgz",
         "hash": "sha256-VjFKDwqBI42XQwL7/+eGLv6WlMSY6tYqC8qSy1laDfA=",
     }
+
+
+def test_eventstore_release_is_pinned_with_the_recipe_hash(nixenv, nodes) -> None:
+    """images/brokers/eventstore.nix overrides nixpkgs' eventstore with one release: tag
+    and hash as nixpkgs' recipe has them (the comment there names the commit)."""
+    assert nodes["eventstore"]["image"]["version"] == "24.10.6"
+    override = nixenv.eval_json(
+        "nixosConfigurations.eventstore.config.mqlab.node.package.stubOverride",
+        "o: { src = o.src.stubArgs; v = o.MINVERVERSIONOVERRIDE; }",
+    )
+    assert override == {
+        "src": {
+            "owner": "EventStore",
+            "repo": "EventStore",
+            "tag": "v24.10.6",
+            "hash": "sha256-8/sagvMyJ1/onGMuJ28QLWI5M8dBDWyGOcZKUv3PJsQ=",
+            "leaveDotGit": True,
+        },
+        "v": "24.10.6",
+    }
+    image = nodes["eventstore"]["image"]
+    assert image["ports"] == [2113, 1112]
+    assert image["settings"]["mqlab.quorum"] == 2 and image["settings"]["Insecure"] is True
+    assert "mqlab-eventstore" in nodes["eventstore"]["services"]
 
 
 def test_unpinned_upstream_releases_are_marked(nodes) -> None:

@@ -260,8 +260,10 @@ def test_render_eventstore_conf() -> None:
         "SkipDbVerify": False,
         "UnsafeDisableFlushToDisk": False,
         "Db": "/var/lib/mqlab/eventstore",
+        "Log": "/var/lib/mqlab/eventstore-log",
         "ClusterSize": 3,
-        "HttpPort": 2113,
+        "NodePort": 2113,
+        "ReplicationPort": 1112,
         "DiscoverViaDns": False,
         "GossipSeed": "10.0.1.10:2113,10.0.1.12:2113",  # the other two nodes
         "NodeIp": "10.0.1.11",
@@ -272,6 +274,22 @@ def test_render_eventstore_conf() -> None:
     other = yaml.safe_load(render("eventstore", EVENTSTORE, index=0)["eventstore.conf"])
     assert other["GossipSeed"] == "10.0.1.11:2113,10.0.1.12:2113"
     assert other["NodeIp"] == other["NodeHostAdvertiseAs"] == "10.0.1.10"
+
+
+def test_render_eventstore_per_node_ports_and_a_single_node() -> None:
+    from mqlab import nodeconf
+
+    ports = {"node": (21131, 21132, 21133), "replication": (11121, 11122, 11123)}
+    node = nodeconf.Node("eventstore", 2, ("127.0.0.1",) * 3, ports, "/tmp/es/n2")
+    conf = yaml.safe_load(nodeconf.render(node)["eventstore.conf"])
+    assert (conf["NodePort"], conf["ReplicationPort"]) == (21133, 11123)
+    assert conf["GossipSeed"] == "127.0.0.1:21131,127.0.0.1:21132"  # the others' node ports
+    assert conf["Db"] == "/tmp/es/n2" and conf["Log"] == "/tmp/es/n2-log"
+    one = nodeconf.Node(
+        "eventstore", 0, ("10.0.1.10",), {"node": (2113,), "replication": (1112,)}, "/d"
+    )
+    single = yaml.safe_load(nodeconf.render(one)["eventstore.conf"])
+    assert single["ClusterSize"] == 1 and "GossipSeed" not in single
 
 
 INIT_JS = (
