@@ -24,10 +24,10 @@ Keys:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hdrh.histogram import HdrHistogram
 from pyroaring import BitMap64
@@ -43,6 +43,7 @@ EMPTY_PAYLOAD = codecs.new_histogram().encode().decode("ascii")
 TIMELINE_METRICS = ("send_msg_us", "processing_us")
 TIMELINE_FIGURES = ("count", "p50", "p99", "max")
 Key = tuple[Any, ...]
+Row = TypeVar("Row")
 
 
 @dataclass(frozen=True)
@@ -193,17 +194,28 @@ def _read_text(task: Task) -> str | None:
         return None
 
 
-def _process_counts(task: Task) -> Iterator[tuple[Key, Any]]:
-    role = task.metric
-    column = COUNTED[role]
+def _parsed(
+    task: Task, parse: Callable[[str], tuple[list[Row], list[tuple[int, str]]]]
+) -> Generator[tuple[Key, Any], None, list[Row] | None]:
+    """Yield a CSV file's problems (missing, unreadable, bad lines); return its rows, None
+    when it could not be read."""
     text = _read_text(task)
     if text is None:
         exists = Path(task.path).exists()
         yield _problem(task, None, "unreadable file" if exists else "missing file")
-        return
-    rows, problems = codecs.parse_counts(text)
+        return None
+    rows, problems = parse(text)
     for line, problem in problems:
         yield _problem(task, line, problem)
+    return rows
+
+
+def _process_counts(task: Task) -> Iterator[tuple[Key, Any]]:
+    role = task.metric
+    column = COUNTED[role]
+    rows = yield from _parsed(task, codecs.parse_counts)
+    if rows is None:
+        return
     spans: dict[int, Span] = {}
     per_second: dict[int, dict[str, int]] = {}
     for r in rows:
@@ -232,14 +244,9 @@ def _process_counts(task: Task) -> Iterator[tuple[Key, Any]]:
 
 
 def _process_cpu(task: Task) -> Iterator[tuple[Key, Any]]:
-    text = _read_text(task)
-    if text is None:
-        exists = Path(task.path).exists()
-        yield _problem(task, None, "unreadable file" if exists else "missing file")
+    rows = yield from _parsed(task, codecs.parse_cpu)
+    if rows is None:
         return
-    rows, problems = codecs.parse_cpu(text)
-    for line, problem in problems:
-        yield _problem(task, line, problem)
     kept = [[r.start_ms, r.length_ms, r.cpu_us] for r in rows if r.start_ms >= task.warmup_end_ms]
     yield ("cpu", task.run_id, task.worker_id), kept
 
