@@ -172,15 +172,23 @@ class RedisSender(Sender):
         self.next_key = int.from_bytes(os.urandom(2), "big") % len(self.keys)
         self.wait = driver.settings.wait_replicas
         self.wait_timeout_ms = driver.settings.wait_timeout_ms
+        # each key's XADD up to its message, in RESP (the protocol's bytes); the WAIT
+        self.heads = {k: _resp_head(b"XADD", k, b"*", FIELD) for k in self.keys}
+        self.wait_command = _resp(b"WAIT", b"%d" % self.wait, b"%d" % self.wait_timeout_ms)
 
     def send(self, batch: Sequence[bytes]) -> None:
         key = self.keys[self.next_key]
         self.next_key = (self.next_key + 1) % len(self.keys)
-        commands: list[tuple[Any, ...]] = [("XADD", key, "*", FIELD, m) for m in batch]
+        head = self.heads[key]
+        # the batch as one buffer of XADDs (and the WAIT): no per-command packing
+        parts: list[bytes] = []
+        for m in batch:
+            parts += (head, b"$%d\r\n" % len(m), m, b"\r\n")
         if self.wait:
-            commands.append(("WAIT", self.wait, self.wait_timeout_ms))
+            parts.append(self.wait_command)
+        names = ["XADD"] * len(batch) + (["WAIT"] if self.wait else [])
         try:
-            results = self.wire.run(commands)
+            results = self.wire.run_packed(b"".join(parts), names)
         except redis.RedisError as e:
             self.wire.reset()  # a failover (READONLY) or a lost connection: reconnect next
             raise DriverError(f"redis: send failed: {e}") from e
@@ -193,6 +201,21 @@ class RedisSender(Sender):
     def close(self) -> None:
         self.wire.close()
         close_client(self.r)
+
+
+def _bulk(arg: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(arg), arg)
+
+
+def _resp_head(*args: bytes) -> bytes:
+    """A RESP command of ``len(args) + 1`` arguments up to its last one (the caller
+    appends that as a bulk string)."""
+    return b"*%d\r\n" % (len(args) + 1) + b"".join(_bulk(a) for a in args)
+
+
+def _resp(*args: bytes) -> bytes:
+    """A whole RESP command."""
+    return b"*%d\r\n" % len(args) + b"".join(_bulk(a) for a in args)
 
 
 class _Calls:
@@ -286,6 +309,32 @@ class _Wire:
             except redis.ResponseError as e:
                 error = error or e
                 out.append(e)
+        if error is not None:
+            raise error
+        return out
+
+    def run_packed(self, packed: bytes, names: Sequence[str]) -> list[Any]:
+        """:meth:`run` for commands already in RESP (``names``: theirs, in order) whose
+        replies need no conversion (XADD's id, WAIT's count): written at once, every reply
+        read as the server sent it; the first error reply raises once all are read."""
+        self.settle()
+        conn = self._conn()
+        try:
+            conn.send_packed_command([packed], check_health=False)
+        except BaseException:
+            self.reset()
+            raise
+        out: list[Any] = []
+        error: redis.ResponseError | None = None
+        for _ in names:
+            try:
+                out.append(conn.read_response())
+            except redis.ResponseError as e:
+                error = error or e
+                out.append(e)
+            except BaseException:
+                self.reset()
+                raise
         if error is not None:
             raise error
         return out
