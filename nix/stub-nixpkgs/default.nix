@@ -23,7 +23,7 @@ let
 
   pythonPackages = named [
     "click" "rich" "numpy" "pyroaring" "pyspark" "duckdb" "pyarrow" "matplotlib" "nats-py"
-    "psycopg" "redis" "hiredis" "pika" "confluent-kafka" "boto3" "pymongo" "pulsar-client" "fabric" "moto"
+    "psycopg" "redis" "hiredis" "pika" "confluent-kafka" "boto3" "pymongo" "pulsar-client" "stomp-py" "fabric" "moto"
     "hatchling" "setuptools" "pbr" "pytest"
   ] // {
     buildPythonApplication = a: withArgs a.pname a.version a;
