@@ -18,8 +18,10 @@ master; nodes 1 and 2 start once it serves. XStream (Debian ``libxstream-java``)
 each node's class path (``lib/extra``): the statistics plugin's map replies, which the
 driver's ``remaining()`` reads, need it for STOMP's ``jms-map-xml`` form.
 
-Healthy means: every node runs, exactly one serves STOMP (the waiting slaves open no
-connector), and a probe sent to it with a receipt is read back and acked.
+Healthy means: exactly one node serves STOMP, and a probe sent to it with a receipt is
+read back and acked; every other node runs and, since its latest start, has logged that it
+waits for the store's lock (a waiting slave opens no connector, and there is no JMX to
+ask).
 ``leader()`` is the serving node. The endpoints list all three nodes: the driver's
 connections try them in turn (its failover list).
 """
@@ -47,6 +49,9 @@ FIX = "install the Debian packages: scripts/apt-packages.txt (activemq, libxstre
 HEAP = "-Xmx256m"
 LOCK_RETRY_MS = 500  # a waiting slave tries the store's lock this often
 PROBE_QUEUE = "mqlab-health"
+# what ActiveMQ 5 logs at each start, and once it waits for the store's lock
+START_LINE = "Loading message broker from"
+SLAVE_LINE = "This broker is now in slave mode"
 PROBE_TIMEOUT_S = 10.0
 # the JVM's module openings that Debian's /usr/bin/activemq passes on Java > 8
 OPENS = [
@@ -239,6 +244,17 @@ class ArtemisCluster(LocalCluster):
             if alive[i] and process.port_open("127.0.0.1", self.ports["stomp"][i])
         ]
 
+    def waiting(self, index: int) -> bool:
+        """Whether node ``index``, since its latest start, says in its log that it waits for
+        the store's lock (a slave). Nothing else shows it: a waiting slave opens no port,
+        and there is no JMX."""
+        try:
+            text = self.log(index).read_text(errors="replace")
+        except OSError:
+            return False
+        latest = text.rfind(START_LINE)
+        return latest >= 0 and SLAVE_LINE in text[latest:]
+
     def probe(self, index: int) -> tuple[bool, str]:
         """Send a probe to node ``index`` with a receipt, read it back and ack it (a selector
         picks it out): (served, why not)."""
@@ -321,21 +337,26 @@ class ArtemisCluster(LocalCluster):
             f"logs in {self.workdir}"
         )
 
+    def role(self, index: int, alive: bool, serving: list[int]) -> str:
+        if not alive:
+            return "down"
+        if index in serving:
+            return "master"
+        return "slave" if self.waiting(index) else "starting"
+
     def health(self) -> dict[str, Any]:
+        """Healthy: one node serves and passes the probe, every other one waits for the
+        store's lock."""
         alive = self.alive()
         serving = self.serving()
         probe = self.probe(serving[0]) if len(serving) == 1 else (False, f"serving: {serving}")
+        roles = [self.role(i, alive[i], serving) for i in range(self.nodes)]
         return {
-            "healthy": all(alive) and len(serving) == 1 and probe[0],
+            "healthy": probe[0] and sorted(roles) == ["master"] + ["slave"] * (self.nodes - 1),
             "master": serving[0] if len(serving) == 1 else None,
             "probe": probe[1],
             "nodes": [
-                {
-                    "index": i,
-                    "alive": alive[i],
-                    "role": "master" if i in serving else ("slave" if alive[i] else "down"),
-                    "port": self.ports["stomp"][i],
-                }
+                {"index": i, "alive": alive[i], "role": roles[i], "port": self.ports["stomp"][i]}
                 for i in range(self.nodes)
             ],
         }

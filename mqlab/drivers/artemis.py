@@ -475,7 +475,8 @@ class StompReceiver(Receiver):
         with self.cond:
             ok, refused = self.held.acked(deliveries)
             link, generation = self.link, self.generation
-        current = [d for d in ok if d.handle[0] == generation]
+        # a lost connection's deliveries cannot be acked (the next receive connects anew)
+        current = [d for d in ok if d.handle[0] == generation and not link.lost]
         stale = len(ok) - len(current)
         if current:
             s = self.driver.settings
