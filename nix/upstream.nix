@@ -33,10 +33,19 @@ in
     url = "https://archive.apache.org/dist/pulsar/pulsar-3.0.1/apache-pulsar-3.0.1-bin.tar.gz";
     hash = "sha512-uNjAr+mSPb8cOt/b2rzrjTNvLLD+mdYFeRPyiSs0aV7iZt5lVLbVCrSa9UIE+sHeamfuKyC8ISfbrecDS/Zp9Q==";
   };
+  # ActiveMQ Artemis 2.27.1, binary release. Hash: the sha256 that the apache-artemis recipe
+  # of the datava-admins/nixpkgs fork gives for this tarball (file
+  # pkgs/development/libraries/apache-artemis/default.nix at commit
+  # 7bf4ce92e6f90972dbb19ed2230067b0fa9b901f, fetched there from mirror://apache). The
+  # only published recipe with a hash for an Artemis release found where this was written
+  # (NixOS/nixpkgs packages ActiveMQ 5 only; Homebrew's artemis formula was not among the
+  # sources). Hence 2.27.1, not a newer release. Not built here (no network): fetchurl
+  # checks the hash.
   artemis = release {
     pname = "apache-artemis";
-    version = "2.38.0";
-    url = "https://archive.apache.org/dist/activemq/activemq-artemis/2.38.0/apache-artemis-2.38.0-bin.tar.gz";
+    version = "2.27.1";
+    url = "https://archive.apache.org/dist/activemq/activemq-artemis/2.27.1/apache-artemis-2.27.1-bin.tar.gz";
+    hash = "sha256-8MElmDIbuXm/b/e2m15mziMMP5PO2WkLTu0Rwl+K8uI=";
   };
   # The sha256 of this zip as Spack's recipe has it (spack/spack-packages,
   # repos/spack_repo/builtin/packages/rocketmq/package.py, version 5.3.1:

@@ -100,7 +100,15 @@ BROKERS: dict[str, BrokerInfo] = {
             "mongodb",
             "wire-protocol stand-in only: mongoeco (single process, in memory; Python >= 3.13)",
         ),
-        BrokerInfo("artemis", "ActiveMQ Artemis", None, True, None, "no local server"),
+        BrokerInfo(
+            "artemis",
+            "ActiveMQ Artemis",
+            "artemis",
+            True,
+            "artemis",
+            "stand-in only: 3 ActiveMQ 5 brokers (Debian activemq), shared-store master/slave "
+            "on one KahaDB directory, over STOMP",
+        ),
         BrokerInfo(
             "rocketmq",
             "Apache RocketMQ",

@@ -36,8 +36,9 @@ SHORT_SCENARIOS = [
     ("sqs-short.toml", "sqs"),
     ("mongodb-short.toml", "mongodb"),
     ("pulsar-short.toml", "pulsar"),
+    ("artemis-short.toml", "artemis"),
 ]
-STAND_INS = ("kafka", "redpanda", "sqs", "mongodb", "pulsar")
+STAND_INS = ("kafka", "redpanda", "sqs", "mongodb", "pulsar", "artemis")
 
 
 def mqlab(

@@ -88,6 +88,12 @@ def _pulsar() -> Any:
     )
 
 
+def _artemis() -> Any:
+    from mqlab.drivers.artemis import Settings
+
+    return Settings(receipt_timeout_s=10.0)
+
+
 def _sqs() -> Any:
     from mqlab.drivers.sqs import Settings
 
@@ -129,4 +135,8 @@ TARGETS: dict[str, Target] = {
     # pulsar-client, counted from receive(); the receiver queue (prefetch) is in flight.
     # remaining(): messages stored minus distinct acks (live counters; in_flight unknown)
     "pulsar": Target("pulsar", _pulsar, visibility_s=10.0, nodes=1, prefetches=True),
+    # ActiveMQ 5, the Artemis stand-in (3 brokers, shared-store master/slave): no visibility
+    # timeout, a closed connection returns what it held; remaining() is the statistics
+    # plugin's queue size (unacked included) and its in-flight count (prefetch included)
+    "artemis": Target("artemis", _artemis, visibility_s=None, prefetches=True),
 }

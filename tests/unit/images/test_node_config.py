@@ -147,11 +147,12 @@ def test_every_self_hosted_broker_has_a_render_recipe(broker: str) -> None:
 
 # -- the brokers without a driver yet: each file's content, parsed where it can be --------
 # the durability settings their images bake in (images/brokers/<broker>.nix)
-ARTEMIS = {
+ARTEMIS = {  # mqperf 2021's journal settings
     "persistence-enabled": True,
-    "journal-type": "ASYNCIO",
-    "journal-sync-transactional": True,
-    "journal-sync-non-transactional": True,
+    "journal-type": "MAPPED",
+    "journal-datasync": False,
+    "journal-sync-transactional": False,
+    "journal-sync-non-transactional": False,
 }
 EVENTSTORE = {
     "Insecure": True,
@@ -214,10 +215,17 @@ def test_render_artemis_broker_xml() -> None:
         "journal-directory": "/var/lib/mqlab/artemis/journal",
         "large-messages-directory": "/var/lib/mqlab/artemis/large",
         "persistence-enabled": "true",
-        "journal-type": "ASYNCIO",
-        "journal-sync-transactional": "true",
-        "journal-sync-non-transactional": "true",
+        "journal-type": "MAPPED",
+        "journal-datasync": "false",
+        "journal-sync-transactional": "false",
+        "journal-sync-non-transactional": "false",
+        "security-enabled": "false",
+        "cluster-user": "mqlab",
+        "cluster-password": text["cluster-password"],
     }
+    # every node derives the same cluster password from the lab id
+    assert _artemis(2).findtext(f"{AC}cluster-password") == text["cluster-password"]
+    assert len(text["cluster-password"] or "") == 32
     connectors = {c.get("name"): c.text for c in core.iterfind(f"{AC}connectors/{AC}connector")}
     assert connectors == {
         "n0": "tcp://10.0.1.10:61616",
@@ -227,20 +235,34 @@ def test_render_artemis_broker_xml() -> None:
     acceptors = [(a.get("name"), a.text) for a in core.iterfind(f"{AC}acceptors/{AC}acceptor")]
     assert acceptors == [("all", "tcp://10.0.1.11:61616")]  # its own address only
     (replication,) = core.iterfind(f"{AC}ha-policy/{AC}replication")
+    # the pinned release (2.27.1) names the roles master/slave (primary/backup from 2.31)
     assert [(e.tag.removeprefix(AC), e.findtext(f"{AC}group-name")) for e in replication] == [
-        ("backup", "mqlab")
+        ("slave", "mqlab")
     ]
+    assert replication.findtext(f"{AC}slave/{AC}allow-failback") == "true"
     (cc,) = core.iterfind(f"{AC}cluster-connections/{AC}cluster-connection")
     assert cc.get("name") == "mqlab" and cc.findtext(f"{AC}connector-ref") == "n1"
     statics = [e.text for e in cc.iterfind(f"{AC}static-connectors/{AC}connector-ref")]
     assert statics == ["n0", "n2"]  # the other two nodes
+    settings = {
+        s.get("match"): {e.tag.removeprefix(AC): e.text for e in s}
+        for s in core.iterfind(f"{AC}address-settings/{AC}address-setting")
+    }
+    # the driver's queues: anycast, kept when empty, never dead-lettered
+    assert settings["#"]["default-queue-routing-type"] == "ANYCAST"
+    assert settings["#"]["auto-delete-queues"] == "false"
+    assert settings["#"]["max-delivery-attempts"] == "-1"
+    # its management reply queues go when empty
+    assert settings["mqlab.reply.#"]["auto-delete-queues"] == "true"
 
 
 def test_render_artemis_node_0_is_the_replication_primary() -> None:
     core = _artemis(0)
     assert core.findtext(f"{AC}name") == "mqlab-0"
     (replication,) = core.iterfind(f"{AC}ha-policy/{AC}replication")
-    assert [e.tag.removeprefix(AC) for e in replication] == ["primary"]
+    assert [e.tag.removeprefix(AC) for e in replication] == ["master"]
+    # back after a failover, it looks for the live server instead of serving stale data
+    assert replication.findtext(f"{AC}master/{AC}check-for-live-server") == "true"
     (acceptor,) = core.iterfind(f"{AC}acceptors/{AC}acceptor")
     assert acceptor.text == "tcp://10.0.1.10:61616"
     cc = core.find(f"{AC}cluster-connections/{AC}cluster-connection")
