@@ -351,7 +351,7 @@ def ls(
     columns, rows = listing.table([listing.row(r) for r in runs])
     t = Table()
     for col in columns:
-        t.add_column(col)
+        t.add_column(col, no_wrap=col == "Run")  # a run id stays one word to copy
     for cells in rows:
         t.add_row(*cells)
     out.print(t)

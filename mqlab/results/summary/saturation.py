@@ -17,10 +17,9 @@ the run's two marks.
   ``FAULT_GRACE_MS`` after its end). None when no reason holds but a client node's CPU is
   unknown.
 - **receivers_behind**: the backlog (messages confirmed and not yet received, the
-  timeline's ``backlog``) grew through the sender's measured period: the median of its
-  last ``ENDS_S`` seconds exceeds the median of its first ``ENDS_S`` seconds by more
-  than ``BACKLOG_LIMIT`` of the messages confirmed in the period and more than one
-  second of them (and more than ``BACKLOG_MIN`` messages). None without receivers or
+  timeline's ``backlog``) grew through the sender's measured period: its least-squares
+  trend over the period's seconds exceeds ``BACKLOG_LIMIT`` of the messages confirmed a
+  second, and adds up to more than ``BACKLOG_MIN`` messages. None without receivers or
   with fewer than two seconds measured.
 - **shared_cores**: brokers and clients ran on the cores of one machine (``local``, or a
   ``netns`` lab: every namespace is this machine).
@@ -29,7 +28,6 @@ the run's two marks.
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +38,6 @@ LAG_LIMIT_MS = 1000
 FAULT_GRACE_MS = 10_000
 BACKLOG_LIMIT = 0.05
 BACKLOG_MIN = 10
-ENDS_S = 3
 
 
 def _node_key(wid: str, role: str, node: Any) -> str:
@@ -191,28 +188,34 @@ def sender_lag_ms(
     )
 
 
+def slope(values: Sequence[float]) -> float:
+    """The least-squares slope of ``values`` over their indexes (per second here)."""
+    n = len(values)
+    mean_x, mean_y = (n - 1) / 2, sum(values) / n
+    sxx = sum((i - mean_x) ** 2 for i in range(n))
+    return sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values)) / sxx
+
+
 def backlog_figures(
     timeline: Sequence[dict[str, Any]], send: tuple[int | None, int | None]
 ) -> dict[str, Any] | None:
-    """The backlog at the start and the end of the sender's measured period (medians of
-    ``ENDS_S`` seconds), its growth, and the growth that marks receivers behind."""
+    """The backlog through the sender's measured period: at its first and last second, its
+    trend (least-squares slope, messages a second) and the trend that marks receivers
+    behind (``BACKLOG_LIMIT`` of the messages confirmed a second)."""
     start, end = send
     if start is None or end is None:
         return None
     rows = [r for r in timeline if start - 999 <= r["second_ms"] < end]
     if len(rows) < 2:
         return None
-    k = min(ENDS_S, len(rows) // 2)
-    first = statistics.median(r["backlog"] for r in rows[:k])
-    last = statistics.median(r["backlog"] for r in rows[-k:])
     confirmed = sum(r["confirmed"] for r in rows)
-    per_second = confirmed / len(rows)
-    limit = max(BACKLOG_LIMIT * confirmed, per_second, BACKLOG_MIN)
+    trend = slope([r["backlog"] for r in rows])
     return {
-        "start": round(first),
-        "end": round(last),
-        "growth": round(last - first),
-        "limit": round(limit),
+        "start": rows[0]["backlog"],
+        "end": rows[-1]["backlog"],
+        "per_s": round(trend, 1),
+        "growth": round(trend * (len(rows) - 1)),
+        "limit_per_s": round(BACKLOG_LIMIT * confirmed / len(rows), 1),
         "seconds": len(rows),
         "confirmed": confirmed,
         "received": sum(r["received"] for r in rows),
@@ -252,13 +255,14 @@ def figures(
     behind: bool | None = None
     behind_why = None
     if has_receivers and backlog is not None:
-        behind = backlog["growth"] > backlog["limit"]
+        behind = backlog["per_s"] > backlog["limit_per_s"] and backlog["growth"] > BACKLOG_MIN
         if behind:
             secs = backlog["seconds"]
             behind_why = (
-                f"the backlog grew from {backlog['start']:,} to {backlog['end']:,} messages "
-                f"over the measured period (receivers took {backlog['received'] / secs:,.0f} "
-                f"of the {backlog['confirmed'] / secs:,.0f} msgs/s confirmed)"
+                f"the backlog grew by {backlog['per_s']:,.0f} messages a second through the "
+                f"measured period, from {backlog['start']:,} to {backlog['end']:,} (receivers "
+                f"took {backlog['received'] / secs:,.0f} of the "
+                f"{backlog['confirmed'] / secs:,.0f} msgs/s confirmed)"
             )
     known = [n["fraction"] for n in clients if n["fraction"] is not None]
     brokers = [n["fraction"] for n in nodes if n["role"] == "broker" and n["fraction"] is not None]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from mqlab.cli import mqperf_columns, mqperf_row
+from mqlab.drivers import registry
 from mqlab.results.summary.job import summarize_run
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -59,9 +60,11 @@ def test_there_is_the_quickstart_and_a_short_run_per_local_broker() -> None:
     brokers = set()
     for run in TOP:
         brokers.add(json.loads((run / "manifest.json").read_text())["broker"]["name"])
-    assert {"nats", "postgres", "redis", "rabbitmq", "kafka", "redpanda", "sqs"} <= brokers
+    local = {b.name for b in registry.BROKERS.values() if b.local_cluster is not None}
+    assert local <= brokers, local - brokers
+    # about 320 kB a run (its plots and Parquet tables included)
     size = sum(f.stat().st_size for run in TOP for f in run.rglob("*") if f.is_file())
-    assert size < 2_500_000, f"committed archives take {size:,} bytes"
+    assert size < 3_600_000, f"committed archives take {size:,} bytes"
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)

@@ -247,8 +247,9 @@ def test_a_steady_backlog_is_not_behind_and_matches_the_files(tmp_path: Path) ->
     ]
     b = section["backlog"]
     assert b["seconds"] == len(rows)
-    assert b["start"] == round(sorted(r["backlog"] for r in rows[:3])[1])
-    assert b["end"] == round(sorted(r["backlog"] for r in rows[-3:])[1])
+    assert (b["start"], b["end"]) == (rows[0]["backlog"], rows[-1]["backlog"])
+    assert b["per_s"] == pytest.approx(reference.backlog_trend(rows), abs=0.06)
+    assert b["confirmed"] == sum(r["confirmed"] for r in rows)
     assert section["receivers_behind"] is False
 
 
@@ -273,7 +274,9 @@ def _timeline(confirmed: list[int], received: list[int]) -> list[dict[str, Any]]
     [
         ([1000] * 20, False),  # keeps up
         ([900, 1100] * 10, False),  # keeps up, unevenly
-        ([970] * 20, False),  # 3 % behind: the backlog grows by 510, under 1 s of sends
+        ([970] * 20, False),  # 3 % behind: the backlog grows 30 a second, under 5 %
+        ([940] * 20, True),  # 6 % behind
+        ([700] * 4, True),  # a short period, clearly behind (4 s of a short run)
         ([500] * 20, True),  # half the rate: the NATS example
         ([1000] * 10 + [0] * 10, True),  # stopped halfway
     ],
@@ -281,16 +284,19 @@ def _timeline(confirmed: list[int], received: list[int]) -> list[dict[str, Any]]
 def test_receivers_behind_when_the_backlog_grows_through_the_period(
     received: list[int], behind: bool
 ) -> None:
-    rows = _timeline([1000] * 20, received)
+    rows = _timeline([1000] * len(received), received)
     section = saturation.figures(
         [], {}, rows, {"sender": (0, 20_000), "receiver": (0, 20_000)}, [], False, True
     )
     assert section["receivers_behind"] is behind
     b = section["backlog"]
-    assert b["growth"] == b["end"] - b["start"] and b["limit"] == 1000
+    assert b["per_s"] == pytest.approx(reference.backlog_trend(rows), abs=0.06)
+    assert b["limit_per_s"] == 50  # 5 % of the 1,000 confirmed a second
+    assert b["growth"] == pytest.approx(b["per_s"] * (len(rows) - 1), abs=2)
     if behind:
         assert section["receivers_behind_why"].startswith(
-            f"the backlog grew from {b['start']:,} to {b['end']:,} messages"
+            f"the backlog grew by {b['per_s']:,.0f} messages a second through the measured "
+            f"period, from {b['start']:,} to {b['end']:,}"
         )
 
 
