@@ -313,8 +313,12 @@ def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
         raise click.UsageError("give BASELINE and CONTENDER (or --reference NAME RUN...)")
     base, cont = resolved
     bt, ct = cmp.trials_of(base, results_dir), cmp.trials_of(cont, results_dir)
-    click.echo(f"baseline:  {base['run_id']} ({len(bt)} trials)")
-    click.echo(f"contender: {cont['run_id']} ({len(ct)} trials)")
+    from mqlab.results.summary.saturation import marks
+
+    for side, run, trials in (("baseline: ", base, bt), ("contender:", cont, ct)):
+        marked = marks(run, run.get("stand_in"))
+        note = f"; marked {', '.join(marked)}: not the broker's figures" if marked else ""
+        click.echo(f"{side} {run['run_id']} ({len(trials)} trials{note})")
     lines = cmp.compare_runs(base, cont, bt, ct)
     echo_table(
         ("figure", "baseline", "contender", "ratio", "vs noise"),

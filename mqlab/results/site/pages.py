@@ -106,6 +106,8 @@ def flags(r: SiteRun) -> list[tuple[str, str | None]]:
     failed = (s.get("delivery") or {}).get("failed")
     if failed:
         out.append((f"{failed:,} failed send(s)", None))
+    if s.get("stand_in"):
+        out.append(("stand-in", f"{s['stand_in']} served, not the real system"))
     sat = s.get("saturation") or {}
     if sat.get("client_bound"):
         out.append(("client-bound", "; ".join(sat.get("client_bound_why") or [])))

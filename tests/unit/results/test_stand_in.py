@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from click.testing import CliRunner
+
 from mqlab.cli import mark_notes, mqperf_columns, mqperf_row
+from mqlab.cli_data import compare
 from mqlab.results.archive import layout
 from mqlab.results.archive.formats import read_json, write_json
 from mqlab.results.report import listing, reference
@@ -64,6 +67,19 @@ def test_a_stand_in_run_is_marked_in_every_place_that_shows_its_figures(tmp_path
     # next to published figures
     notes = reference.measurement_notes(row)
     assert notes[0].startswith(f"STAND-IN: {TANSU} served this run, not kafka")
+    # mqlab compare, run against run
+    res = CliRunner().invoke(
+        compare, ["--results", str(run.run_dir.parent), run.run_id, run.run_id]
+    )
+    assert res.exit_code == 0, res.output
+    assert f"baseline:  {run.run_id} (1 trials; marked stand-in" in res.output
+    # the site's index flags it
+    from mqlab.results.site import write_site
+
+    built = write_site(run.run_dir.parent, run.run_dir.parent.parent / "site")
+    assert f'title="{TANSU} served, not the real system">stand-in</span>' in (
+        built.index.read_text()
+    )
 
 
 def test_a_real_server_s_run_has_no_stand_in_mark(tmp_path: Path) -> None:
