@@ -351,7 +351,8 @@ def ls(
     columns, rows = listing.table([listing.row(r) for r in runs])
     t = Table()
     for col in columns:
-        t.add_column(col, no_wrap=col == "Run")  # a run id stays one word to copy
+        # a run id stays one word to copy, a mark whole
+        t.add_column(col, no_wrap=col in ("Run", "Marks"))
     for cells in rows:
         t.add_row(*cells)
     out.print(t)

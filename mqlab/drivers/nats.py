@@ -66,6 +66,7 @@ from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
 IDENTIFY_WALKS = 64  # concurrent walks over the stream's sequence range in remaining()
+SETUP_WAIT_S = 30.0  # how long setup asks a cluster that does not answer JetStream yet
 PULL_EXPIRES_S = 2.0  # how long a standing pull request waits on the server
 PULL_GRACE_S = 0.5  # ...and how much longer before the receiver gives up on hearing its end
 HOLD_FRACTION = 0.5  # a fetched message held longer than this part of ack_wait_s is nak'ed
@@ -470,10 +471,22 @@ class NatsDriver(Driver):
                 ),
             )
 
-        try:
-            self._admin(go)
-        except nats.js.errors.APIError as e:
-            raise DriverError(f"nats: cannot create stream {self.stream}: {e}") from e
+        # a cluster just started (or between meta leaders after a fault) may not answer
+        # JetStream's API yet: asked again until SETUP_WAIT_S (every step is idempotent)
+        deadline = time.monotonic() + SETUP_WAIT_S
+        while True:
+            try:
+                self._admin(go)
+                return
+            except nats.errors.TimeoutError as e:
+                if time.monotonic() > deadline:
+                    raise DriverError(
+                        f"nats: cannot create stream {self.stream}: JetStream did not answer "
+                        f"within {SETUP_WAIT_S:.0f} s"
+                    ) from e
+                LOG.info("nats: JetStream did not answer yet; asking again")
+            except nats.js.errors.APIError as e:
+                raise DriverError(f"nats: cannot create stream {self.stream}: {e}") from e
 
     def teardown(self) -> None:
         async def go(c: _Client) -> None:
