@@ -7,17 +7,13 @@ artemis` works."""
 from __future__ import annotations
 
 import ipaddress
-import json
 import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from mqlab.cli import main
 from mqlab.clusters import process
 from mqlab.clusters.artemis import ArtemisCluster
-from mqlab.clusters.local import cluster_class
 from mqlab.drivers.artemis import ArtemisDriver, Settings
 from mqlab.drivers.base import Delivery
 from mqlab.errors import DriverError
@@ -176,27 +172,3 @@ def test_a_killed_master_is_replaced_by_a_slave_serving_every_confirmed_message(
         receiver.close()
     finally:
         c.stop()
-
-
-def test_cluster_up_status_down_artemis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MQLAB_STATE_DIR", str(tmp_path / "state"))
-    runner = CliRunner()
-    workdir = tmp_path / "state" / "clusters" / "artemis"
-    try:
-        up = runner.invoke(main, ["cluster", "up", "artemis"])
-        assert up.exit_code == 0, up.output
-        state = json.loads((workdir / "state.json").read_text())
-        assert state["format_version"] == 1 and state["broker"] == "artemis"
-        cluster = cluster_class("artemis").load(workdir)
-        records = list(cluster.procs.values())
-        assert len(records) == 3 and all(process.is_alive(r) for r in records)
-        status = runner.invoke(main, ["cluster", "status", "artemis"])
-        assert status.exit_code == 0, status.output
-        assert '"healthy": true' in status.output and '"master": 0' in status.output
-        down = runner.invoke(main, ["cluster", "down", "artemis"])
-        assert down.exit_code == 0, down.output
-        assert not [r.pid for r in records if process.is_alive(r)]
-        assert in_groups({r.pgid for r in records}) == []
-    finally:
-        if (workdir / "state.json").is_file():
-            cluster_class("artemis").load(workdir).stop()

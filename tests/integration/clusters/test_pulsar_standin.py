@@ -4,16 +4,12 @@ up|status|down pulsar`."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from mqlab.cli import main
 from mqlab.clusters import process
-from mqlab.clusters.local import cluster_class
 from mqlab.clusters.pulsar import PulsarCluster
 from mqlab.drivers.pulsar import PulsarDriver, Settings
 from mqlab.workload import envelope
@@ -112,27 +108,3 @@ def test_pulsar_lite_keeps_messages_across_a_restart(tmp_path: Path) -> None:
         driver.teardown()
     finally:
         c.stop()
-
-
-def test_cluster_up_status_down_pulsar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MQLAB_STATE_DIR", str(tmp_path / "state"))
-    runner = CliRunner()
-    workdir = tmp_path / "state" / "clusters" / "pulsar"
-    try:
-        up = runner.invoke(main, ["cluster", "up", "pulsar"])
-        assert up.exit_code == 0, up.output
-        state = json.loads((workdir / "state.json").read_text())
-        assert state["format_version"] == 1 and state["broker"] == "pulsar"
-        cluster = cluster_class("pulsar").load(workdir)
-        records = list(cluster.procs.values())
-        assert records and all(process.is_alive(r) for r in records)
-        status = runner.invoke(main, ["cluster", "status", "pulsar"])
-        assert status.exit_code == 0, status.output
-        assert '"healthy": true' in status.output
-        down = runner.invoke(main, ["cluster", "down", "pulsar"])
-        assert down.exit_code == 0, down.output
-        assert not [r.pid for r in records if process.is_alive(r)]
-        assert in_groups({r.pgid for r in records}) == []
-    finally:
-        if (workdir / "state.json").is_file():
-            cluster_class("pulsar").load(workdir).stop()

@@ -72,7 +72,11 @@ def test_moto_sqs_redelivers_after_the_visibility_timeout(tmp_path: Path) -> Non
         c.stop()
 
 
-@pytest.mark.parametrize("broker", ["redis", "kafka", "sqs", "mongodb"])
+# what `cluster status` says beyond health, and how many processes, where a broker says more
+STATUS_EXTRA = {"artemis": ('"master": 0', 3)}
+
+
+@pytest.mark.parametrize("broker", ["redis", "kafka", "sqs", "mongodb", "pulsar", "artemis"])
 def test_cluster_up_status_down(
     broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -90,6 +94,9 @@ def test_cluster_up_status_down(
         status = runner.invoke(main, ["cluster", "status", broker])
         assert status.exit_code == 0, status.output
         assert '"healthy": true' in status.output
+        if broker in STATUS_EXTRA:
+            said, processes = STATUS_EXTRA[broker]
+            assert said in status.output and len(records) == processes
         down = runner.invoke(main, ["cluster", "down", broker])
         assert down.exit_code == 0, down.output
         assert not [r.pid for r in records if process.is_alive(r)]
