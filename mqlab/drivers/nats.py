@@ -1,7 +1,11 @@
 """NATS JetStream: a work-queue stream with N replicas, file storage, one durable pull consumer.
 
 - send: publish every message of the batch asynchronously, then wait for all
-  PubAcks (a PubAck means the stream's quorum stored it).
+  PubAcks (a PubAck means the stream's quorum stored it). A message no JetStream
+  server took (status 503, "no responders": the stream's interest has not reached the
+  server this client is connected to yet, or the stream is between leaders) was not
+  stored; it is published again after ``NO_RESPONDERS_WAIT_S``, within
+  ``publish_timeout_s`` (as nats.go's JetStream publish does).
 - receive (``prefetch`` > 0, the default): each receiver keeps standing pull requests
   on the shared durable consumer (explicit acks) so that up to ``prefetch`` messages
   (at least the receive batch) are delivered ahead of ``receive``, which hands them out
@@ -70,6 +74,7 @@ SETUP_WAIT_S = 30.0  # how long setup asks a cluster that does not answer JetStr
 PULL_EXPIRES_S = 2.0  # how long a standing pull request waits on the server
 PULL_GRACE_S = 0.5  # ...and how much longer before the receiver gives up on hearing its end
 HOLD_FRACTION = 0.5  # a fetched message held longer than this part of ack_wait_s is nak'ed
+NO_RESPONDERS_WAIT_S = 0.25  # before publishing again what no server took (nats.go's default)
 CONFIRMS_AWAITED_MAX = 1024  # ack_sync: acks awaiting their confirmation before ack() waits
 
 
@@ -147,13 +152,35 @@ class NatsSender(Sender):
         self.c = _Client(driver)
         self.subject = driver.subject
         self.timeout = driver.settings.publish_timeout_s
+        self.republished = 0  # messages published again after no server took them
 
     async def _send(self, batch: Sequence[bytes]) -> None:
-        futures = [await self.c.js.publish_async(self.subject, m) for m in batch]
-        acks = await asyncio.wait_for(asyncio.gather(*futures), self.timeout)
-        for ack in acks:
-            if ack is None or getattr(ack, "stream", None) is None:
-                raise DriverError(f"nats: bad PubAck {ack!r}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        pending = list(batch)
+        while True:
+            futures = [await self.c.js.publish_async(self.subject, m) for m in pending]
+            left = max(0.001, deadline - loop.time())
+            results = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), left)
+            again = []
+            for m, ack in zip(pending, results, strict=True):
+                if isinstance(ack, nats.js.errors.NoStreamResponseError):
+                    again.append(m)  # no server took it (status 503): nothing was stored
+                elif isinstance(ack, BaseException):
+                    raise ack
+                elif ack is None or getattr(ack, "stream", None) is None:
+                    raise DriverError(f"nats: bad PubAck {ack!r}")
+            if not again:
+                return
+            if loop.time() + NO_RESPONDERS_WAIT_S > deadline:
+                raise DriverError(
+                    f"nats: no JetStream server took {len(again)} of {len(batch)} messages on "
+                    f"{self.subject} within publish_timeout_s = {self.timeout:g} s (no responders)"
+                )
+            self.republished += len(again)
+            LOG.info("nats: no responders for %d messages; publishing them again", len(again))
+            await asyncio.sleep(NO_RESPONDERS_WAIT_S)
+            pending = again
 
     def send(self, batch: Sequence[bytes]) -> None:
         self.c.run(self._send(batch))

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import nats.js.errors
 import pytest
+from nats.js import api
 from pika import spec as amqp
 
 from mqlab.drivers import base, kafka, rabbitmq, redis, sqs
+from mqlab.drivers import nats as nats_driver
 from mqlab.drivers.base import Endpoints, NodeEndpoint
 from mqlab.errors import DriverError
 from mqlab.workload import envelope
@@ -282,3 +286,49 @@ def test_redelivery_timeout_follows_the_settings(
     endpoints = Endpoints(module, (NodeEndpoint(0, "127.0.0.1", 9),))
     driver = mod.DRIVER(mod.DRIVER.Settings(**settings), endpoints, "q")
     assert driver.redelivery_timeout_s == pytest.approx(expected_s)
+
+
+class _FlakyJetStream:
+    """publish_async whose first ``refusals`` publishes of a payload get no responders."""
+
+    def __init__(self, refusals: int):
+        self.refusals = refusals
+        self.tries: dict[bytes, int] = {}
+        self.stored: list[bytes] = []
+
+    async def publish_async(self, subject: str, payload: bytes) -> Any:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        n = self.tries[payload] = self.tries.get(payload, 0) + 1
+        if n <= self.refusals:
+            fut.set_exception(nats.js.errors.NoStreamResponseError)
+        else:
+            self.stored.append(payload)
+            fut.set_result(api.PubAck(stream="S", seq=len(self.stored)))
+        return fut
+
+
+def _nats_sender(js: _FlakyJetStream, timeout_s: float) -> Any:
+    s = object.__new__(nats_driver.NatsSender)
+    loop = asyncio.new_event_loop()
+    s.c = SimpleNamespace(js=js, run=loop.run_until_complete, loop=loop)  # type: ignore[assignment]
+    s.subject, s.timeout, s.republished = "q", timeout_s, 0
+    return s
+
+
+def test_nats_publishes_again_what_no_server_took() -> None:
+    js = _FlakyJetStream(refusals=2)
+    s = _nats_sender(js, timeout_s=5.0)
+    s.send([b"a", b"b", b"c"])
+    assert sorted(js.stored) == [b"a", b"b", b"c"]  # each stored once, after two refusals
+    assert js.tries == {b"a": 3, b"b": 3, b"c": 3}
+    assert s.republished == 6
+    s.c.loop.close()
+
+
+def test_nats_gives_up_on_no_responders_after_the_publish_timeout() -> None:
+    js = _FlakyJetStream(refusals=1_000)
+    s = _nats_sender(js, timeout_s=0.6)
+    with pytest.raises(DriverError, match=r"no JetStream server took 2 of 2 .*no responders"):
+        s.send([b"a", b"b"])
+    assert js.stored == [] and 2 <= js.tries[b"a"] <= 4  # 0.25 s apart within 0.6 s
+    s.c.loop.close()
