@@ -157,6 +157,15 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """The published experiment a scenario reproduces (``[reference]``): its rows are put
+    next to the scenario's runs by ``mqlab compare --reference`` and the report."""
+
+    set: str = spec(help="a published data set under mqlab/reference/ (e.g. mqperf-2021)")
+    experiment: str = spec(help="the set's experiment this scenario reproduces")
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     broker: str
@@ -177,6 +186,7 @@ class Scenario:
     clients: Clients
     faults: tuple[Fault, ...] = ()
     sweep_point: dict[str, Any] = field(default_factory=dict)
+    reference: Reference | None = None
 
     @property
     def label(self) -> str:
@@ -358,6 +368,7 @@ def load_scenario(path: str | Path) -> list[Scenario]:
         "clients",
         "faults",
         "sweep",
+        "reference",
     }
     for key in raw:
         if key not in allowed:
@@ -436,6 +447,7 @@ def _build_one(
         raise ScenarioError(path, "faults", "expected an array of tables", "write [[faults]]")
     faults = tuple(typed.build(Fault, f, path, f"faults[{i}]") for i, f in enumerate(faults_raw))
     _cross_checks(path, cluster, workload, profile, faults)
+    reference = _reference(raw.get("reference"), path)
     scenario = Scenario(
         name=name,
         description=str(raw.get("description", "")),
@@ -447,12 +459,40 @@ def _build_one(
         clients=clients,
         faults=faults,
         sweep_point=varied,
+        reference=reference,
     )
     if cluster.target == "aws":
         from mqlab.infra.validate import validate_aws
 
         validate_aws(scenario)
     return scenario
+
+
+def _reference(table: Any, path: Path) -> Reference | None:
+    """``[reference]``: a known published data set and one of its experiments."""
+    if table is None:
+        return None
+    from mqlab.results.report import reference as published
+
+    if not isinstance(table, dict):
+        raise ScenarioError(path, "reference", "expected a table", "write [reference]")
+    ref = typed.build(Reference, table, path, "reference")
+    if ref.set not in published.REFERENCES:
+        raise ScenarioError(
+            path,
+            "reference.set",
+            f"unknown published data set {ref.set!r}",
+            "one of: " + ", ".join(sorted(published.REFERENCES)),
+        )
+    known = published.experiments(ref.set)
+    if ref.experiment not in known:
+        raise ScenarioError(
+            path,
+            "reference.experiment",
+            f"{ref.set} has no experiment {ref.experiment!r}",
+            "one of: " + ", ".join(sorted(known)),
+        )
+    return ref
 
 
 def _cross_checks(
@@ -709,6 +749,8 @@ def to_toml(scenario: Scenario) -> str:
     }
     if scenario.faults:
         doc["faults"] = [typed.to_table(f) for f in scenario.faults]
+    if scenario.reference:
+        doc["reference"] = typed.to_table(scenario.reference)
     doc["resolved_profile"] = {
         "name": scenario.profile.name,
         "broker": scenario.profile.broker,

@@ -198,6 +198,35 @@ def test_cli_validate_reports_syntax_errors_and_missing_files_in_one_line(
     assert "Traceback" not in result.output
 
 
+def test_reference_names_a_published_experiment_and_is_archived(folder: Path) -> None:
+    text = BASE + '[reference]\nset = "mqperf-2021"\nexperiment = "1-partition"\n'
+    [s] = load_scenario(write(folder, text))
+    assert s.reference is not None
+    assert (s.reference.set, s.reference.experiment) == ("mqperf-2021", "1-partition")
+    import tomllib
+
+    assert tomllib.loads(to_toml(s))["reference"] == {
+        "set": "mqperf-2021",
+        "experiment": "1-partition",
+    }
+    [plain] = load_scenario(write(folder, BASE))
+    assert plain.reference is None and "reference" not in tomllib.loads(to_toml(plain))
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "words"),
+    [
+        ('set = "mqperf-1999"\nexperiment = "main"', "reference.set", "unknown published"),
+        ('set = "mqperf-2021"\nexperiment = "big"', "reference.experiment", "no experiment 'big'"),
+        ('set = "mqperf-2021"', "reference.experiment", "missing"),
+    ],
+)
+def test_bad_references_name_file_key_and_fix(
+    folder: Path, table: str, key: str, words: str
+) -> None:
+    _refused_in_one_line(folder, BASE + f"[reference]\n{table}\n", key, words)
+
+
 def test_cli_validate_lists_sweep_points(folder: Path) -> None:
     path = write(folder, BASE.replace("threads = 2", "threads = [1, 2]"))
     result = CliRunner().invoke(main, ["validate", str(path)])
@@ -207,8 +236,8 @@ def test_cli_validate_lists_sweep_points(folder: Path) -> None:
 
 def test_project_scenarios_all_validate() -> None:
     root = Path(__file__).resolve().parents[2] / "scenarios"
-    files = [p for p in root.glob("*.toml")]
-    assert files
+    files = [p for p in root.rglob("*.toml") if "profiles" not in p.relative_to(root).parts]
+    assert len(files) > 20
     for p in files:
         assert load_scenario(p), p
 

@@ -88,6 +88,14 @@ def load_reference(name: str = "mqperf-2021") -> list[ReferenceRow]:
     return rows
 
 
+def experiments(name: str) -> set[str]:
+    """The experiments of a published data set (a scenario's ``reference.experiment``)."""
+    if name not in REFERENCES:
+        known = ", ".join(REFERENCES)
+        raise ReferenceError(f"unknown published data set {name!r} (known: {known})")
+    return {r.table for r in load_reference(name)}
+
+
 def _per_node(run: dict[str, Any], role: str) -> int:
     """A run's threads per ``role`` node: its processes per node x threads per process
     (mqperf's client nodes ran one process, so its threads are per node)."""
