@@ -297,7 +297,11 @@ def report(runs: tuple[str, ...], sweep_out: str | None, results_dir: str) -> No
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True)
-@click.option("--reference", "ref", help="compare RUN... with published rows (mqperf-2021)")
+@click.option(
+    "--reference",
+    "ref",
+    help="compare RUN... with a published data set's rows (mqperf-2021, ...: mqlab/reference/)",
+)
 @results_option
 @_user_errors
 def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
@@ -306,8 +310,19 @@ def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
     from mqlab.results.report import reference, unknown
 
     resolved = [cmp.resolve_run(r, results_dir) for r in runs]
-    if ref:
+    if ref == "mqperf-2021":
         _echo_reference(cmp.against_reference(resolved, ref), ref, reference.SOURCE)
+        return
+    if ref:
+        from mqlab.results.report import published
+
+        dataset = published.get(ref)
+        click.echo(f"{ref}: {dataset.source}")
+        for block in dataset.blocks(resolved, None):
+            click.echo(f"\n{block.title}")
+            echo_table(block.headers, block.rows)
+            for note in block.notes:
+                click.echo(f"note: {note}")
         return
     if len(resolved) != 2:
         raise click.UsageError("give BASELINE and CONTENDER (or --reference NAME RUN...)")

@@ -472,19 +472,19 @@ def _reference(table: Any, path: Path) -> Reference | None:
     """``[reference]``: a known published data set and one of its experiments."""
     if table is None:
         return None
-    from mqlab.results.report import reference as published
+    from mqlab.results.report import published
 
     if not isinstance(table, dict):
         raise ScenarioError(path, "reference", "expected a table", "write [reference]")
     ref = typed.build(Reference, table, path, "reference")
-    if ref.set not in published.REFERENCES:
+    if ref.set not in published.names():
         raise ScenarioError(
             path,
             "reference.set",
             f"unknown published data set {ref.set!r}",
-            "one of: " + ", ".join(sorted(published.REFERENCES)),
+            "one of: " + ", ".join(published.names()),
         )
-    known = published.experiments(ref.set)
+    known = published.get(ref.set).experiments()
     if ref.experiment not in known:
         raise ScenarioError(
             path,

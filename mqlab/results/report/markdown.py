@@ -15,7 +15,7 @@ from typing import Any
 
 from mqlab.errors import ArchiveError
 from mqlab.results.archive.layout import METRICS, read_scenario
-from mqlab.results.report import plots, unknown
+from mqlab.results.report import plots, published, unknown
 from mqlab.results.summary import catalog, saturation, tables
 from mqlab.results.summary import faults as fault_figures
 from mqlab.results.summary.figures import FIGURES
@@ -428,6 +428,7 @@ def run_markdown(
     lines += ["", *_delivery(run, reasons), ""]
     lines += [*_faults(run, faults), ""]
     lines += _latency(run, reasons)
+    lines += _published(run, run_dir)
     if TIMELINE_PNG in images:
         lines += ["", "## Timeline", "", TIMELINE_NOTE, "", f"![timeline]({TIMELINE_PNG})"]
     else:
@@ -438,6 +439,40 @@ def run_markdown(
     if extra:
         lines += ["", *extra]
     return "\n".join(lines) + "\n"
+
+
+def _cell(x: Any) -> str:
+    if x is None:
+        return "unknown"
+    if isinstance(x, float):
+        return f"{x:,.1f}" if abs(x) < 1000 else f"{x:,.0f}"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return str(x)
+
+
+def published_block(block: published.Block) -> list[str]:
+    """One reference block as markdown: its title, table and notes."""
+    lines = [f"**{block.title}**", ""]
+    lines += _table(block.headers, [[_cell(c) for c in r] for r in block.rows])
+    lines += [""] + [f"- {n}" for n in block.notes] + ([""] if block.notes else [])
+    return lines
+
+
+def _published(run: dict[str, Any], run_dir: Path | None) -> list[str]:
+    """The published experiment the run's scenario reproduces, next to the run."""
+    ref = published.of_run(run_dir or Path(run["run_dir"]))
+    if ref is None:
+        return []
+    name, experiment = ref
+    try:
+        dataset = published.get(name)
+    except published.ReferenceError as err:
+        return ["", "## Published reference", "", f"Unknown: {err}."]
+    lines = ["", "## Published reference", "", f"{name}, {experiment}: {dataset.source}.", ""]
+    for block in dataset.blocks([run], experiment):
+        lines += published_block(block)
+    return lines
 
 
 LOAD_HEADER = ["Node", "Host", "Processes", "Cores", "CPU s", "Of its cores"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from mqlab.errors import MqlabError
+from mqlab.results.report.published import Block, ReferenceError, register
 
 LOG = logging.getLogger(__name__)
 
@@ -58,10 +58,6 @@ class ReferenceRow:
         return self.processing_latency_p95_ms >= FELL_BEHIND_MS
 
 
-class ReferenceError(MqlabError):
-    """An unknown reference data set was asked for."""
-
-
 def load_reference(name: str = "mqperf-2021") -> list[ReferenceRow]:
     if name not in REFERENCES:
         raise ReferenceError(f"--reference {name}: unknown (known: {', '.join(REFERENCES)})")
@@ -86,14 +82,6 @@ def load_reference(name: str = "mqperf-2021") -> list[ReferenceRow]:
             )
         )
     return rows
-
-
-def experiments(name: str) -> set[str]:
-    """The experiments of a published data set (a scenario's ``reference.experiment``)."""
-    if name not in REFERENCES:
-        known = ", ".join(REFERENCES)
-        raise ReferenceError(f"unknown published data set {name!r} (known: {known})")
-    return {r.table for r in load_reference(name)}
 
 
 def _per_node(run: dict[str, Any], role: str) -> int:
@@ -145,3 +133,64 @@ def measurement_notes(run: dict[str, Any]) -> list[str]:
             "from the actual one"
         )
     return notes
+
+
+def _ms(us: float | int | None) -> float | None:
+    return None if us is None else round(us / 1000, 1)
+
+
+class Mqperf2021:
+    """mqperf 2021: one row per published test, the experiment is the article's table
+    ("main", or Pulsar's "1-partition" / "4-partitions"); a run matches the rows of its
+    broker, threads per node and nodes (mqperf's threads x nodes table)."""
+
+    name = "mqperf-2021"
+    source = SOURCE
+    headers = ("source", "send msgs/s", "recv msgs/s", "proc p95 ms", "send p95 ms")
+
+    def experiments(self) -> set[str]:
+        return {r.table for r in load_reference(self.name)}
+
+    def blocks(self, runs: Any, experiment: str | None) -> list[Block]:
+        rows = load_reference(self.name)
+        out = []
+        for run in runs:
+            match = [
+                r for r in matching_rows(run, rows) if experiment is None or r.table == experiment
+            ]
+            cells: list[tuple[Any, ...]] = [
+                (
+                    "mqlab (measured period)",
+                    run["send_msgs_per_s"],
+                    run["receive_msgs_per_s"],
+                    _ms(run["processing_us_p95"]),
+                    _ms(run["send_call_us_p95"]),
+                )
+            ]
+            for x in match:
+                cells.append(
+                    (
+                        f"{self.name} {x.system}" + (f" ({x.table})" if x.table != "main" else ""),
+                        x.send_msgs_per_s,
+                        x.receive_msgs_per_s,
+                        "fell behind" if x.fell_behind else x.processing_latency_p95_ms,
+                        x.send_latency_p95_ms,
+                    )
+                )
+            notes = sorted({r.approximate for r in match if r.approximate})
+            if not match:
+                notes.append(
+                    f"no published {self.name} row for broker {run['broker']} with these "
+                    "threads and nodes"
+                )
+            notes += measurement_notes(run)
+            title = (
+                f"{run['run_id']} ({run['broker']}, {run['sender_threads']}/"
+                f"{run['receiver_threads']} threads, {run['sender_nodes']}s-"
+                f"{run['receiver_nodes']}r)"
+            )
+            out.append(Block(title, self.headers, cells, notes))
+        return out
+
+
+register(Mqperf2021())

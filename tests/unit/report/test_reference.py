@@ -124,3 +124,41 @@ def test_measurement_notes_only_for_a_run_whose_senders_fell_behind() -> None:
         "this run's senders fell up to 12,345 ms behind their fixed-rate schedule; "
     )
     assert "from each message's intended send time" in note
+
+
+def test_a_run_whose_scenario_names_mqperf_2021_is_reported_next_to_its_rows(
+    tmp_path: Any,
+) -> None:
+    """The committed quickstart (NATS, 5/5 threads, 1 sender node, 2 receiver nodes) with
+    a [reference] added: its report gains the published section, with the CSV's row
+    "NATS Streaming,main,5,5,1,2,3976.0,3995.0,142.0,48.0" beside the run's own figures."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from mqlab.cli import main
+    from mqlab.results.report import published
+    from mqlab.results.report.markdown import report_run
+
+    root = Path(__file__).resolve().parents[3] / "results"
+    [src] = sorted(root.glob("*_quickstart_nats-r3_5t-1s-2r"))
+    run_dir = tmp_path / "results" / src.name
+    shutil.copytree(src, run_dir)
+    scenario = run_dir / "scenario.toml"
+    text = scenario.read_text()
+    assert "[reference]" not in text and published.of_run(run_dir) is None
+    scenario.write_text(text + '\n[reference]\nset = "mqperf-2021"\nexperiment = "main"\n')
+    assert published.of_run(run_dir) == ("mqperf-2021", "main")
+    report = report_run(run_dir).read_text()
+    section = report.split("## Published reference", 1)[1].split("\n## ", 1)[0]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    sent = summary["throughput"]["send_msgs_per_s"]
+    assert "| mqperf-2021 NATS Streaming | 3,976 | 3,995 | 142.0 | 48.0 |" in section
+    assert "approximate: NATS Streaming (2021) vs NATS JetStream (mqlab)" in section
+    assert f"| mqlab (measured period) | {sent:,.0f} |" in section
+    out = CliRunner().invoke(
+        main, ["compare", "--reference", "mqperf-1999", str(run_dir)], catch_exceptions=False
+    )
+    assert out.exit_code != 0 and "unknown published data set" in out.output
