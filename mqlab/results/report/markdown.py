@@ -441,7 +441,9 @@ def run_markdown(
     return "\n".join(lines) + "\n"
 
 
-def _cell(x: Any) -> str:
+def published_cell(x: Any) -> str:
+    """A cell of a published-reference block: a figure (1 decimal under 1,000), a word,
+    or "unknown" (not published, or not measured)."""
     if x is None:
         return "unknown"
     if isinstance(x, float):
@@ -454,7 +456,7 @@ def _cell(x: Any) -> str:
 def published_block(block: published.Block) -> list[str]:
     """One reference block as markdown: its title, table and notes."""
     lines = [f"**{block.title}**", ""]
-    lines += _table(block.headers, [[_cell(c) for c in r] for r in block.rows])
+    lines += _table(block.headers, [[published_cell(c) for c in r] for r in block.rows])
     lines += [""] + [f"- {n}" for n in block.notes] + ([""] if block.notes else [])
     return lines
 

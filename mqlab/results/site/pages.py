@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mqlab.results.archive.layout import METRICS, SCENARIO
-from mqlab.results.report import compare, listing, markdown, reference, unknown
+from mqlab.results.report import compare, listing, markdown, published, reference, unknown
 from mqlab.results.report.plots import PERCENTILES_PNG, TIMELINE_PNG
 from mqlab.results.site.gather import SiteRun
 from mqlab.results.site.html import (
@@ -391,6 +391,36 @@ def _published_cells(x: reference.ReferenceRow) -> list[str]:
     ]
 
 
+def _published_cell(x: Any) -> str:
+    if x is None:
+        return figure(None, why="not published, or not measured by this run")
+    if isinstance(x, int | float):
+        return td(markdown.published_cell(x), sort=x, cls="num")
+    return td(str(x))
+
+
+def _published_section(run: dict[str, Any]) -> str:
+    """The published experiment the run's scenario names (``[reference]``), laid out as
+    its seed does: the report's blocks, as tables."""
+    ref = published.of_run(run["run_dir"])
+    if ref is None:
+        return ""
+    name, experiment = ref
+    try:
+        dataset = published.get(name)
+    except published.ReferenceError as err:
+        return f"<h2>Published reference</h2><p class=note>{esc(err)}</p>"
+    parts = [
+        "<h2>Published reference</h2>",
+        f"<p class=source>{esc(name)}, {esc(experiment)}: {esc(dataset.source)}</p>",
+    ]
+    for block in dataset.blocks([run], experiment):
+        rows = [tr(_published_cell(c) for c in row) for row in block.rows]
+        parts.append(table(block.headers, rows, sortable=False, caption=block.title))
+        parts += [f"<p class=note>{esc(n)}</p>" for n in block.notes]
+    return "\n".join(parts)
+
+
 def _reference_section(match: compare.ReferenceMatch) -> str:
     parts = [
         f"<h2>Against {esc(REFERENCE_LABEL)}</h2>",
@@ -677,6 +707,7 @@ def run_page(r: SiteRun, images: Sequence[str], match: compare.ReferenceMatch | 
         parts.append(_clocks(run))
         if match is not None:
             parts.append(_reference_section(match))
+        parts.append(_published_section(run))
         parts.append(_problems(r))
     parts.append(_archive(r))
     return page(r.run_id, "\n".join(p for p in parts if p), root="../../")
