@@ -35,7 +35,8 @@ def _committed(pattern: str) -> list[Path]:
 
 
 TOP = _committed("results/*/manifest.json")  # the quickstart and the short runs
-RUNS = TOP + _committed("results/durability-matrix/*/manifest.json")
+SEEDS = _committed("results/seeds/**/manifest.json")  # runs of scenarios/seeds/
+RUNS = TOP + _committed("results/durability-matrix/*/manifest.json") + SEEDS
 DERIVED = ("summary", "summary.json", "report.md", "*.png")  # what summarize and report write
 
 
@@ -88,6 +89,34 @@ def test_a_committed_archive_re_summarizes_to_the_summary_it_carries(
     fresh = _resummarized(run, tmp_path)
     committed = json.loads((run / "summary.json").read_text())
     assert fresh == committed
+
+
+def _local_seed_scenarios() -> dict[str, Path]:
+    """Seed scenarios that run on this machine (target local), by scenario name."""
+    out = {}
+    for p in sorted((ROOT / "scenarios" / "seeds").rglob("*.toml")):
+        doc = tomllib.loads(p.read_text())
+        if doc.get("cluster", {}).get("target", "local") == "local":
+            out[doc.get("name", p.stem)] = p
+    return out
+
+
+def test_every_local_seed_scenario_has_a_committed_run_beside_its_reference() -> None:
+    local = _local_seed_scenarios()
+    assert local, "no local scenarios under scenarios/seeds/"
+    ran: dict[str, list[Path]] = {}
+    for run in SEEDS:
+        doc = tomllib.loads((run / "scenario.toml").read_text())
+        ran.setdefault(doc["name"], []).append(run)
+        source = local.get(doc["name"])
+        assert source is not None, f"{run.name}: no local seed scenario named {doc['name']}"
+        wanted = tomllib.loads(source.read_text()).get("reference")
+        assert doc.get("reference") == wanted, run.name  # run as the file says now
+        if wanted:
+            assert "## Published reference" in (run / "report.md").read_text(), run.name
+    assert set(local) <= set(ran), sorted(set(local) - set(ran))
+    size = sum(f.stat().st_size for run in SEEDS for f in run.rglob("*") if f.is_file())
+    assert size < 12_000_000, f"committed seed archives take {size:,} bytes"
 
 
 def test_the_committed_durability_matrix_is_one_run_per_profile_through_every_fault() -> None:
