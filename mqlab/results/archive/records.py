@@ -160,6 +160,8 @@ class UndrainedRecord:
 def write_undrained(path: Path | str, rec: UndrainedRecord) -> None:
     doc = asdict(rec)
     doc["senders"] = {str(k): encode_bitmap(v) for k, v in sorted(rec.senders.items())}
+    if not rec.queues:  # one queue: the record as it always was
+        doc.pop("queues")
     write_json(path, doc)
 
 

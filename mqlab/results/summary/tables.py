@@ -728,7 +728,9 @@ def as_summary(run: dict[str, Any], faults: Sequence[dict[str, Any]] = ()) -> di
         "format_version": FORMAT_VERSION,
         "run_id": run["run_id"],
         "status": run["status"],
-        "queues": run.get("queues") or 1,
+        # workload.queues, only when several: a one-queue run's summary.json stays as
+        # summaries always were (absent reads as 1)
+        **({"queues": run["queues"]} if (run.get("queues") or 1) > 1 else {}),
         "measured": {
             "warmup_end_ms": run["warmup_end_ms"],
             **{
