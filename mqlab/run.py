@@ -15,7 +15,8 @@ a process attached to the coordinator by stdin/stdout (``mqlab.fleet.hosts``).
   senders start on one command (``go``): the measured run starts there, so
   imports and connects never eat the warm-up.
 - After the senders stop, receivers drain until the broker holds nothing for the
-  queue (asked every half second, twice in a row), or until the drain deadline
+  queue (every queue of the run, with ``workload.queues`` > 1; asked every half second,
+  twice in a row), or until the drain deadline
   (``drain_timeout_s``; by default twice the profile's redelivery timeout + 10 s).
 - Then the broker is asked once more what it still holds (``undrained.json``), and
   the run is summarized in process (``summary.json``, Parquet, the catalog).
@@ -645,11 +646,10 @@ def _drained(drivers: Sequence[Driver], receivers: list[_Worker]) -> bool:
     return True
 
 
-def _remaining(driver: Driver, retry_s: float) -> Remaining | Exception:
+def _remaining(driver: Driver, deadline: float) -> Remaining | Exception:
     """What the broker still holds for the driver's queue; a broker that does not answer
-    (nodes still coming back from a fault) is asked again every 2 s for up to ``retry_s``,
-    then the error is the answer."""
-    deadline = time.monotonic() + retry_s
+    (nodes still coming back from a fault) is asked again every 2 s until ``deadline``
+    (monotonic s), then the error is the answer."""
     while True:
         try:
             return driver.remaining(identify=driver.identifies_remaining)
@@ -669,7 +669,8 @@ def _check_undrained(
     ``undrained.json``: the sum over the queues, and with more than one queue each
     queue's own figures (``queues``). A queue the broker did not answer for makes the
     sum unknown, and says why."""
-    answers = [(d.queue, _remaining(d, retry_s)) for d in drivers]
+    deadline = time.monotonic() + retry_s  # one wait for all the queues, not one each
+    answers = [(d.queue, _remaining(d, deadline)) for d in drivers]
     now = int(time.time() * 1000)
     errors = {q: f"{type(a).__name__}: {a}"[:500] for q, a in answers if isinstance(a, Exception)}
     per_queue = {
