@@ -228,3 +228,12 @@ def test_input_problems_are_listed_relative_to_the_run_and_capped(
     assert shown[19] == "- `workers/receiver-00/counts.csv:21`: bad"
     assert shown[20:] == ["- … and 2 more"]  # 22 bad lines; the clock's line is not one
     assert "## Input problems" not in lines_of(row)
+
+
+def test_the_queues_note_shows_only_for_several_queues() -> None:
+    assert markdown.queues_note({"queues": None}) is None  # summarized before queues
+    assert markdown.queues_note({"queues": 1}) is None
+    assert markdown.queues_note({"queues": 10}) == (
+        "10 queues: sender thread s sends to queue s mod 10, receiver thread r receives "
+        "from queue r mod 10"
+    )

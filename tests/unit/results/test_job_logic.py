@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mqlab.results.archive import layout, records
 from mqlab.results.archive.formats import read_json, write_json
-from mqlab.results.summary import partials, plan
+from mqlab.results.summary import catalog, partials, plan
 from mqlab.results.summary.job import summarize_run
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
 
@@ -82,6 +82,23 @@ def test_an_archive_from_before_processes_has_one_per_node(synthetic_run: Synthe
     m = plan.read_run(synthetic_run.run_dir)
     assert (m.sender_processes, m.receiver_processes) == (1, 1)
     assert m.receiver_nodes == synthetic_run.spec.receiver_nodes
+
+
+def test_queues_reach_the_runs_row_and_summary_and_older_archives_read_one(
+    tmp_path: Path,
+) -> None:
+    r = write_synthetic_run(tmp_path, SyntheticSpec(duration_s=3))
+    manifest = read_json(r.run_dir / layout.MANIFEST)
+    assert "queues" not in manifest  # written as archives were before workload.queues
+    assert plan.read_run(r.run_dir).queues == 1
+    assert "queues" not in summarize_run(r.run_dir)  # one queue: summary.json as before
+    assert plan.read_run(r.run_dir).row()["queues"] == 1
+    manifest["queues"] = 4
+    write_json(r.run_dir / layout.MANIFEST, manifest)
+    assert plan.read_run(r.run_dir).queues == 4
+    assert plan.read_run(r.run_dir).row()["queues"] == 4
+    assert summarize_run(r.run_dir)["queues"] == 4
+    assert catalog.read_run_table(r.run_dir, "runs")["queues"].to_pylist() == [4]
 
 
 def test_missing_and_corrupt_files_are_counted_and_the_rest_summarized(

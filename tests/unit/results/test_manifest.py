@@ -30,6 +30,7 @@ def scenario(target: str = "local", budget_ms: float | None = None) -> Any:
         profile=SimpleNamespace(name="nats-r3"),
         cluster=SimpleNamespace(target=target, nodes=3, clock_budget_ms=budget_ms),
         clients=SimpleNamespace(processes_per_node=None),
+        workload=SimpleNamespace(queues=1),
     )
 
 
@@ -51,6 +52,8 @@ def test_a_new_manifest_says_the_run_is_running() -> None:
         "broker",
         "cluster",
         "clients",
+        "queues",
+        "queue_names",
         "host",
         "clock",
         "lab",
@@ -69,6 +72,7 @@ def test_a_new_manifest_says_the_run_is_running() -> None:
     assert m["broker"] == {"name": "nats", "profile": "nats-r3", "server_versions": []}
     assert m["cluster"] == {"target": "local", "nodes": 3, "reused": False}
     assert m["clients"] == {"processes_per_node": None, "processes": None}  # resolved by the run
+    assert (m["queues"], m["queue_names"]) == (1, None)  # names once the run made them
     assert m["workers"] == [] and m["faults"] == []
     # started_at: UTC, to the millisecond, taken during the call
     assert m["started_at"].endswith("+00:00") and len(m["started_at"]) == 29
