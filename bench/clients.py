@@ -389,7 +389,7 @@ def worker_spec(role: str, driver: Driver, profile: Profile, s: Setup, out_dir: 
         broker=profile.broker,
         settings=typed.to_table(profile.settings),
         endpoints=driver.endpoints.to_json(),
-        queue=driver.queue,
+        queues=[driver.queue],
         workload=typed.to_table(w),
         out_dir=str(out_dir),
         seed=1000 if role == "sender" else 2000,

@@ -245,13 +245,15 @@ def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
     for r in results:
         import tomllib
 
-        from mqlab.results.report.markdown import processes_label
+        from mqlab.results.report.markdown import processes_label, queues_note
         from mqlab.results.summary.catalog import read_run_table
 
         sc = tomllib.loads((r.run_dir / "scenario.toml").read_text())
         runs_row = read_run_table(r.run_dir, "runs").to_pylist()[0]
         procs = processes_label(runs_row)
         rows.append(mqperf_row(sc, r.summary, r.scenario.label, r.status, procs))
+        if queues := queues_note(runs_row):
+            notes.append(f"{r.scenario.label}: {queues}")
         notes += unknown_notes(r.summary, r.scenario.label)
         notes += mark_notes(r.summary, r.scenario.label)
     out.print(mqperf_table(rows))

@@ -45,7 +45,7 @@ from mqlab import scenario as scenario_mod
 from mqlab.clusters import local
 from mqlab.clusters.base import LocalCluster
 from mqlab.drivers import registry
-from mqlab.drivers.base import Driver
+from mqlab.drivers.base import Driver, Remaining
 from mqlab.errors import ClusterError, FleetError, MqlabError
 from mqlab.fleet import clocks, linkfaults, partitions, powerloss
 from mqlab.fleet.hosts import Attached, Host
@@ -58,7 +58,7 @@ from mqlab.results.summary.job import summarize_run
 from mqlab.scenario import Scenario
 from mqlab.signals import sigterm_as_interrupt
 from mqlab.workload import envelope
-from mqlab.workload.spec import WorkerSpec, processes
+from mqlab.workload.spec import WorkerSpec, processes, queue_names
 
 LOG = logging.getLogger(__name__)
 # a fault whose end heals something: a partition, a netem, a power cut
@@ -245,7 +245,7 @@ def run_one(
     manifest["lab"] = placement.lab_manifest()
     _write_manifest(run_dir, manifest)
     workers: list[_Worker] = []
-    driver: Driver | None = None
+    drivers: list[Driver] = []  # one per queue (workload.queues); drivers[0]: queue 0
     before: dict[str, Any] = {}
     end_reason = "completed"
     try:
@@ -268,22 +268,31 @@ def run_one(
         manifest["broker"]["server_versions"] = (
             cluster.attached_versions() if cluster.attached else cluster.server_versions()
         )
-        queue = (
+        base = (
             "mqlab_" + run_id.split("_")[0].replace("-", "").lower() + f"_{time.time_ns() % 10**6}"
         )
-        # the coordinator's own client (setup, drain checks, teardown): through SSH
-        # tunnels where the lab's addresses are private; workers get the addresses
-        driver = driver_cls(s.profile.settings, placement.reachable(cluster.endpoints()), queue)
-        observer.phase("setup: creating the queue")
-        driver.setup()
+        names = queue_names(base, s.workload.queues)
+        manifest["queue_names"] = names
+        # the coordinator's own clients (setup, drain checks, teardown), one per queue:
+        # through SSH tunnels where the lab's addresses are private; workers get the
+        # addresses
+        reach = placement.reachable(cluster.endpoints())
+        observer.phase(
+            "setup: creating the queue"
+            if len(names) == 1
+            else f"setup: creating {len(names)} queues ({names[0]} .. {names[-1]})"
+        )
+        for name in names:
+            drivers.append(driver_cls(s.profile.settings, reach, name))
+            drivers[-1].setup()
         if not manifest["broker"]["server_versions"]:
-            manifest["broker"]["server_versions"] = driver.server_versions()
+            manifest["broker"]["server_versions"] = drivers[0].server_versions()
         placement.prepare_workers(observer.phase)
         manifest["lab"] = placement.lab_manifest()
         before = _measure_clocks(placement, observer, "before")
         _write_manifest(run_dir, manifest)
         end_reason = _measure(
-            s, run_dir, placement, cluster, driver, workers, manifest, observer, before
+            s, run_dir, placement, cluster, drivers, workers, manifest, observer, before
         )
     except KeyboardInterrupt:
         end_reason = "interrupted"
@@ -300,13 +309,18 @@ def run_one(
             _stop_workers(workers, grace_s=2)
             end_reason = "interrupted"
         _fetch_workers(workers, placement, run_dir, observer)
-        if driver is not None:
-            _check_undrained(driver, run_dir)
-            with contextlib.suppress(Exception):
-                observer.phase("teardown: removing the queue")
-                driver.teardown()
-            with contextlib.suppress(Exception):
-                driver.close()
+        if drivers:
+            _check_undrained(drivers, run_dir)
+            observer.phase(
+                "teardown: removing the queue"
+                if len(drivers) == 1
+                else f"teardown: removing {len(drivers)} queues"
+            )
+            for driver in drivers:
+                with contextlib.suppress(Exception):
+                    driver.teardown()
+                with contextlib.suppress(Exception):
+                    driver.close()
         after = _measure_clocks(placement, observer, "after") if before else {}
         manifest["clock"] = _clock_section(s, placement, workers, before, after)
         manifest["ended_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
@@ -511,14 +525,15 @@ def worker_specs(
     run_dir: Path,
     placement: Placement,
     endpoints: dict[str, Any],
-    queue: str,
+    queues: Sequence[str],
     role: str,
     before: dict[str, Any],
     shape: dict[str, list[int]],
 ) -> list[tuple[WorkerSpec, Host, PurePosixPath]]:
     """One spec per worker process of ``role``: ``shape[role][i]`` on node ``i``
-    (:func:`client_processes`); ids, sender ids and seeds as ``mqlab.workload.spec`` and
-    ``layout.worker_id`` say, so one process per node gives the specs runs always had."""
+    (:func:`client_processes`); ids, sender ids, receiver indexes (hence each thread's
+    queue of ``queues``) and seeds as ``mqlab.workload.spec`` and ``layout.worker_id``
+    say, so one process per node gives the specs runs always had."""
     c = s.clients
     threads = c.sender_threads if role == "sender" else c.receiver_threads
     per_node = shape[role]
@@ -537,7 +552,7 @@ def worker_specs(
             broker=s.broker,
             settings=typed.to_table(s.profile.settings),
             endpoints=endpoints,
-            queue=queue,
+            queues=list(queues),
             workload=typed.to_table(s.workload),
             out_dir=str(remote_dir),
             seed=proc.seed(role),
@@ -547,6 +562,7 @@ def worker_specs(
             else {},
             process=proc.process,
             first_sender_id=proc.first_sender_id(threads) if role == "sender" else 0,
+            first_receiver_index=proc.first_receiver_index(threads) if role == "receiver" else 0,
         )
         out.append((spec, host, remote_dir))
     return out
@@ -611,46 +627,78 @@ def _drain_timeout_s(s: Scenario, driver: Driver) -> float:
     return 2 * driver.redelivery_timeout_s + 10.0
 
 
-def _drained(driver: Driver, receivers: list[_Worker]) -> bool:
-    """The broker holds nothing for the queue, nothing is in flight."""
-    try:
-        rem = driver.remaining()
-    except Exception as e:  # noqa: BLE001 - a failed check is not "drained"; try again
-        LOG.debug("remaining(): %s", e)
-        return False
-    if rem.count:
-        return False
-    if rem.in_flight is None:  # the broker does not count unacked deliveries: ask receivers
+def _drained(drivers: Sequence[Driver], receivers: list[_Worker]) -> bool:
+    """The broker holds nothing for any of the run's queues, nothing is in flight."""
+    counted_in_flight = True
+    for driver in drivers:
+        try:
+            rem = driver.remaining()
+        except Exception as e:  # noqa: BLE001 - a failed check is not "drained"; try again
+            LOG.debug("remaining() of %s: %s", driver.queue, e)
+            return False
+        if rem.count:
+            return False
+        counted_in_flight = counted_in_flight and rem.in_flight is not None
+    if not counted_in_flight:  # the broker does not count unacked deliveries: ask receivers
         t = _totals(receivers)
         return t.get("received", 0) == t.get("acked", 0)
     return True
 
 
-def _check_undrained(driver: Driver, run_dir: Path, retry_s: float = UNDRAINED_RETRY_S) -> None:
-    """Ask the broker what it still holds for the queue; write ``undrained.json``. A broker
-    that does not answer (nodes still coming back from a fault) is asked again every 2 s
-    for up to ``retry_s``; then the figure is unknown, and said so."""
+def _remaining(driver: Driver, retry_s: float) -> Remaining | Exception:
+    """What the broker still holds for the driver's queue; a broker that does not answer
+    (nodes still coming back from a fault) is asked again every 2 s for up to ``retry_s``,
+    then the error is the answer."""
     deadline = time.monotonic() + retry_s
     while True:
-        now = int(time.time() * 1000)
         try:
-            rem = driver.remaining(identify=driver.identifies_remaining)
-            break
+            return driver.remaining(identify=driver.identifies_remaining)
         except Exception as e:  # noqa: BLE001 - unknown, and said so
             if time.monotonic() < deadline:
                 LOG.info("the broker does not answer yet (%s); asking again", e)
                 time.sleep(2.0)
                 continue
-            LOG.warning("could not ask the broker what is left in the queue: %s", e)
-            write_undrained(
-                run_dir / layout.UNDRAINED,
-                UndrainedRecord(now, None, error=f"{type(e).__name__}: {e}"[:500]),
-            )
-            return
-    rec = UndrainedRecord(now, rem.count, rem.in_flight, identified=rem.payloads is not None)
-    if rem.payloads is not None:
-        good = [m[: envelope.HEADER_BYTES] for m in rem.payloads if len(m) >= envelope.HEADER_BYTES]
-        rec.foreign = len(rem.payloads) - len(good)
+            LOG.warning("could not ask the broker what is left in %s: %s", driver.queue, e)
+            return e
+
+
+def _check_undrained(
+    drivers: Sequence[Driver], run_dir: Path, retry_s: float = UNDRAINED_RETRY_S
+) -> None:
+    """Ask the broker what it still holds for each of the run's queues; write
+    ``undrained.json``: the sum over the queues, and with more than one queue each
+    queue's own figures (``queues``). A queue the broker did not answer for makes the
+    sum unknown, and says why."""
+    answers = [(d.queue, _remaining(d, retry_s)) for d in drivers]
+    now = int(time.time() * 1000)
+    errors = {q: f"{type(a).__name__}: {a}"[:500] for q, a in answers if isinstance(a, Exception)}
+    per_queue = {
+        q: {"count": a.count, "in_flight": a.in_flight}
+        if isinstance(a, Remaining)
+        else {"count": None, "error": errors[q]}
+        for q, a in answers
+    }
+    shown = per_queue if len(drivers) > 1 else {}
+    if errors:
+        q, error = next(iter(errors.items()))
+        error = error if len(drivers) == 1 else f"{q}: {error}"[:500]
+        write_undrained(
+            run_dir / layout.UNDRAINED, UndrainedRecord(now, None, error=error, queues=shown)
+        )
+        return
+    rems = [a for _q, a in answers if isinstance(a, Remaining)]
+    in_flight = [r.in_flight for r in rems]
+    rec = UndrainedRecord(
+        now,
+        sum(r.count for r in rems),
+        None if None in in_flight else sum(x for x in in_flight if x is not None),
+        identified=all(r.payloads is not None for r in rems),
+        queues=shown,
+    )
+    if rec.identified:
+        payloads = [m for r in rems for m in r.payloads or []]
+        good = [m[: envelope.HEADER_BYTES] for m in payloads if len(m) >= envelope.HEADER_BYTES]
+        rec.foreign = len(payloads) - len(good)
         decoded, ok = envelope.split_foreign(b"".join(good))
         rec.foreign += int(decoded.size - ok.sum())
         decoded = decoded[ok]
@@ -669,7 +717,7 @@ def _measure(
     run_dir: Path,
     placement: Placement,
     cluster: LocalCluster,
-    driver: Driver,
+    drivers: Sequence[Driver],
     workers: list[_Worker],
     manifest: dict[str, Any],
     observer: Observer,
@@ -681,7 +729,7 @@ def _measure(
     broker_cpu = _broker_cpu(cluster, run_dir, manifest)
     try:
         return _measure_run(
-            s, run_dir, placement, cluster, driver, workers, manifest, observer, before, cuts
+            s, run_dir, placement, cluster, drivers, workers, manifest, observer, before, cuts
         )
     finally:
         if broker_cpu is not None:
@@ -721,20 +769,24 @@ def _measure_run(
     run_dir: Path,
     placement: Placement,
     cluster: LocalCluster,
-    driver: Driver,
+    drivers: Sequence[Driver],
     workers: list[_Worker],
     manifest: dict[str, Any],
     observer: Observer,
     before: dict[str, Any],
     cuts: dict[int, Healable],
 ) -> str:
+    # faults aimed at "the queue's leader" ask about queue 0's: with several queues each
+    # may have a leader of its own, and the fault strikes queue 0's
+    driver = drivers[0]
+    queues = [d.queue for d in drivers]
     endpoints = cluster.endpoints().to_json()
     shape = client_processes(s, placement)
     manifest["clients"]["processes"] = shape
 
     def start(role: str) -> list[_Worker]:
         specs = worker_specs(
-            s, run_dir.name, run_dir, placement, endpoints, driver.queue, role, before, shape
+            s, run_dir.name, run_dir, placement, endpoints, queues, role, before, shape
         )
         started = []
         for spec, host, remote_dir in specs:
@@ -800,7 +852,7 @@ def _measure_run(
             )
         if drain_deadline is not None and not stop_sent and now >= next_check:
             next_check = now + DRAIN_CHECK_S
-            empty_checks = empty_checks + 1 if _drained(driver, receivers) else 0
+            empty_checks = empty_checks + 1 if _drained(drivers, receivers) else 0
             ended_by = "broker empty" if empty_checks >= 2 else None
             if ended_by is None and now >= drain_deadline:
                 ended_by = "drain deadline"

@@ -93,6 +93,13 @@ class Workload:
         "x 2 + 10 s. Receivers stop earlier once the broker holds nothing",
     )
     max_run_s: float = spec(3600.0, min=1, help="hard cap on one run's wall time")
+    queues: int = spec(
+        1,
+        min=1,
+        max=10_000,
+        help="queues (topics, streams) the run spreads over: sender thread s sends to "
+        "queue s % queues, receiver thread r receives from queue r % queues",
+    )
 
 
 @dataclass(frozen=True)
@@ -447,6 +454,7 @@ def _build_one(
         raise ScenarioError(path, "faults", "expected an array of tables", "write [[faults]]")
     faults = tuple(typed.build(Fault, f, path, f"faults[{i}]") for i, f in enumerate(faults_raw))
     _cross_checks(path, cluster, workload, profile, faults)
+    _check_queues(path, workload, clients)
     reference = _reference(raw.get("reference"), path)
     scenario = Scenario(
         name=name,
@@ -602,6 +610,36 @@ def _cross_checks(
             f"broker {profile.broker!r} has no local cluster",
             'use target = "aws"',
         )
+
+
+def least_threads(clients: Clients, role: str) -> int:
+    """The fewest threads of ``role`` a run of ``clients`` has in total: nodes x processes
+    per node x threads, counting a node whose processes follow its cores as one process
+    (the least it runs), so that the answer does not depend on the machine."""
+    c = clients
+    nodes, threads = (
+        (c.sender_nodes, c.sender_threads)
+        if role == "sender"
+        else (c.receiver_nodes, c.receiver_threads)
+    )
+    return nodes * (c.processes_per_node or 1) * threads
+
+
+def _check_queues(path: Path, workload: Workload, clients: Clients) -> None:
+    """Every queue has a sender thread and a receiver thread (assigned round robin)."""
+    n = workload.queues
+    for role in ("receiver", "sender"):
+        have = least_threads(clients, role)
+        if have < n:
+            raise ScenarioError(
+                path,
+                "workload.queues",
+                f"{n} queues but {have} {role} thread(s) in all "
+                f"({role}_nodes x processes_per_node x {role}_threads): "
+                f"{n - have} queue(s) would have no {role}",
+                f"lower queues to {have}, or raise clients.{role}_threads "
+                f"(or {role}_nodes, processes_per_node) to {n} {role} threads in all",
+            )
 
 
 def _check_partition(path: Path, i: int, f: Fault, cluster: Cluster, profile: Profile) -> None:

@@ -9,6 +9,10 @@ one process per node they are what they always were (index = node):
 
 - sender id of thread ``t`` = ``index * threads + t`` (= ``(node * P + p) * T + t`` when
   every node runs P processes; ``node * T + t`` when P = 1);
+- receiver index of thread ``t`` = ``index * threads + t`` likewise, over the receivers;
+- with ``workload.queues`` = N > 1 the run has N queues (:func:`queue_names`): sender id
+  ``s`` sends to queue ``s % N`` and receiver index ``r`` receives from queue ``r % N``
+  (:func:`queue_of`), so each sender writes to exactly one queue;
 - seed = ``1000 + index`` (senders) or ``2000 + index`` (receivers) while index < 1000;
   further indexes take the next free blocks of a thousand, alternating between the roles
   (senders 3000-3999, receivers 4000-4999, ...), so no two processes of a run share one.
@@ -22,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 4  # 4: process, first_sender_id
+FORMAT_VERSION = 5  # 4: process, first_sender_id; 5: queues, first_receiver_index
 ROLE_SEED_BLOCK = {"sender": 1, "receiver": 2}
 
 
@@ -36,7 +40,7 @@ class WorkerSpec:
     broker: str
     settings: dict[str, Any]  # the profile's [settings], validated again by the worker
     endpoints: dict[str, Any]
-    queue: str
+    queues: list[str]  # every queue of the run (queue_names); a thread uses one
     workload: dict[str, Any]  # mqlab.scenario.Workload as a table
     out_dir: str
     seed: int
@@ -46,6 +50,7 @@ class WorkerSpec:
     clock_corrections_us: dict[str, int] = field(default_factory=dict)
     process: int = 0  # its index among the worker processes of its node
     first_sender_id: int = 0  # senders: thread t sends as first_sender_id + t
+    first_receiver_index: int = 0  # receivers: thread t is receiver first_receiver_index + t
     format_version: int = FORMAT_VERSION
 
     def write(self, path: Path) -> None:
@@ -74,6 +79,9 @@ class Process:
     def first_sender_id(self, threads: int) -> int:
         return self.index * threads
 
+    def first_receiver_index(self, threads: int) -> int:
+        return self.index * threads
+
     def seed(self, role: str) -> int:
         block, rest = divmod(self.index, 1000)
         return (2 * block + ROLE_SEED_BLOCK[role]) * 1000 + rest
@@ -87,3 +95,20 @@ def processes(per_node: Sequence[int]) -> list[Process]:
             raise ValueError(f"node {node}: {n} worker processes (at least 1)")
         out += [Process(node, p, len(out) + p) for p in range(n)]
     return out
+
+
+def queue_names(base: str, n: int) -> list[str]:
+    """The names of a run's ``n`` queues: ``base`` itself for one (as runs always had),
+    else ``base_q00``, ``base_q01``, ... (an underscore, not a hyphen: a plain identifier
+    for every broker, PostgreSQL's tables included)."""
+    if n < 1:
+        raise ValueError(f"{n} queues (at least 1)")
+    if n == 1:
+        return [base]
+    width = max(2, len(str(n - 1)))
+    return [f"{base}_q{i:0{width}d}" for i in range(n)]
+
+
+def queue_of(thread_id: int, n: int) -> int:
+    """The queue (index) of sender id or receiver index ``thread_id`` among ``n`` queues."""
+    return thread_id % n

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from mqlab import clock, cpu, typed
 from mqlab.drivers import registry
-from mqlab.drivers.base import Endpoints
+from mqlab.drivers.base import Driver, Endpoints
 from mqlab.results.archive import layout
 from mqlab.results.archive.records import (
     WorkerRecord,
@@ -37,7 +37,7 @@ from mqlab.results.archive.records import (
 from mqlab.scenario import Workload
 from mqlab.workload import envelope
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats, now_ms
-from mqlab.workload.spec import WorkerSpec
+from mqlab.workload.spec import WorkerSpec, queue_of
 from mqlab.workload.threads import run_receiver, run_sender
 
 LOG = logging.getLogger("mqlab.worker")
@@ -58,7 +58,16 @@ class Worker:
         self.workload = typed.build(Workload, spec.workload, Path("worker-spec"), "workload")
         cls = registry.driver_class(spec.broker)
         settings: Any = typed.build(cls.Settings, spec.settings, Path("worker-spec"), "settings")
-        self.driver = cls(settings, Endpoints.from_json(spec.endpoints), spec.queue)
+        endpoints = Endpoints.from_json(spec.endpoints)
+        # thread t's queue: its sender id or receiver index modulo the run's queues; one
+        # driver per queue this process's threads use
+        first = spec.first_sender_id if spec.role == "sender" else spec.first_receiver_index
+        self.thread_queues = [
+            spec.queues[queue_of(first + t, len(spec.queues))] for t in range(spec.threads)
+        ]
+        self.drivers: dict[str, Driver] = {
+            q: cls(settings, endpoints, q) for q in dict.fromkeys(self.thread_queues)
+        }
         self.started_ms = now_ms()
         self.recorder = IntervalRecorder(
             self.out, spec.role, spec.worker_id, spec.run_id, self.started_ms
@@ -85,7 +94,7 @@ class Worker:
                 self.recorder.senders.append(stats)
                 args = (
                     run_sender,
-                    self.driver,
+                    self.drivers[self.thread_queues[t]],
                     w,
                     stats,
                     pool,
@@ -101,7 +110,8 @@ class Worker:
             for t in range(spec.threads):
                 rstats = ReceiverStats()
                 self.recorder.receivers.append(rstats)
-                rargs = (run_receiver, self.driver, w, rstats, self.stop, ready)
+                driver = self.drivers[self.thread_queues[t]]
+                rargs = (run_receiver, driver, w, rstats, self.stop, ready)
                 threads.append(threading.Thread(target=self._guard, args=rargs, name=f"recv-{t}"))
         for th in threads:
             th.daemon = True
@@ -215,7 +225,8 @@ class Worker:
                 cores=cpu.host_cores(),
             ),
         )
-        self.driver.close()
+        for driver in self.drivers.values():
+            driver.close()
         return {"ok": EXIT_OK, "failed": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED}[status]
 
 

@@ -6,6 +6,7 @@ the documented scheme, not with the code under test."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +19,8 @@ from mqlab.errors import FleetError
 from mqlab.fleet.hosts import LocalHost, Result
 from mqlab.fleet.placement import Placement
 from mqlab.scenario import Scenario, load_scenario
-from mqlab.workload.spec import WorkerSpec
+from mqlab.workload.spec import WorkerSpec, queue_names
+from mqlab.workload.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +68,7 @@ def specs(
     before: dict[str, Any] | None = None,
 ) -> list[WorkerSpec]:
     shape = run_mod.client_processes(s, placement)
-    out = run_mod.worker_specs(s, "run-1", run_dir, placement, {}, "q", role, before or {}, shape)
+    out = run_mod.worker_specs(s, "run-1", run_dir, placement, {}, ["q"], role, before or {}, shape)
     return [spec for spec, _host, _dir in out]
 
 
@@ -191,3 +193,86 @@ def test_receivers_correct_each_sender_id_by_its_process_host(tmp_path: Path) ->
     # sender ids 0-3: node 0's two processes (on sender-0), 4-7: node 1's (on sender-1)
     expected = {str(i): -500 for i in range(4)} | {str(i): 2500 for i in range(4, 8)}
     assert first.clock_corrections_us == second.clock_corrections_us == expected
+
+
+# -- workload.queues: which queue each thread uses -------------------------------------
+def test_queue_names_keep_the_single_name_and_number_the_rest() -> None:
+    assert queue_names("mqlab_x_1", 1) == ["mqlab_x_1"]
+    assert queue_names("mqlab_x_1", 3) == ["mqlab_x_1_q00", "mqlab_x_1_q01", "mqlab_x_1_q02"]
+    many = queue_names("b", 101)
+    assert (many[0], many[99], many[100]) == ("b_q000", "b_q099", "b_q100")
+    assert sorted(many) == many and len(set(many)) == 101
+    with pytest.raises(ValueError):
+        queue_names("b", 0)
+
+
+def receiver_indexes(spec: WorkerSpec) -> list[int]:
+    """The indexes the worker's receiver threads have (mqlab/workload/worker.py)."""
+    return [spec.first_receiver_index + t for t in range(spec.threads)]
+
+
+@pytest.mark.parametrize(("nodes", "processes", "threads"), [(1, 1, 3), (2, 2, 3), (3, 2, 1)])
+def test_receiver_indexes_number_every_receiver_thread_once(
+    tmp_path: Path, nodes: int, processes: int, threads: int
+) -> None:
+    s = scenario(processes, senders=1, receivers=nodes, threads=threads)
+    receivers = specs(s, local(), tmp_path, "receiver")
+    rt = threads + 1  # scenario(): receiver threads = threads + 1
+    expected = {
+        (node, p): [(node * processes + p) * rt + t for t in range(rt)]
+        for node in range(nodes)
+        for p in range(processes)
+    }
+    assert {(x.node, x.process): receiver_indexes(x) for x in receivers} == expected
+    senders = specs(s, local(), tmp_path, "sender")
+    assert all(x.first_receiver_index == 0 for x in senders)
+
+
+ENDPOINTS = {"broker": "redis", "nodes": [{"index": 0, "host": "127.0.0.1", "port": 1}]}
+
+
+def worker_of(spec: WorkerSpec) -> Worker:
+    """A worker process as ``python -m mqlab.workload.worker`` builds it (no server needed:
+    the driver connects only when a thread asks for a client)."""
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    w = Worker(spec, io.StringIO(), io.StringIO())
+    w.recorder.close()
+    return w
+
+
+def test_threads_spread_over_the_queues_round_robin_by_global_id(tmp_path: Path) -> None:
+    # 2 sender nodes x 2 processes x 3 threads = 12 senders, 1 receiver node x 2 x 4 = 8
+    # receivers, 5 queues: sender s -> queue s % 5, receiver r -> queue r % 5
+    s = scenario(2, senders=2, receivers=1, threads=3)
+    s = dataclasses.replace(s, workload=dataclasses.replace(s.workload, queues=5))
+    names = [f"q{i}" for i in range(5)]
+    shape = run_mod.client_processes(s, local())
+    used: dict[str, dict[str, list[int]]] = {"sender": {}, "receiver": {}}
+    for role in ("sender", "receiver"):
+        out = run_mod.worker_specs(s, "r", tmp_path, local(), ENDPOINTS, names, role, {}, shape)
+        for spec, _host, _dir in out:
+            assert spec.queues == names
+            w = worker_of(spec)
+            ids = sender_ids(spec) if role == "sender" else receiver_indexes(spec)
+            for thread, (gid, queue) in enumerate(zip(ids, w.thread_queues, strict=True)):
+                used[role].setdefault(queue, []).append(gid)
+                # the thread's driver is the one of its queue
+                assert w.drivers[queue].queue == queue, (spec.worker_id, thread)
+            assert sorted(w.drivers) == sorted(set(w.thread_queues))
+    assert used["sender"] == {
+        "q0": [0, 5, 10],
+        "q1": [1, 6, 11],
+        "q2": [2, 7],
+        "q3": [3, 8],
+        "q4": [4, 9],
+    }
+    assert used["receiver"] == {"q0": [0, 5], "q1": [1, 6], "q2": [2, 7], "q3": [3], "q4": [4]}
+
+
+def test_one_queue_gives_every_thread_the_runs_queue(tmp_path: Path) -> None:
+    s = scenario(2, senders=2, receivers=1, threads=2)
+    for role in ("sender", "receiver"):
+        for spec in specs(s, local(), tmp_path, role):
+            assert spec.queues == ["q"]
+            spec = dataclasses.replace(spec, endpoints=ENDPOINTS)
+            assert set(worker_of(spec).thread_queues) == {"q"}

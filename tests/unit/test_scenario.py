@@ -501,3 +501,74 @@ def test_power_loss_on_hosts_of_their_own_loads(folder: Path) -> None:
         ("power_loss", 2, 5.0),
         ("power_loss_all", 0, None),
     ]
+
+
+# -- workload.queues ---------------------------------------------------------------
+def test_queues_default_to_one_and_round_trip(folder: Path) -> None:
+    [s] = load_scenario(write(folder, BASE))
+    assert s.workload.queues == 1
+    text = BASE.replace("messages_per_thread = 10", "messages_per_thread = 10\nqueues = 2")
+    [s] = load_scenario(write(folder, text))
+    assert s.workload.queues == 2
+    again = folder / "again.toml"
+    again.write_text(to_toml(s).split("\n[resolved_profile]")[0])
+    [back] = load_scenario(again)
+    assert back.workload.queues == 2
+
+
+def test_queues_sweep_like_any_workload_field(folder: Path) -> None:
+    text = BASE.replace("messages_per_thread = 10", "messages_per_thread = 10\nqueues = [1, 2]")
+    runs = load_scenario(write(folder, text))
+    assert [s.workload.queues for s in runs] == [1, 2]
+    assert [s.label for s in runs] == ["p3_2t-1s-2r_queues-1", "p3_2t-1s-2r_queues-2"]
+
+
+@pytest.mark.parametrize(
+    ("queues", "clients", "role", "have"),
+    [
+        # BASE: 1 sender node x 2 threads, 2 receiver nodes x 2 threads
+        (3, "", "sender", 2),
+        (
+            5,
+            "sender_threads = 5\nreceiver_threads = 2\n",
+            "receiver",
+            4,
+        ),
+        (7, "processes_per_node = 3\n", "sender", 6),
+    ],
+)
+def test_queues_nobody_sends_to_or_reads_are_refused_in_one_line(
+    folder: Path, queues: int, clients: str, role: str, have: int
+) -> None:
+    text = BASE.replace("messages_per_thread = 10", f"messages_per_thread = 10\nqueues = {queues}")
+    if "threads" in clients:
+        text = text.replace("threads = 2\n", clients)
+    else:
+        text += clients
+    path = write(folder, text)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    msg = str(info.value)
+    assert msg.startswith(str(path)) and "workload.queues" in msg and "\n" not in msg
+    assert f"{have} {role} thread(s)" in msg and f"{role}_threads" in msg
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2 and "workload.queues" in result.output
+
+
+def test_queues_up_to_the_threads_of_either_role_load(folder: Path) -> None:
+    # 1 sender node x 3 processes x 2 threads = 6 senders; 2 x 3 x 2 = 12 receivers
+    text = BASE.replace("messages_per_thread = 10", "messages_per_thread = 10\nqueues = 6")
+    [s] = load_scenario(write(folder, text + "processes_per_node = 3\n"))
+    assert s.workload.queues == 6
+    # processes following the cores count as one per node: 2 senders refuse 3 queues
+    # whatever this machine's cores
+    text = BASE.replace("messages_per_thread = 10", "messages_per_thread = 10\nqueues = 3")
+    with pytest.raises(ScenarioError, match="workload.queues"):
+        load_scenario(write(folder, text))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", '"ten"'])
+def test_queues_below_one_are_refused(folder: Path, value: str) -> None:
+    text = BASE.replace("messages_per_thread = 10", f"messages_per_thread = 10\nqueues = {value}")
+    with pytest.raises(ScenarioError, match="workload.queues"):
+        load_scenario(write(folder, text))

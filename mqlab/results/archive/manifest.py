@@ -156,6 +156,9 @@ def base_manifest(
             "processes_per_node": scenario.clients.processes_per_node,
             "processes": None,
         },
+        # workload.queues: the run's queues (topics, streams); their names once created
+        "queues": scenario.workload.queues,
+        "queue_names": None,
         "host": host_info(),
         "clock": clock_info(scenario.cluster.target, scenario.cluster.clock_budget_ms),
         "lab": dict(lab) if lab is not None else local_lab(),

@@ -142,6 +142,9 @@ class UndrainedRecord:
     ``count``: as the broker reports it (ready + unacked), ``None`` if the check failed
     (``error`` says why). ``identified``: the messages were read without consuming them,
     and ``senders`` holds their seqs per sender id; otherwise only the count is known.
+    With several queues (``workload.queues``) ``count`` and ``in_flight`` are sums over
+    them and ``queues`` holds each queue's own ``{"count", "in_flight"}`` (``{"count":
+    None, "error"}`` for one the broker did not answer for); empty for a single queue.
     """
 
     checked_ms: int
@@ -151,6 +154,7 @@ class UndrainedRecord:
     senders: dict[int, BitMap64] = field(default_factory=dict)
     foreign: int = 0
     error: str | None = None
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def write_undrained(path: Path | str, rec: UndrainedRecord) -> None:
@@ -170,6 +174,7 @@ def read_undrained(path: Path | str) -> UndrainedRecord:
             senders={int(k): decode_bitmap(v) for k, v in doc["senders"].items()},
             foreign=int(doc["foreign"]),
             error=doc["error"],
+            queues={str(k): dict(v) for k, v in (doc.get("queues") or {}).items()},
         )
     except (KeyError, ValueError, TypeError, AttributeError) as e:
         raise _bad(path, "not an undrained.json record", e) from None
@@ -344,6 +349,7 @@ class Manifest:
     raw: dict[str, Any]
     clock: ClockInfo = ClockInfo("not measured", None, None, None, {}, "no clock section")
     lab: LabInfo = LabInfo("local", "local", None, {})
+    queues: int = 1  # workload.queues (1 in manifests from before it was recorded)
 
 
 def read_manifest(path: Path | str) -> Manifest:
@@ -379,6 +385,7 @@ def read_manifest(path: Path | str) -> Manifest:
             raw=d,
             clock=read_clock(d, target),
             lab=read_lab(d, target),
+            queues=int(d.get("queues") or 1),
         )
     except (ValueError, TypeError, AttributeError) as e:
         raise _bad(path, "not a manifest.json record", e) from None

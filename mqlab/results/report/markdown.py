@@ -146,6 +146,18 @@ def clients_shape(run: dict[str, Any]) -> str:
     )
 
 
+def queues_note(run: dict[str, Any]) -> str | None:
+    """With several queues (``workload.queues``): how the threads were spread over them;
+    None for one queue (and for rows summarized before queues existed, null there)."""
+    n = int(run.get("queues") or 1)
+    if n == 1:
+        return None
+    return (
+        f"{n} queues: sender thread s sends to queue s mod {n}, receiver thread r "
+        f"receives from queue r mod {n}"
+    )
+
+
 def _schedule(scenario: dict[str, Any]) -> str | None:
     workload = scenario.get("workload")
     if not isinstance(workload, dict) or "mode" not in workload:
@@ -251,6 +263,7 @@ def _header(run: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
         f"- message size {run['message_bytes']} bytes, batch {run['batch']}"
         + (f", {schedule}" if schedule else ""),
         f"- {clients_shape(run)}",
+        *([f"- {q}"] if (q := queues_note(run)) else []),
         *_cost(run),
         "",
     ]

@@ -45,6 +45,8 @@ class RunMeta:
     # sender_threads / receiver_threads are per process
     sender_processes: int
     receiver_processes: int
+    # workload.queues: queues the run spread over (1 in archives from before it existed)
+    queues: int
     message_bytes: int | None
     batch: int | None
     status: str
@@ -162,6 +164,7 @@ def read_run(run_dir: Path | str) -> RunMeta:
         receiver_nodes=nodes("receiver"),
         sender_processes=processes("sender"),
         receiver_processes=processes("receiver"),
+        queues=man.queues,
         message_bytes=int(msg_bytes) if msg_bytes is not None else None,
         batch=int(batch) if batch is not None else None,
         status=man.status,

@@ -89,6 +89,7 @@ _META_FIELDS = [
     pa.field("receiver_nodes", pa.int64()),
     pa.field("sender_processes", pa.int64()),  # per node; threads are per process
     pa.field("receiver_processes", pa.int64()),
+    pa.field("queues", pa.int64()),  # workload.queues; null (read as 1) in older summaries
     pa.field("message_bytes", pa.int64()),
     pa.field("batch", pa.int64()),
     pa.field("status", pa.string()),
@@ -727,6 +728,7 @@ def as_summary(run: dict[str, Any], faults: Sequence[dict[str, Any]] = ()) -> di
         "format_version": FORMAT_VERSION,
         "run_id": run["run_id"],
         "status": run["status"],
+        "queues": run.get("queues") or 1,
         "measured": {
             "warmup_end_ms": run["warmup_end_ms"],
             **{

@@ -30,6 +30,7 @@ def scenario(target: str = "local", budget_ms: float | None = None) -> Any:
         profile=SimpleNamespace(name="nats-r3"),
         cluster=SimpleNamespace(target=target, nodes=3, clock_budget_ms=budget_ms),
         clients=SimpleNamespace(processes_per_node=None),
+        workload=SimpleNamespace(queues=1),
     )
 
 
