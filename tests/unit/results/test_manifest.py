@@ -52,6 +52,8 @@ def test_a_new_manifest_says_the_run_is_running() -> None:
         "broker",
         "cluster",
         "clients",
+        "queues",
+        "queue_names",
         "host",
         "clock",
         "lab",
