@@ -220,6 +220,11 @@ def mark_notes(summary: dict[str, Any], run: str) -> list[str]:
     return out
 
 
+def failure_notes(summary: dict[str, Any], run: str) -> list[str]:
+    """One line per requirement the run failed (its status is "failed")."""
+    return [f"{run}: failed: {text}." for text in summary.get("failures") or []]
+
+
 def unknown_notes(summary: dict[str, Any], run: str) -> list[str]:
     """One line per delivery figure of the run table that is unknown, with the reason."""
     from mqlab.results.report.unknown import reasons
@@ -254,6 +259,7 @@ def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
         rows.append(mqperf_row(sc, r.summary, r.scenario.label, r.status, procs))
         if queues := queues_note(runs_row):
             notes.append(f"{r.scenario.label}: {queues}")
+        notes += failure_notes(r.summary, r.scenario.label)
         notes += unknown_notes(r.summary, r.scenario.label)
         notes += mark_notes(r.summary, r.scenario.label)
     out.print(mqperf_table(rows))

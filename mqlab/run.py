@@ -56,6 +56,7 @@ from mqlab.results.archive.formats import read_json, write_json
 from mqlab.results.archive.manifest import base_manifest
 from mqlab.results.archive.records import UndrainedRecord, write_undrained
 from mqlab.results.summary.job import summarize_run
+from mqlab.results.summary.tables import FAILED
 from mqlab.scenario import Scenario
 from mqlab.signals import sigterm_as_interrupt
 from mqlab.workload import envelope
@@ -342,7 +343,10 @@ def run_one(
         for spec_file in (run_dir / "workers").glob("*.spec.json"):
             spec_file.unlink()
         summary = summarize_run(run_dir, results_dir=results_dir)
-    result = RunResult(s, run_dir, manifest["status"], end_reason, summary)
+    # a run that broke a requirement of its scenario (workload.order = "strict") is
+    # archived like any other; its summary's status says it failed
+    status = summary["status"] if summary.get("status") == FAILED else manifest["status"]
+    result = RunResult(s, run_dir, status, end_reason, summary)
     observer.finished(result)
     return result
 

@@ -34,6 +34,7 @@ PARTITION_KINDS = (
     "clients_from_leader",
     "majority_minority",
 )
+ORDERS = ("any", "strict")  # workload.order: the order requirement a run is held to
 POWER_LOSS = ("power_loss", "power_loss_all")  # unsynced reboots of broker hosts
 LEADER_PARTITIONS = ("leader_from_brokers", "clients_from_leader")  # aimed at the leader
 
@@ -93,6 +94,12 @@ class Workload:
         "x 2 + 10 s. Receivers stop earlier once the broker holds nothing",
     )
     max_run_s: float = spec(3600.0, min=1, help="hard cap on one run's wall time")
+    order: str = spec(
+        "any",
+        choices=ORDERS,
+        help='"strict": every receiver must get each sender\'s messages in the order sent; '
+        'a run that reorders any fails (after it is archived); "any": no requirement',
+    )
     queues: int = spec(
         1,
         min=1,

@@ -74,9 +74,10 @@ def test_every_driven_broker_without_a_local_server_has_a_cloud_scenario_and_uni
     cloud: dict[str, list[Path]] = {}
     for p in sorted((ROOT / "scenarios").rglob("*.toml")):
         raw = tomllib.loads(p.read_text())
-        profile = raw.get("profile")
-        if raw.get("cluster", {}).get("target") == "aws" and profile in profiles:
-            cloud.setdefault(profiles[profile], []).append(p)
+        listed = raw.get("profile")
+        for profile in listed if isinstance(listed, list) else [listed]:  # a sweep: a list
+            if raw.get("cluster", {}).get("target") == "aws" and profile in profiles:
+                cloud.setdefault(profiles[profile], []).append(p)
     for b in CLOUD_ONLY:
         assert b.self_hosted, f"{b.name}: a SaaS broker needs a local emulator (as SQS)"
         assert cloud.get(b.name), f'{b.name}: add a scenario with target = "aws" (scenarios/aws/)'

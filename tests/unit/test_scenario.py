@@ -572,3 +572,48 @@ def test_queues_below_one_are_refused(folder: Path, value: str) -> None:
     text = BASE.replace("messages_per_thread = 10", f"messages_per_thread = 10\nqueues = {value}")
     with pytest.raises(ScenarioError, match="workload.queues"):
         load_scenario(write(folder, text))
+
+
+def test_order_defaults_to_any_and_strict_is_kept_in_the_archived_scenario(
+    folder: Path,
+) -> None:
+    [s] = load_scenario(write(folder, BASE))
+    assert s.workload.order == "any"
+    text = BASE.replace("messages_per_thread = 10", 'messages_per_thread = 10\norder = "strict"')
+    [s] = load_scenario(write(folder, text))
+    assert s.workload.order == "strict"
+    assert 'order = "strict"' in to_toml(s)
+
+
+def test_an_unknown_order_is_a_one_line_error(folder: Path) -> None:
+    text = BASE.replace("messages_per_thread = 10", 'messages_per_thread = 10\norder = "fifo"')
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(write(folder, text))
+    assert "workload.order" in str(info.value) and "strict" in str(info.value)
+
+
+def test_brokers_bench_seed_scenarios_validate_and_name_their_experiment() -> None:
+    root = Path(__file__).resolve().parents[2] / "scenarios" / "seeds" / "brokers-bench"
+    files = sorted(root.rglob("*.toml"))
+    assert len(files) >= 17
+    for p in files:
+        runs = load_scenario(p)
+        for s in runs:
+            assert s.reference is not None and s.reference.set == "brokers-bench", p
+            assert s.workload.order == "strict", p
+            assert s.cluster.target == ("aws" if p.parent.name == "aws" else "local"), p
+        assert p.read_text().startswith("# brokers-bench"), p
+    ordered = [s for p in files if "ordered-stream" in p.name for s in load_scenario(p)]
+    for s in ordered:
+        w, c = s.workload, s.clients
+        assert (w.send_batch_max, w.receive_batch_max, w.message_bytes) == (1, 1, 128)
+        assert (c.sender_threads, c.receiver_threads, c.processes_per_node) == (1, 1, 1)
+    ten = [s for p in files if "ten-topics" in p.name for s in load_scenario(p)]
+    assert {s.workload.queues for s in ten} == {10}
+    assert {s.profile.settings.partitions for s in ten} == {1}
+    acks = {s.reference.experiment: s.profile.settings.acks for s in ten if s.reference}
+    assert acks == {
+        "ten-topics-acks-all": "all",
+        "ten-topics-acks-leader": "1",
+        "ten-topics-acks-none": "0",
+    }

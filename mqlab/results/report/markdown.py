@@ -250,6 +250,18 @@ def _offset(x: float | None, sign: bool = True) -> str:
     return unknown.UNKNOWN if x is None else f"{x:+.3f}" if sign else f"{x:.3f}"
 
 
+def order_lines(run: dict[str, Any]) -> list[str]:
+    """The run's order requirement, and why it failed when it broke it (one line)."""
+    if (run.get("order_requirement") or "any") != "strict":
+        return []
+    failures = json.loads(run.get("failures") or "[]")
+    if failures:
+        return [f"- **failed**: {'; '.join(failures)}"]
+    v = run.get("order_violations")
+    seen = "unknown (see Unknown figures)" if v is None else f"{v:,} reordered"
+    return [f"- order requirement: strict, {seen}"]
+
+
 def _header(run: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
     schedule = _schedule(scenario)
     return [
@@ -264,6 +276,7 @@ def _header(run: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
         + (f", {schedule}" if schedule else ""),
         f"- {clients_shape(run)}",
         *([f"- {q}"] if (q := queues_note(run)) else []),
+        *order_lines(run),
         *_cost(run),
         "",
     ]

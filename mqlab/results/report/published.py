@@ -72,7 +72,7 @@ def names() -> list[str]:
 def _load_all() -> None:
     """Import the modules that register the sets (kept lazy: scenario validation imports
     this module)."""
-    from mqlab.results.report import reference  # noqa: F401 - registers mqperf-2021
+    from mqlab.results.report import brokers_bench, reference  # noqa: F401 - register
 
 
 def of_run(run_dir: Path | str) -> tuple[str, str] | None:

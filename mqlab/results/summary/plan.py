@@ -82,6 +82,9 @@ class RunMeta:
     cpu: str = "{}"
     # what served instead of the real system (a local stand-in), "" for the real one
     stand_in: str = ""
+    # workload.order of the archived scenario: "strict" holds the run to its receivers
+    # getting each sender's messages in order ("any" in archives from before the key)
+    order_requirement: str = "any"
     cpu_workers: list[str] = field(default_factory=list)  # workers whose cpu.csv to read
     broker_cpu_nodes: list[int] = field(default_factory=list)  # brokers/node-NN to read
 
@@ -193,8 +196,16 @@ def read_run(run_dir: Path | str) -> RunMeta:
             [f for f in (man.raw.get("faults") or []) if isinstance(f, dict)], sort_keys=True
         ),
         stand_in=stand_in_of(man.raw),
+        order_requirement=order_of(scenario),
         **_cpu_meta(run_dir, man.raw, wjson),
     )
+
+
+def order_of(scenario: dict[str, Any]) -> str:
+    """The archived scenario's ``workload.order`` ("any" when it has none)."""
+    workload = scenario.get("workload")
+    order = workload.get("order") if isinstance(workload, dict) else None
+    return order if isinstance(order, str) and order else "any"
 
 
 def stand_in_of(manifest: dict[str, Any]) -> str:

@@ -132,6 +132,12 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("sender_lag_ms_max", pa.int64()),
             # what served instead of the real system ("" for the real one): marked
             pa.field("stand_in", pa.string()),
+            # workload.order ("any" | "strict") and, under "strict", the messages received
+            # out of order (delivery_reordered; null under "any" or when unknown)
+            pa.field("order_requirement", pa.string()),
+            pa.field("order_violations", pa.int64()),
+            # JSON list: the requirements the run failed, one line each (status "failed")
+            pa.field("failures", pa.string()),
             # was the load generator the bottleneck (mqlab.results.summary.saturation)
             pa.field("client_bound", pa.bool_()),
             pa.field("receivers_behind", pa.bool_()),
@@ -706,8 +712,43 @@ def build_tables(meta: RunMeta, results: dict[Key, Any], window_ms: int) -> dict
     }
     if unknown and run["status"] == "complete":
         run["status"] = "partial"
+    violations, failures = order_figures(meta.order_requirement, totals["reordered"])
+    run["order_violations"] = violations
+    run["failures"] = json.dumps(failures)
+    for text in failures:
+        rows["problems"].append(
+            {
+                "run_id": rid,
+                "file": str(Path(meta.run_dir) / layout.SCENARIO),
+                "line": None,
+                "problem": text,
+            }
+        )
+    if failures:
+        run["status"] = FAILED
     rows["runs"].append(run)
     return {t: pa.Table.from_pylist(rows[t], schema=SCHEMAS[t]) for t in TABLES}
+
+
+FAILED = "failed"  # the status of a run that broke a requirement of its scenario
+
+
+def order_problem(violations: int) -> str:
+    """The ``problems`` (and ``failures``) line of a strict-order run that reordered."""
+    return f"reordered {violations:,} messages under a strict order requirement"
+
+
+def order_figures(requirement: str, reordered: int | None) -> tuple[int | None, list[str]]:
+    """(``order_violations``, the failures it makes). Under ``workload.order = "strict"``
+    every message a receiver thread got out of its sender's order (``delivery_reordered``:
+    first deliveries out of place, n - LIS per receiver thread and sender) violates the
+    requirement, and any violation fails the run; an unknown count fails nothing (the
+    run is partial already). Under "any" there is no requirement: None."""
+    if requirement != "strict":
+        return None, []
+    if reordered is None or reordered == 0:
+        return reordered, []
+    return reordered, [order_problem(reordered)]
 
 
 def fractions(run: dict[str, Any]) -> dict[str, float | None]:
@@ -741,6 +782,11 @@ def as_summary(run: dict[str, Any], faults: Sequence[dict[str, Any]] = ()) -> di
         "throughput": {n: run[n] for n in THROUGHPUT},
         "sender_lag_ms_max": run["sender_lag_ms_max"],
         "stand_in": run.get("stand_in") or None,
+        "order": {
+            "requirement": run.get("order_requirement") or "any",
+            "violations": run.get("order_violations"),
+        },
+        "failures": json.loads(run.get("failures") or "[]"),
         "saturation": json.loads(run.get("saturation") or "null"),
         "longest_gap_s": {
             "send": run.get("longest_gap_send_s"),
