@@ -72,7 +72,10 @@ def names() -> list[str]:
 def _load_all() -> None:
     """Import the modules that register the sets (kept lazy: scenario validation imports
     this module)."""
-    from mqlab.results.report import reference  # noqa: F401 - registers mqperf-2021
+    from mqlab.results.report import (  # noqa: F401 - each registers its set
+        omb_paper,
+        reference,
+    )
 
 
 def of_run(run_dir: Path | str) -> tuple[str, str] | None:
