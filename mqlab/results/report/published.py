@@ -72,7 +72,11 @@ def names() -> list[str]:
 def _load_all() -> None:
     """Import the modules that register the sets (kept lazy: scenario validation imports
     this module)."""
-    from mqlab.results.report import brokers_bench, reference  # noqa: F401 - register
+    from mqlab.results.report import (  # noqa: F401 - each registers its set
+        brokers_bench,
+        omb_paper,
+        reference,
+    )
 
 
 def of_run(run_dir: Path | str) -> tuple[str, str] | None:

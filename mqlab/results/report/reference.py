@@ -108,8 +108,11 @@ def broker_rows(broker: str, rows: list[ReferenceRow]) -> list[ReferenceRow]:
     return [r for r in rows if r.broker == broker]
 
 
-def measurement_notes(run: dict[str, Any]) -> list[str]:
-    """Where a run's figures are measured differently from the published ones."""
+def measurement_notes(
+    run: dict[str, Any], published_from: str = "mqperf's from the actual one"
+) -> list[str]:
+    """Where a run's figures are measured differently from the published ones
+    (``published_from``: from which send time the published latencies count)."""
     notes = []
     if run.get("stand_in"):
         notes.append(
@@ -129,8 +132,7 @@ def measurement_notes(run: dict[str, Any]) -> list[str]:
     if lag:
         notes.append(
             f"this run's senders fell up to {lag:,} ms behind their fixed-rate schedule; "
-            "mqlab's latencies count from each message's intended send time, mqperf's "
-            "from the actual one"
+            f"mqlab's latencies count from each message's intended send time, {published_from}"
         )
     return notes
 
