@@ -72,7 +72,11 @@ def names() -> list[str]:
 def _load_all() -> None:
     """Import the modules that register the sets (kept lazy: scenario validation imports
     this module)."""
-    from mqlab.results.report import reference  # noqa: F401 - registers mqperf-2021
+    from mqlab.results.report import (  # noqa: F401 - they register their sets
+        mqperf2015,  # mqperf-2015
+        reference,  # mqperf-2021
+        treat,  # treat-commit-logs
+    )
 
 
 def of_run(run_dir: Path | str) -> tuple[str, str] | None:
