@@ -15,7 +15,7 @@ from typing import Any
 
 from mqlab.errors import ArchiveError
 from mqlab.results.archive.layout import METRICS, read_scenario
-from mqlab.results.report import plots, published, unknown
+from mqlab.results.report import distribution, plots, published, unknown
 from mqlab.results.summary import catalog, saturation, tables
 from mqlab.results.summary import faults as fault_figures
 from mqlab.results.summary.figures import FIGURES
@@ -32,6 +32,7 @@ LOG = logging.getLogger(__name__)
 FORMAT_VERSION = 2
 TIMELINE_PNG = plots.TIMELINE_PNG
 PERCENTILES_PNG = plots.PERCENTILES_PNG
+DISTRIBUTION_TXT = distribution.DISTRIBUTION_TXT
 MAX_PROBLEMS_SHOWN = 20
 # the mqperf table; "send latency" is the latency of one send() call (a batch)
 MQPERF_HEADER = (
@@ -461,6 +462,13 @@ def run_markdown(
         lines += ["", "## Timeline", "", "No per-second figures (the timeline table is empty)."]
     if PERCENTILES_PNG in images:
         lines += ["", "## Latency by percentile", "", f"![percentiles]({PERCENTILES_PNG})"]
+    if DISTRIBUTION_TXT in images:
+        lines += [
+            "",
+            "Each latency's whole distribution as text, listed as HdrHistogram lists one "
+            "(value at each percentile step, with the count up to it): "
+            f"[{DISTRIBUTION_TXT}]({DISTRIBUTION_TXT}).",
+        ]
     extra = _problems(run, problems or [], run_dir or Path(run["run_dir"]))
     if extra:
         lines += ["", *extra]
@@ -644,7 +652,8 @@ def _manifest_faults(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def report_run(run_dir: Path | str) -> Path:
-    """Write ``report.md``, ``timeline.png`` and ``latency_percentiles.png`` into the run."""
+    """Write ``report.md``, ``timeline.png``, ``latency_percentiles.png`` and
+    ``latency_distribution.txt`` into the run."""
     run_dir = Path(run_dir)
     run = catalog.read_run_table(run_dir, "runs").to_pylist()[0]
     windows = catalog.read_run_table(run_dir, "windows").to_pylist()
@@ -658,6 +667,8 @@ def report_run(run_dir: Path | str) -> Path:
         scenario = {}
     faults = _manifest_faults(run_dir)
     images = plots.plot_run(run, latency, timeline, run_dir, faults)  # the site draws the same
+    if distribution.write_distribution(run, latency, run_dir) is not None:
+        images = [*images, DISTRIBUTION_TXT]
     out = run_dir / "report.md"
     try:
         fault_rows = catalog.read_run_table(run_dir, "faults").to_pylist()

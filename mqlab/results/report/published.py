@@ -73,9 +73,11 @@ def _load_all() -> None:
     """Import the modules that register the sets (kept lazy: scenario validation imports
     this module)."""
     from mqlab.results.report import (  # noqa: F401 - each registers its set
-        brokers_bench,
-        omb_paper,
-        reference,
+        brokers_bench,  # brokers-bench
+        mqperf2015,  # mqperf-2015
+        omb_paper,  # omb-paper-2023
+        reference,  # mqperf-2021
+        treat,  # treat-commit-logs
     )
 
 
