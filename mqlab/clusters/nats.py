@@ -86,15 +86,20 @@ class NatsCluster(LocalCluster):
                     "cluster_size": meta.get("cluster_size"),
                 }
             )
+        if self.nodes == 1:  # standalone JetStream (no cluster block): no meta leader
+            leader = natsconf.server_name(0) if nodes[0]["jetstream"] else None
         healthy = (
             all(n["alive"] and n["jetstream"] for n in nodes)
             and leader is not None
-            and all(n["cluster_size"] == self.nodes for n in nodes)
+            and (self.nodes == 1 or all(n["cluster_size"] == self.nodes for n in nodes))
         )
         return {"healthy": healthy, "leader": leader, "nodes": nodes}
 
     def leader(self, driver: Any) -> int:
-        """The node leading the driver's stream (JetStream names its server)."""
+        """The node leading the driver's stream (JetStream names its server); a
+        standalone node leads what it holds."""
+        if self.nodes == 1:
+            return 0
         name = driver.stream_replicas()["leader"]
         names = [natsconf.server_name(i) for i in range(self.nodes)]
         if name not in names:

@@ -56,7 +56,9 @@ http: "{me}:{node.port("http")}"
 {top}jetstream {{
   store_dir: {json.dumps(node.data_dir)}
 {js}}}
-cluster {{
+"""
+    if node.nodes > 1:  # one node runs JetStream standalone: a cluster of one elects no leader
+        conf += f"""cluster {{
   name: "{CLUSTER_NAME}"
   listen: "{me}:{node.port("cluster")}"
 {cluster}  routes: [{route_list}]
