@@ -116,7 +116,8 @@ def test_every_local_seed_scenario_has_a_committed_run_beside_its_reference() ->
             assert "## Published reference" in (run / "report.md").read_text(), run.name
     assert set(local) <= set(ran), sorted(set(local) - set(ran))
     size = sum(f.stat().st_size for run in SEEDS for f in run.rglob("*") if f.is_file())
-    assert size < 12_000_000, f"committed seed archives take {size:,} bytes"
+    # about 420 kB a run, its plots and Parquet tables included (78 runs)
+    assert size < 40_000_000, f"committed seed archives take {size:,} bytes"
 
 
 def test_the_committed_durability_matrix_is_one_run_per_profile_through_every_fault() -> None:
