@@ -389,7 +389,7 @@ class IntervalRecorder:
             if c["confirmed"]:
                 last_ms = max(last_ms, stats.last_confirm_ms)
             if stats.schedule is not None:
-                lag_ns = max(lag_ns, stats.schedule.behind_ns(now_ns))
+                lag_ns = max(lag_ns, stats.schedule.behind_max_ns(now_ns))
         if calls:
             call = np.concatenate(calls)
             self.hists["send_call_us"].record(call)

@@ -27,6 +27,12 @@ class Schedule(ABC):
         """How far the sender is behind its schedule at ``now_ns`` (0: on time)."""
         return 0
 
+    def behind_max_ns(self, now_ns: int) -> int:
+        """The most the sender was behind since the last call: at ``now_ns`` and when
+        each batch since went out (a sender catching up after a stall is furthest behind
+        at its first batch, not at the interval's end). Read by the ticker only."""
+        return self.behind_ns(now_ns)
+
     def unsent(self, stop_ns: int, end_ns: int | None, limit: int | None) -> np.ndarray:
         """Intended starts of the messages due before the sender stopped at ``stop_ns``
         (and before ``end_ns``) that were never handed to send()."""
@@ -54,6 +60,10 @@ class FixedRate(Schedule):
         self.start_ns = start_ns if start_ns is not None else time.monotonic_ns()
         self.scheduled = 0  # messages handed out so far (read by the ticker for the lag)
         self.done = False
+        # the latest a batch went out after its slot since the ticker last asked; the
+        # ticker's reset may lose one concurrent batch's figure, never more (the next
+        # late batch sets it again)
+        self.late_max_ns = 0
 
     def slot(self, k: int) -> int:
         # k * 1e9 / rate, not k * (1e9 / rate): the latter rounds whole seconds down by 1 ns
@@ -69,12 +79,19 @@ class FixedRate(Schedule):
         if stop.is_set():
             return None
         self.scheduled += n
+        late = time.monotonic_ns() - intended
+        if late > self.late_max_ns:
+            self.late_max_ns = late
         return intended
 
     def behind_ns(self, now_ns: int) -> int:
         if self.done:
             return 0
         return max(0, now_ns - self.slot(self.scheduled))
+
+    def behind_max_ns(self, now_ns: int) -> int:
+        late, self.late_max_ns = self.late_max_ns, 0
+        return max(late, self.behind_ns(now_ns))
 
     def unsent(self, stop_ns: int, end_ns: int | None, limit: int | None) -> np.ndarray:
         horizon = stop_ns if end_ns is None else min(stop_ns, end_ns)

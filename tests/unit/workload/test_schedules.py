@@ -110,6 +110,25 @@ def test_fixed_rate_lag_and_unsent_slots() -> None:
     assert s.behind_ns(10**12) == 0
 
 
+def test_a_sender_catching_up_is_furthest_behind_at_its_first_late_batch() -> None:
+    """A stall, then a burst that catches up before the ticker asks: the lag the ticker
+    reads is how late the first batch after the stall went out, not 0 (the lag at the
+    tick). Slots are in the past (start 0.5 s ago), so nothing sleeps."""
+    start = time.monotonic_ns() - 500 * MS
+    s = FixedRate(rate_per_s=100.0, start_ns=start)  # slots every 10 ms
+    stop = threading.Event()
+    first = s.next_batch(1, stop, None)
+    late = time.monotonic_ns() - start  # at least how late slot 0 went out
+    assert first == start and s.late_max_ns >= 500 * MS - MS
+    while s.slot(s.scheduled) < time.monotonic_ns():  # catch up on every missed slot
+        s.next_batch(1, stop, None)
+    on_time = s.slot(s.scheduled)  # the tick comes exactly at the next slot: no lag then
+    assert s.behind_ns(on_time) == 0
+    assert late >= s.behind_max_ns(on_time) >= 500 * MS - MS
+    assert s.behind_max_ns(on_time) == 0  # read once: the next interval starts afresh
+    assert ClosedLoop().behind_max_ns(10**15) == 0
+
+
 def test_fixed_rate_unsent_before_the_start_and_at_a_fractional_slot() -> None:
     s = FixedRate(rate_per_s=3.0, start_ns=10**9)
     assert s.unsent(10**9, None, None).size == 0  # stopped at the start: nothing due
