@@ -307,12 +307,9 @@ def report(runs: tuple[str, ...], sweep_out: str | None, results_dir: str) -> No
 def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
     """Compare BASELINE CONTENDER from stored summaries, or RUN... with --reference."""
     from mqlab.results.report import compare as cmp
-    from mqlab.results.report import reference, unknown
+    from mqlab.results.report import unknown
 
     resolved = [cmp.resolve_run(r, results_dir) for r in runs]
-    if ref == "mqperf-2021":
-        _echo_reference(cmp.against_reference(resolved, ref), ref, reference.SOURCE)
-        return
     if ref:
         from mqlab.results.report import published
 
@@ -353,54 +350,6 @@ def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
             why = unknown.why(run, ln.field)
             if why is not None:
                 click.echo(f"{side} {ln.label} unknown: {why}")
-
-
-def _echo_reference(matches: list[Any], name: str, source: str) -> None:
-    from mqlab.results.report import markdown
-
-    click.echo(f"{name}: {source}")
-    for m in matches:
-        r = m.run
-        click.echo(
-            f"\n{r['run_id']} ({r['broker']}, {r['sender_threads']}/"
-            f"{r['receiver_threads']} threads x {markdown.processes_label(r)} processes, "
-            f"{r['sender_nodes']}s-{r['receiver_nodes']}r)"
-        )
-        rows: list[tuple[Any, ...]] = [
-            (
-                "mqlab (measured period)",
-                r["send_msgs_per_s"],
-                r["receive_msgs_per_s"],
-                _ms(r["processing_us_p95"]),
-                _ms(r["send_call_us_p95"]),
-            )
-        ]
-        if m.worst_window:
-            ww = m.worst_window
-            rows.append(
-                (
-                    f"mqlab worst {ww['window_s']:g} s window",
-                    None,
-                    None,
-                    _ms(ww["processing_us_p95"]),
-                    _ms(ww["send_call_us_p95"]),
-                )
-            )
-        for x in m.rows:
-            rows.append(
-                (
-                    f"{name} {x.system}" + (f" ({x.table})" if x.table != "main" else ""),
-                    x.send_msgs_per_s,
-                    x.receive_msgs_per_s,
-                    "fell behind" if x.fell_behind else x.processing_latency_p95_ms,
-                    x.send_latency_p95_ms,
-                )
-            )
-        echo_table(("source", "send msgs/s", "recv msgs/s", "proc p95 ms", "send p95 ms"), rows)
-        if m.note:
-            click.echo(f"note: {m.note}")
-        if m.other_configs:
-            click.echo("published configurations for this broker: " + "; ".join(m.other_configs))
 
 
 @click.command()

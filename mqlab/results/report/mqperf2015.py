@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from mqlab.results.report.published import Block, register
+from mqlab.results.report.published import Block, register, threads_nodes_title
 from mqlab.results.report.reference import measurement_notes
 
 LOG = logging.getLogger(__name__)
@@ -162,12 +162,7 @@ class Mqperf2015:
                     "ran as many sender as receiver nodes)"
                 )
             notes += measurement_notes(run)
-            title = (
-                f"{run['run_id']} ({run['broker']}, {run['sender_threads']}/"
-                f"{run['receiver_threads']} threads, {run['sender_nodes']}s-"
-                f"{run['receiver_nodes']}r)"
-            )
-            out.append(Block(title, self.headers, cells, notes))
+            out.append(Block(threads_nodes_title(run), self.headers, cells, notes))
         return out
 
 

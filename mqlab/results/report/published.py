@@ -81,6 +81,14 @@ def _load_all() -> None:
     )
 
 
+def threads_nodes_title(run: dict[str, Any]) -> str:
+    """A block's title for sets matched by threads and nodes (mqperf's tables)."""
+    return (
+        f"{run['run_id']} ({run['broker']}, {run['sender_threads']}/"
+        f"{run['receiver_threads']} threads, {run['sender_nodes']}s-{run['receiver_nodes']}r)"
+    )
+
+
 def of_run(run_dir: Path | str) -> tuple[str, str] | None:
     """The (set, experiment) a run's scenario reproduces, from its archived scenario."""
     p = Path(run_dir) / "scenario.toml"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from mqlab.results.report.published import Block, ReferenceError, register
+from mqlab.results.report.published import Block, ReferenceError, register, threads_nodes_title
 
 LOG = logging.getLogger(__name__)
 
@@ -154,12 +154,13 @@ class Mqperf2021:
         return {r.table for r in load_reference(self.name)}
 
     def blocks(self, runs: Any, experiment: str | None) -> list[Block]:
-        rows = load_reference(self.name)
+        """The run's measured period (and its worst window, mqperf's 1-minute p95), then
+        the published rows of its broker, threads per node and nodes."""
+        from mqlab.results.report.compare import against_reference  # compare imports us
+
         out = []
-        for run in runs:
-            match = [
-                r for r in matching_rows(run, rows) if experiment is None or r.table == experiment
-            ]
+        for m in against_reference(list(runs), self.name):
+            run = m.run
             cells: list[tuple[Any, ...]] = [
                 (
                     "mqlab (measured period)",
@@ -169,7 +170,20 @@ class Mqperf2021:
                     _ms(run["send_call_us_p95"]),
                 )
             ]
-            for x in match:
+            if m.worst_window:
+                ww = m.worst_window
+                cells.append(
+                    (
+                        f"mqlab worst {ww['window_s']:g} s window",
+                        "-",  # the window's p95 figures only
+                        "-",
+                        _ms(ww["processing_us_p95"]),
+                        _ms(ww["send_call_us_p95"]),
+                    )
+                )
+            for x in m.rows:
+                if experiment is not None and x.table != experiment:
+                    continue
                 cells.append(
                     (
                         f"{self.name} {x.system}" + (f" ({x.table})" if x.table != "main" else ""),
@@ -179,19 +193,12 @@ class Mqperf2021:
                         x.send_latency_p95_ms,
                     )
                 )
-            notes = sorted({r.approximate for r in match if r.approximate})
-            if not match:
+            notes = [m.note] if m.note else []
+            if m.other_configs:
                 notes.append(
-                    f"no published {self.name} row for broker {run['broker']} with these "
-                    "threads and nodes"
+                    "published configurations for this broker: " + "; ".join(m.other_configs)
                 )
-            notes += measurement_notes(run)
-            title = (
-                f"{run['run_id']} ({run['broker']}, {run['sender_threads']}/"
-                f"{run['receiver_threads']} threads, {run['sender_nodes']}s-"
-                f"{run['receiver_nodes']}r)"
-            )
-            out.append(Block(title, self.headers, cells, notes))
+            out.append(Block(threads_nodes_title(run), self.headers, cells, notes))
         return out
 
 
