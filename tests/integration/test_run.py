@@ -379,7 +379,9 @@ def test_fixed_rate_run_summarizes_to_the_scheduled_rate_and_is_queryable_at_onc
     assert abs(tp["send_msgs_per_s"] / rate - 1) < 0.01, tp
     assert abs(tp["receive_msgs_per_s"] / rate - 1) < 0.01, tp
     assert rate * 11 - 2 * 2 * processes <= d["confirmed"] <= rate * 11 and d["lost"] == 0, d
-    assert d["unsent"] == 0 and summary["sender_lag_ms_max"] < 500, summary
+    # a thread that wakes for its last slot after the run's end (a busy 2-core machine)
+    # leaves that slot unsent, by definition: at most one per sender thread
+    assert d["unsent"] <= 2 * processes and summary["sender_lag_ms_max"] < 500, summary
     # well within what clients and broker can do: neither mark
     sat = summary["saturation"]
     assert sat["client_bound"] is False and sat["receivers_behind"] is False, sat
