@@ -82,13 +82,13 @@ ATTACH: dict[str, Attach] = {
 }
 
 
-def answers(address: str, port: int, wait_s: float = ANSWER_WAIT_S) -> bool:
+def answers(address: str, port: int, wait_s: float | None = None) -> bool:
     """Something accepts TCP at ``address:port`` and keeps the connection open (or speaks
     first): a loopback tunnel accepts every connection and closes it when its far end
     refused, so a bare connect says nothing there."""
     try:
         with socket.create_connection((address, port), timeout=HTTP_TIMEOUT_S) as sock:
-            sock.settimeout(wait_s)
+            sock.settimeout(ANSWER_WAIT_S if wait_s is None else wait_s)
             try:
                 return sock.recv(1) != b""
             except TimeoutError:
@@ -199,10 +199,10 @@ class ImageCluster(LocalCluster):
     def health(self) -> dict[str, Any]:
         nodes = [self.node_health(i) for i in range(self.nodes)]
         serving = [n["answers"] and n["ready"] is not False for n in nodes]
-        running = [any(n["listening"].values()) for n in nodes]
-        # "any": the one serving node answers and the others run (Artemis' backups)
-        one = self.spec.serving == "any"
-        healthy = (any(serving) and all(running)) if one else all(serving)
+        if self.spec.serving == "any":  # one node serves, the others run (Artemis' backups)
+            healthy = any(serving) and all(any(n["listening"].values()) for n in nodes)
+        else:  # every node serves and listens on each of its ports
+            healthy = all(serving) and all(all(n["listening"].values()) for n in nodes)
         return {"healthy": healthy, "nodes": nodes}
 
     def leader(self, driver: Any) -> int:

@@ -41,10 +41,15 @@ class FakeHost:
     def run(self, cmd: list[str], check: bool = True, **_kw: Any) -> Any:
         class R:
             rc = 0
-            out = json.dumps(self.info)
+            out = json.dumps(self.info) if cmd[0] == "cat" else "10.0.1.1"
 
-        assert cmd[0] == "cat", cmd
         return R()
+
+    def forward(self, address: str, port: int) -> tuple[str, int]:
+        return self.tunnel(address, port)
+
+    def close(self) -> None:
+        pass
 
 
 def _hosts(broker: str, listens: list[set[int]] | None = None, **info: Any) -> list[Any]:
@@ -62,6 +67,11 @@ def _cluster(tmp_path: Path, broker: str, hosts: list[Any] | None = None) -> Ima
     c = cls(tmp_path / broker, 3, hosts or _hosts(broker))
     c.reach = lambda a, p: ("127.0.0.1", 9)  # never used unless a test sets a listener
     return c
+
+
+@pytest.fixture(autouse=True)
+def _quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(image, "ANSWER_WAIT_S", 0.05)  # loopback servers answer at once
 
 
 # -- which class a lab picks ------------------------------------------------------------
@@ -323,3 +333,46 @@ def test_process_faults_are_refused_in_one_line_on_attached_clusters(tmp_path: P
         msg = str(e.value)
         assert msg.startswith(f"{name}: the lab's images run the kafka nodes"), msg
         assert "\n" not in msg and "partition, netem or power_loss" in msg
+
+
+def test_every_port_a_node_runs_must_listen(tmp_path: Path, listener: int) -> None:
+    """RocketMQ: the proxy answers, but a node whose name server does not listen is not
+    healthy; it still runs (alive) while one of its ports listens."""
+    c = _cluster(tmp_path, "rocketmq")
+    c.reach = lambda a, p: ("127.0.0.1", listener)
+    assert c.health()["healthy"]
+    c.hosts[0].listens = {8081}
+    h = c.health()
+    assert not h["healthy"] and h["nodes"][0]["listening"] == {"proxy": True, "namesrv": False}
+    assert c.alive() == [True] * 3
+
+
+def test_the_run_attaches_to_an_aws_lab_with_the_attach_class(
+    tmp_path: Path, listener: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.ClusterPool on a placement whose images run the brokers: the attach class,
+    attached, through the placement's tunnels; closing the pool leaves the nodes alone."""
+    from mqlab.fleet.placement import Placement
+    from mqlab.run import ClusterPool, Observer
+    from mqlab.scenario import load_scenario
+
+    monkeypatch.setenv("MQLAB_STATE_DIR", str(tmp_path / "state"))
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(k, "x")
+    [s] = load_scenario(ROOT / "scenarios" / "aws" / "rocketmq-short-aws.toml")
+    brokers = _hosts("rocketmq")
+    tunnels: list[tuple[str, int]] = []
+    for h in brokers:
+        h.tunnel = lambda a, p: (tunnels.append((a, p)), ("127.0.0.1", listener))[1]
+    clients = [
+        FakeHost("sender-0", "10.0.1.20", set(), {}),
+        FakeHost("receiver-0", "10.0.1.30", set(), {}),
+    ]
+    placement = Placement("aws", "lab", brokers, clients[:1], clients[1:])
+    pool = ClusterPool(Observer())
+    cluster, reused = pool.get(s, placement)
+    assert type(cluster).__name__ == "RocketmqImageCluster" and cluster.attached and not reused
+    assert tunnels == [(a, 8081) for a in ADDRS]
+    assert cluster.attached_versions() == ["rocketmq 9.9"]
+    assert pool.get(s, placement) == (cluster, False)  # the same lab: the same cluster
+    pool.close()
