@@ -222,9 +222,10 @@ def test_a_lab_built_for_another_broker_is_refused(
 def test_a_process_fault_on_the_image_nodes_is_refused(kafka_lab: KafkaLab, tmp_path: Path) -> None:
     """The image's server is not mqlab's process: kill_node stops the run with one line
     and leaves the server running."""
-    scenario = tmp_path / "kafka-kill-aws.toml"
-    text = kafka_lab.scenario.read_text()
-    scenario.write_text(text + '\n[[faults]]\nat_s = 2\naction = "kill_node"\nnode = 0\n')
+    scenario = kafka_lab.scenario  # the lab's own scenario file (its path names the lab)
+    scenario.write_text(
+        scenario.read_text() + '\n[[faults]]\nat_s = 2\naction = "kill_node"\nnode = 0\n'
+    )
     [result] = run_mod.execute_files([scenario], tmp_path / "results")
     assert result.status != "complete"
     assert "kill_node: the lab's images run the kafka nodes, not mqlab" in result.end_reason, (
