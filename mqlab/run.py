@@ -142,7 +142,8 @@ class ClusterPool:
 
     def get(self, s: Scenario, placement: Placement) -> tuple[LocalCluster, bool]:
         info = registry.BROKERS[s.broker]
-        key = f"{info.local_cluster}:{s.cluster.nodes}:{placement.kind}:{placement.name}"
+        kind = s.broker if placement.brokers_from_image else info.local_cluster
+        key = f"{kind}:{s.cluster.nodes}:{placement.kind}:{placement.name}"
         if key in self.clusters:
             cluster, owned = self.clusters[key]
             if all(cluster.alive()):
@@ -154,10 +155,14 @@ class ClusterPool:
             self.observer.phase(f"using the local {s.broker} cluster that is already up")
             self.clusters[key] = (running, False)
             return running, True
-        workdir = local.state_dir() / "runs" / f"cluster-{info.local_cluster}-{time.time_ns()}"
-        cluster = local.cluster_class(s.broker)(
-            workdir, s.cluster.nodes, placement.brokers if placement.remote else None
+        workdir = local.state_dir() / "runs" / f"cluster-{kind or s.broker}-{time.time_ns()}"
+        # a lab whose images run the brokers (AWS): the class that attaches to them
+        cls = (
+            local.attach_class(s.broker)
+            if placement.brokers_from_image
+            else local.cluster_class(s.broker)
         )
+        cluster = cls(workdir, s.cluster.nodes, placement.brokers if placement.remote else None)
         cluster.trusted_addresses = placement.client_addresses()
         cluster.reach = placement.reach
         cluster.attached = placement.brokers_from_image
@@ -278,7 +283,7 @@ def run_one(
         # the coordinator's own clients (setup, drain checks, teardown), one per queue:
         # through SSH tunnels where the lab's addresses are private; workers get the
         # addresses
-        reach = placement.reachable(cluster.endpoints())
+        reach = placement.reachable(cluster.endpoints(), cluster.follows_advertised)
         observer.phase(
             "setup: creating the queue"
             if len(names) == 1

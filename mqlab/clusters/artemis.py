@@ -142,6 +142,7 @@ class ArtemisCluster(LocalCluster):
         "(shared-store master/slave, one KahaDB copy)"
     )
     start_timeout_s = 90.0
+    runs_on_hosts = False  # on a lab whose images run the brokers: mqlab.clusters.image
 
     def __init__(self, workdir: Any, nodes: int | None = None, hosts: Any = None):
         if hosts is not None and not all(h.is_local for h in hosts):

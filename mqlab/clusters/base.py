@@ -58,6 +58,13 @@ class LocalCluster(ABC):
     # stand-in or an emulator): every table and report marks its runs, never quoted as
     # the real system's figures; None for the real server
     stand_in: ClassVar[str | None] = None
+    # the launcher starts nodes on hosts of their own (a lab); False for a stand-in that
+    # runs on this machine only: on a lab whose images run the brokers, the attach path
+    # (``mqlab.clusters.image``) checks them instead
+    runs_on_hosts: ClassVar[bool] = True
+    # clients are sent on to the addresses the brokers advertise (Kafka's metadata, a
+    # replica set's members): the coordinator must reach those, a tunnel is not enough
+    follows_advertised: ClassVar[bool] = False
 
     def __init__(self, workdir: Path, nodes: int | None = None, hosts: list[Host] | None = None):
         from mqlab.fleet.hosts import LocalHost
@@ -244,8 +251,17 @@ class LocalCluster(ABC):
     def _after_stop(self) -> None:  # noqa: B027 - optional hook
         """Hook for helpers outside the node processes (e.g. epmd)."""
 
+    def _own_processes(self, fault: str) -> None:
+        """Process faults act on the processes mqlab started; the images' are not ours."""
+        if self.attached:
+            raise ClusterError(
+                f"{fault}: the lab's images run the {self.broker} nodes, not mqlab (no process "
+                "of theirs to signal); use partition, netem or power_loss on an AWS lab"
+            )
+
     def kill_node(self, index: int) -> None:
         """Hard-kill node ``index`` (SIGKILL its process group): a crash, for fault tests."""
+        self._own_processes("kill_node")
         self.hosts[index].stop(self.procs[index], timeout_s=5, sig=signal.SIGKILL)
         self.save_state()
 
@@ -256,14 +272,17 @@ class LocalCluster(ABC):
 
     def pause_node(self, index: int) -> None:
         """Freeze node ``index`` (SIGSTOP to its process group): a stalled, not dead, node."""
+        self._own_processes("pause_node")
         self.hosts[index].signal(self.procs[index], signal.SIGSTOP)
 
     def resume_node(self, index: int) -> None:
+        self._own_processes("resume_node")
         self.hosts[index].signal(self.procs[index], signal.SIGCONT)
 
     def crash_all(self) -> None:
         """Hard-kill every node at once (a process crash: the page cache survives it): each
         node is killed as ``kill_node`` kills it, all of them together."""
+        self._own_processes("crash_all")
         self._each([i for i in range(self.nodes) if i in self.procs], self.kill_node)
 
     def restart_nodes(self, indices: list[int]) -> None:
@@ -279,6 +298,7 @@ class LocalCluster(ABC):
             f.result()
 
     def restart_node(self, index: int) -> None:
+        self._own_processes("restart_node")
         if index in self.procs and self.hosts[index].is_alive(self.procs[index]):
             return
         self.procs[index] = self._start_node(index)

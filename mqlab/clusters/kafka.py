@@ -42,6 +42,7 @@ def _binary() -> str:
 class KafkaCluster(LocalCluster):
     broker = "kafka"
     stand_in = "tansu, a Kafka API stand-in (one node, memory storage, no replication)"
+    runs_on_hosts = False  # on a lab whose images run the brokers: mqlab.clusters.image
     default_nodes = 1
     start_timeout_s = 20.0
 

@@ -36,6 +36,23 @@ def cluster_class(broker: str) -> type[LocalCluster]:
     return cls
 
 
+def attach_class(broker: str) -> type[LocalCluster]:
+    """The class that checks the nodes a lab's images run (``placement.brokers_from_image``):
+    the broker's own launcher where it runs on hosts (NATS, PostgreSQL, Redis, RabbitMQ),
+    else the attach path of ``mqlab.clusters.image`` (stand-ins and brokers without a
+    launcher). A broker without an image (SQS) keeps its launcher, which says why not."""
+    info = registry.BROKERS.get(broker)
+    if info is not None and info.local_cluster is not None:
+        cls = cluster_class(broker)
+        if cls.runs_on_hosts or not info.self_hosted:
+            return cls
+    if info is None:
+        cluster_class(broker)  # the one-line refusal of an unknown broker
+    from mqlab.clusters import image
+
+    return image.image_cluster(broker)
+
+
 def named_dir(broker: str, root: Path | None = None) -> Path:
     return state_dir(root) / "clusters" / broker
 

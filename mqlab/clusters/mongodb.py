@@ -196,6 +196,7 @@ def ensure_venv(progress: Progress = _quiet, env: dict[str, str] | None = None) 
 class MongoCluster(LocalCluster):
     broker = "mongodb"
     stand_in = "mongoeco, a MongoDB wire stand-in (one process, in memory, no replication)"
+    runs_on_hosts = False  # on a lab whose images run the brokers: mqlab.clusters.image
     default_nodes = 1
     start_timeout_s = 60.0
 

@@ -553,6 +553,7 @@ class PostgresCluster(LocalCluster):
 
     def kill_node(self, index: int) -> None:
         """SIGKILL the postmaster and all its children at once, as a crash would."""
+        self._own_processes("kill_node")
         h = self.host(index)
         children = h.children(self.procs[index])
         h.stop(self.procs[index], timeout_s=5, sig=signal.SIGKILL)

@@ -67,6 +67,7 @@ def lite_version() -> str:
 class PulsarCluster(LocalCluster):
     broker = "pulsar"
     stand_in = "pulsar-lite, a Pulsar protocol stand-in (one process, one copy)"
+    runs_on_hosts = False  # on a lab whose images run the brokers: mqlab.clusters.image
     default_nodes = 1
     start_timeout_s = 20.0
 

@@ -143,6 +143,7 @@ class RedisCluster(LocalCluster):
     def restart_node(self, index: int) -> None:
         """Start node ``index`` again (and its sentinel, if that died too): as a replica of
         the primary the sentinels name now, or as the primary if they still name it."""
+        self._own_processes("restart_node")
         recs = self.sentinel_records()
         if index in recs and not self.host(index).is_alive(recs[index]):
             self._start_sentinel(index)

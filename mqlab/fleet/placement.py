@@ -103,9 +103,29 @@ class Placement:
         via = next((h for h in hosts if h.address == address), hosts[0])
         return via.forward(address, port)
 
-    def reachable(self, endpoints: Endpoints) -> Endpoints:
-        """``endpoints`` as the coordinator connects to them (workers get the originals)."""
+    def reachable(self, endpoints: Endpoints, follows_advertised: bool = False) -> Endpoints:
+        """``endpoints`` as the coordinator connects to them (workers get the originals).
+
+        Brokers that send clients on to the addresses they advertise (Kafka's metadata,
+        a replica set's members; ``follows_advertised``) cannot be used through a tunnel:
+        the coordinator must reach the lab's addresses itself, else a one-line refusal."""
         if not self.tunnels:
+            return endpoints
+        if follows_advertised:
+            from mqlab.clusters import process
+
+            unreached = [
+                f"{n.host}:{n.port}"
+                for n in endpoints.nodes
+                if not process.port_open(n.host, n.port, timeout_s=2.0)
+            ]
+            if unreached:
+                raise FleetError(
+                    f"{endpoints.broker}: its clients follow the addresses the brokers "
+                    f"advertise, and this coordinator cannot reach {', '.join(unreached)} "
+                    "(an SSH tunnel is not enough): run mqlab on a host inside the lab's "
+                    "network"
+                )
             return endpoints
         nodes = []
         for n in endpoints.nodes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 from mqlab.drivers.base import Endpoints, NodeEndpoint
+from mqlab.errors import FleetError
 from mqlab.fleet.hosts import LocalHost
 from mqlab.fleet.placement import Placement, from_inventory
 from mqlab.infra.inventory import Host, Inventory
@@ -92,3 +93,29 @@ def test_listening_sees_a_listening_port_and_not_a_closed_one() -> None:
             closed.bind(("127.0.0.1", 0))  # bound, not listening
             other = closed.getsockname()[1]
             assert LocalHost().listening([port, other]) == [True, False]
+
+
+def test_brokers_that_follow_advertised_addresses_are_reached_directly_or_refused() -> None:
+    """Kafka-like clients go on to the addresses the brokers advertise: through tunnels
+    the coordinator uses the endpoints as they are when it reaches them, else it says so."""
+    p = from_inventory("aws", _inventory("aws", public=True))
+    t = _Tunnels(p)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        eps = Endpoints("kafka", (NodeEndpoint(0, "127.0.0.1", port),))
+        assert p.reachable(eps, follows_advertised=True) is eps
+    assert not t.used  # no tunnel for them
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # bound, not listening: refused
+        eps = Endpoints("kafka", (NodeEndpoint(0, "127.0.0.1", closed),))
+        try:
+            p.reachable(eps, follows_advertised=True)
+        except FleetError as e:
+            msg = str(e)
+        else:
+            raise AssertionError("no refusal")
+    assert "\n" not in msg and f"cannot reach 127.0.0.1:{closed}" in msg
+    assert "inside the lab's network" in msg
