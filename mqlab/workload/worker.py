@@ -74,6 +74,8 @@ class Worker:
         )
         self.go = threading.Event()
         self.go_ms: int | None = None
+        self.measure_ms: int | None = None  # the measured period's start, once told
+        self.measure_told = threading.Event()  # wakes the ticker when it is told
 
     # -- threads ----------------------------------------------------------------
     def _guard(self, fn: Any, *args: Any) -> None:
@@ -119,11 +121,31 @@ class Worker:
         return threads
 
     def _ticker(self) -> None:
+        """Close an interval at every whole second, and at the measured period's start
+        (``measure MS`` from the coordinator): the summary counts the intervals that
+        start at or after it, so without that boundary whatever a worker did in the
+        second it falls in would be left out (all of a run shorter than that second)."""
         while not self.stop.is_set():
-            boundary_ms = (now_ms() // 1000 + 1) * 1000
-            if self.stop.wait(max(0.0, boundary_ms / 1000 - clock.wall_s())):
-                break
+            now = now_ms()
+            boundary_ms = (now // 1000 + 1) * 1000
+            measure = self.measure_ms
+            if measure is not None and measure <= self.recorder.interval_start_ms:
+                self.measure_ms = measure = None  # an interval starts at or after it already
+            if measure is not None and measure < boundary_ms:
+                boundary_ms = max(measure, now)  # told when it had come: an interval starts now
+            wait_s = boundary_ms / 1000 - clock.wall_s()
+            if wait_s > 0:
+                # a measure command wakes the ticker at once; stop is looked at every 0.1 s
+                if self.measure_told.wait(min(wait_s, 0.1)):
+                    self.measure_told.clear()
+                    continue
+                if self.stop.is_set():
+                    break
+                if now_ms() < boundary_ms:
+                    continue
             self.recorder.tick(boundary_ms)
+            if measure is not None and boundary_ms >= measure:
+                self.measure_ms = None
 
     def _start_sending(self) -> None:
         """The common start: close the interval before it, so that one begins there."""
@@ -151,6 +173,9 @@ class Worker:
                 continue
             if cmd[0] == "go":
                 self.commands.add("go")
+            elif cmd[0] == "measure" and len(cmd) == 2 and cmd[1].isdigit():
+                self.measure_ms = int(cmd[1])
+                self.measure_told.set()
             elif cmd[0] == "receivers-stop":
                 self.commands.add("receivers-stop")
             elif cmd[0] == "stop":

@@ -79,7 +79,7 @@ def nodes(section: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {n["node"]: n for n in section["nodes"]}
 
 
-def expected_node(run: SyntheticRun, role: str, node: int) -> tuple[float, float]:
+def expected_node(run: SyntheticRun, role: str, node: int) -> tuple[float, float | None]:
     d = run.run_dir
     paths = sorted(d.glob(f"workers/{role}-{node:02d}*/cpu.csv"))
     p = reference.period(d, role, run.warmup_end_ms)
@@ -109,11 +109,11 @@ def test_each_node_s_cpu_is_its_files_over_its_role_s_measured_period(tmp_path: 
     send = reference.period(run.run_dir, "sender", run.warmup_end_ms)
     recv = reference.period(run.run_dir, "receiver", run.warmup_end_ms)
     lo, hi = min(send.start_ms, recv.start_ms), max(send.end_ms, recv.end_ms)
-    cpu_s, fraction = reference.node_cpu(
+    cpu_s, broker_fraction = reference.node_cpu(
         [layout.broker_dir(run.run_dir, 1) / layout.CPU], lo, hi, CORES
     )
     assert got["broker-01"]["cpu_s"] == pytest.approx(cpu_s, abs=1e-3)
-    assert got["broker-01"]["fraction"] == pytest.approx(fraction, abs=1e-4)
+    assert got["broker-01"]["fraction"] == pytest.approx(broker_fraction, abs=1e-4)
     [host] = section["hosts"]
     assert host["host"] == "local" and host["client_nodes"] == 3
     assert host["brokers_fraction"] == pytest.approx(3 * 0.3 / CORES, abs=2e-3)
