@@ -371,7 +371,7 @@ DISSECTING = {"artemis", "rabbitmq", "kafka", "redis", "nats"}  # his brokered o
 
 
 def test_dissecting_message_queues_one_producer_one_consumer_1kb() -> None:
-    for target, count in (("aws", 1_000_000), ("local", 10_000)):
+    for target, count in (("aws", 1_000_000), ("local", 20_000)):
         files = sorted((SEEDS / "bench" / target).glob("dissecting-*.toml"))
         assert {p.stem.removeprefix("dissecting-") for p in files} == DISSECTING
         for path in files:
