@@ -2,7 +2,8 @@
 
 - setup: a topic with ``partitions`` partitions, replication factor ``replicas``
   and ``min.insync.replicas``.
-- send: produce the batch (``acks=all``, idempotence on), then flush: a send
+- send: produce the batch (``acks=all``, idempotence on, ``compression`` as the
+  producer's ``compression.type``), then flush: a send
   returns once every message's delivery report arrived without error. Reports
   carry their batch's number: a late report of an earlier batch (one whose send
   timed out) is logged and never counts for or against the current batch.
@@ -68,6 +69,11 @@ class Settings:
     acks: str = spec("all", choices=("all", "1", "0"))
     idempotence: bool = spec(True, help="enable.idempotence on the producer")
     linger_ms: float = spec(0.0, min=0)
+    compression: str = spec(
+        "none",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        help="producer compression.type (brokers-bench compared none, gzip and snappy)",
+    )
     commit_interval_s: float = spec(
         10.0, min=0, help="commit acked offsets this often; 0: every ack"
     )
@@ -181,6 +187,7 @@ class KafkaSender(Sender):
                 "acks": s.acks,
                 "enable.idempotence": s.idempotence,
                 "linger.ms": s.linger_ms,
+                "compression.type": s.compression,
                 "message.timeout.ms": int(s.send_timeout_s * 1000),
             }
         )

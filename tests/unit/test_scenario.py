@@ -600,7 +600,9 @@ def test_brokers_bench_seed_scenarios_validate_and_name_their_experiment() -> No
         runs = load_scenario(p)
         for s in runs:
             assert s.reference is not None and s.reference.set == "brokers-bench", p
-            assert s.workload.order == "strict", p
+            # ten partitions per topic spread a producer's messages: no order to hold there
+            partitioned = s.reference.experiment == "producers-10-topics-10-partitions"
+            assert s.workload.order == ("any" if partitioned else "strict"), p
             assert s.cluster.target == ("aws" if p.parent.name == "aws" else "local"), p
         assert p.read_text().startswith("# brokers-bench"), p
     ordered = [s for p in files if "ordered-stream" in p.name for s in load_scenario(p)]

@@ -198,3 +198,194 @@ def test_bench_files_run_treats_rates_and_sizes_at_a_fixed_rate() -> None:
     ]
     assert Counter(s.cluster.target for s in local) == {"local": 6}
     assert all(s.workload.mode == "fixed_rate" and s.workload.duration_s == 3 for s in local)
+
+
+# brokers-bench: (topics, producers, consumers, message bytes, partitions per topic) as the
+# report states each experiment's set-up (/work/shared/seeds/001_*.txt in the lab)
+BB_SETUP = {
+    "compression-1kb": (10, 10, 10, 1024, 1),
+    "compression-10kb": (10, 10, 10, 10240, 1),
+    "producers-4-topics": (4, 40, 4, 1024, 1),
+    "producers-10-topics": (10, 100, 10, 1024, 1),
+    "producers-10-topics-10-partitions": (10, 100, 10, 1024, 10),
+    "vertical-10-cores": (10, 100, 10, 1024, 1),
+}
+BB_NEW = {
+    # file stem -> (experiment, brokers, local file?)
+    "compression-1kb": ("compression-1kb", ["redpanda"] * 3, True),
+    "compression-10kb": ("compression-10kb", ["redpanda"] * 3, True),
+    "producers-4-topics": ("producers-4-topics", ["kafka", "redpanda"], True),
+    "producers-10-topics-10-partitions": (
+        "producers-10-topics-10-partitions",
+        ["kafka", "redpanda"],
+        True,
+    ),
+    "producers-10-topics-nats": ("producers-10-topics", ["nats"], True),
+    "vertical-10-cores": ("vertical-10-cores", ["kafka", "redpanda"], False),
+    "vertical-10-cores-nats": ("vertical-10-cores", ["nats"], False),
+}
+
+
+def _bb_shape(s: Scenario) -> tuple[int, int, int, int, int]:
+    c = s.clients
+    p = c.processes_per_node or 1
+    return (
+        s.workload.queues,
+        c.sender_nodes * p * c.sender_threads,
+        c.receiver_nodes * p * c.receiver_threads,
+        s.workload.message_bytes,
+        int(getattr(s.profile.settings, "partitions", 1)),
+    )
+
+
+def _bb_files(stem: str) -> list[tuple[str, Path]]:
+    exp, _brokers, has_local = BB_NEW[stem]
+    out = [("aws", SEEDS / "brokers-bench" / "aws" / f"{stem}-aws.toml")]
+    if has_local:
+        out.append(("local", SEEDS / "brokers-bench" / "local" / f"{stem}.toml"))
+    return out
+
+
+def test_every_brokers_bench_experiment_has_an_aws_file() -> None:
+    experiments = {r["experiment"] for r in _csv("brokers-bench.csv")}
+    named = set()
+    for path in (SEEDS / "brokers-bench" / "aws").glob("*.toml"):
+        ref = load_scenario(path)[0].reference
+        assert ref is not None and ref.set == "brokers-bench"
+        named.add(ref.experiment)
+    assert named == experiments
+    local = set()
+    for path in (SEEDS / "brokers-bench" / "local").glob("*.toml"):
+        ref = load_scenario(path)[0].reference
+        assert ref is not None
+        local.add(ref.experiment)
+    # vertical scaling is the broker hosts' cores: AWS only (its file says why)
+    assert local == experiments - {"vertical-10-cores"}
+    assert not (SEEDS / "brokers-bench" / "local" / "vertical-10-cores.toml").exists()
+    assert (
+        "AWS only" in (SEEDS / "brokers-bench" / "aws" / "vertical-10-cores-aws.toml").read_text()
+    )
+
+
+@pytest.mark.parametrize("stem", sorted(BB_NEW))
+def test_new_brokers_bench_files_have_the_reports_setup(stem: str) -> None:
+    exp, brokers, _local = BB_NEW[stem]
+    for target, path in _bb_files(stem):
+        runs = load_scenario(path)
+        assert [s.broker for s in runs] == brokers, path.name
+        for s in runs:
+            assert _bb_shape(s) == BB_SETUP[exp], path.name
+            assert s.reference is not None
+            assert (s.reference.set, s.reference.experiment) == ("brokers-bench", exp)
+            assert s.cluster.target == target
+            assert (s.workload.send_batch_min, s.workload.send_batch_max) == (1, 1)
+            if s.broker != "nats":
+                assert s.profile.settings.acks == "1"  # the report: leader ack
+            # one partition per topic keeps each producer's order; ten do not
+            assert s.workload.order == ("any" if BB_SETUP[exp][4] > 1 else "strict")
+            if target == "local":
+                assert s.workload.duration_s <= 4
+                assert s.clients.processes_per_node == 1
+            else:
+                assert s.cluster.nodes == 3 and s.cluster.aws is not None
+                assert s.workload.duration_s == 60
+                assert "standin" not in s.profile.name
+                want = "i3.4xlarge" if exp == "vertical-10-cores" else "i3.large"
+                assert s.cluster.aws.broker_instance_type == want
+
+
+@pytest.mark.parametrize("kb", [1, 10])
+def test_brokers_bench_compression_sweeps_none_gzip_snappy(kb: int) -> None:
+    for _target, path in _bb_files(f"compression-{kb}kb"):
+        runs = load_scenario(path)
+        assert [getattr(s.profile.settings, "compression", "none") for s in runs] == [
+            "none",
+            "gzip",
+            "snappy",
+        ]
+    published = {
+        r["compression"]
+        for r in _csv("brokers-bench.csv")
+        if r["experiment"] == f"compression-{kb}kb"
+    }
+    assert published == {"none", "gzip", "snappy"}
+
+
+def test_brokers_bench_nats_ten_topics_are_ten_r3_streams() -> None:
+    for _target, path in _bb_files("producers-10-topics-nats") + [
+        ("aws", SEEDS / "brokers-bench" / "aws" / "vertical-10-cores-nats-aws.toml")
+    ]:
+        (s,) = load_scenario(path)
+        assert s.profile.name == "nats-r3" and s.cluster.nodes == 3
+        assert s.workload.queues == 10  # one stream per queue; the report: 1 stream, 10 subjects
+        assert "one stream per queue" in path.read_text()
+
+
+TREAT_SYSTEMS = ("kafka", "redis", "rabbitmq")
+
+
+@pytest.mark.parametrize("broker", TREAT_SYSTEMS)
+def test_treats_request_rates_run_for_every_system_of_the_post(broker: str) -> None:
+    aws = load_scenario(SEEDS / "bench" / "aws" / f"{broker}-request-rates.toml")
+    per_node = [
+        (s.workload.message_bytes, s.clients.sender_threads * s.workload.rate_per_s) for s in aws
+    ]
+    # Treat: 256 B at 3,000/s, 1 KB at 3,000/s, 5 KB at 2,000/s, 1 KB at 20,000/s (25
+    # connections), 1 MB at 100/s; 30 s each, on m4.xlarge
+    assert per_node == [(256, 3000), (1024, 3000), (5120, 2000), (1024, 20000), (1_000_000, 100)]
+    assert [s.clients.sender_threads for s in aws] == [1, 1, 1, 25, 1]
+    local = load_scenario(SEEDS / "bench" / "local" / f"{broker}-request-rates.toml")
+    assert [(s.workload.message_bytes, s.workload.rate_per_s) for s in local] == [
+        (256, 300),
+        (1024, 300),
+        (5120, 200),
+    ]
+    for s in [*aws, *local]:
+        assert s.broker == broker and s.workload.mode == "fixed_rate"
+        assert s.workload.send_batch_max == 1 and s.reference is None  # plots only: no set
+    for s in aws:
+        assert s.workload.duration_s == 30 and s.cluster.aws is not None
+        assert s.cluster.aws.broker_instance_type == "m4.xlarge"
+    assert all(s.cluster.target == "local" and s.workload.duration_s == 3 for s in local)
+
+
+def test_treats_commit_log_kafka_side_meets_the_kafka_table() -> None:
+    aws = load_scenario(SEEDS / "bench" / "aws" / "kafka-commit-log.toml")
+    local = load_scenario(SEEDS / "bench" / "local" / "kafka-commit-log.toml")
+    assert [s.workload.message_bytes for s in aws] == [256, 1024, 5120, 1_000_000]
+    assert [s.workload.message_bytes for s in local] == [256, 1024, 5120]
+    for s in [*aws, *local]:
+        assert s.broker == "kafka" and s.profile.settings.replicas == 1  # his RF 1
+        assert s.cluster.nodes == 1  # one Kafka broker, as his
+        assert s.workload.mode == "fixed_rate" and s.workload.rate_per_s == 50
+        assert s.reference is not None
+        assert (s.reference.set, s.reference.experiment) == ("treat-commit-logs", "kafka-rf1")
+    assert all(s.workload.duration_s == 30 for s in aws)
+    published = {
+        int(r["message_bytes"]) for r in _csv("treat-commit-logs.csv") if r["system"] == "Kafka"
+    }
+    assert published == {256, 1024, 5120, 1_048_576}
+
+
+DISSECTING = {"artemis", "rabbitmq", "kafka", "redis", "nats"}  # his brokered ones mqlab drives
+
+
+def test_dissecting_message_queues_one_producer_one_consumer_1kb() -> None:
+    for target, count in (("aws", 1_000_000), ("local", 20_000)):
+        files = sorted((SEEDS / "bench" / target).glob("dissecting-*.toml"))
+        assert {p.stem.removeprefix("dissecting-") for p in files} == DISSECTING
+        for path in files:
+            (s,) = load_scenario(path)
+            assert s.broker == path.stem.removeprefix("dissecting-")
+            assert s.cluster.target == target
+            assert s.workload.message_bytes == 1024
+            assert s.workload.messages_per_thread == count
+            assert s.workload.mode == "closed_loop"
+            c = s.clients
+            assert (c.sender_nodes, c.receiver_nodes, c.sender_threads, c.receiver_threads) == (
+                1,
+                1,
+                1,
+                1,
+            )
+            assert s.reference is None  # the post's figures are charts only

@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,10 +15,11 @@ import pytest
 from nats.js import api
 from pika import spec as amqp
 
+from mqlab import typed
 from mqlab.drivers import base, kafka, rabbitmq, redis, sqs
 from mqlab.drivers import nats as nats_driver
 from mqlab.drivers.base import Endpoints, NodeEndpoint
-from mqlab.errors import DriverError
+from mqlab.errors import DriverError, ScenarioError
 from mqlab.workload import envelope
 
 
@@ -89,7 +91,8 @@ def test_kafka_commit_metadata_round_trip() -> None:
 class _FakeProducer:
     """Keeps produced messages' delivery callbacks; ``flush`` serves them as the test says."""
 
-    def __init__(self, _config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
         self.queued: list[tuple[bytes, Callable[[Any, Any], None]]] = []
         self.stalled = True  # flush serves nothing: the broker does not answer
         self.failing: set[bytes] = set()  # these messages' reports carry an error
@@ -112,13 +115,31 @@ class _FakeProducer:
         return len(self.queued)
 
 
-def _kafka_sender(monkeypatch: pytest.MonkeyPatch) -> tuple[kafka.KafkaSender, _FakeProducer]:
+def _kafka_sender(
+    monkeypatch: pytest.MonkeyPatch, **settings: Any
+) -> tuple[kafka.KafkaSender, _FakeProducer]:
     monkeypatch.setattr(kafka, "Producer", _FakeProducer)
     endpoints = Endpoints("kafka", (NodeEndpoint(0, "127.0.0.1", 9),))
-    driver = kafka.KafkaDriver(kafka.Settings(send_timeout_s=0.2), endpoints, "q")
+    driver = kafka.KafkaDriver(kafka.Settings(send_timeout_s=0.2, **settings), endpoints, "q")
     sender = kafka.KafkaSender(driver)
     assert isinstance(sender.p, _FakeProducer)
     return sender, sender.p
+
+
+def test_kafka_compression_reaches_the_producer_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    _sender, producer = _kafka_sender(monkeypatch)
+    assert producer.config["compression.type"] == "none"  # the default: uncompressed
+    for codec in ("gzip", "snappy", "lz4", "zstd"):
+        _sender, producer = _kafka_sender(monkeypatch, compression=codec)
+        assert producer.config["compression.type"] == codec
+
+
+def test_kafka_compression_is_one_of_librdkafkas_codecs() -> None:
+    built = typed.build(kafka.Settings, {"compression": "snappy"}, Path("p.toml"), "settings")
+    assert built.compression == "snappy"
+    assert kafka.Settings().compression == "none"
+    with pytest.raises(ScenarioError, match="settings.compression.*one of: none, gzip"):
+        typed.build(kafka.Settings, {"compression": "brotli"}, Path("p.toml"), "settings")
 
 
 def test_kafka_late_delivery_errors_fail_only_their_own_batch(

@@ -171,3 +171,31 @@ def test_a_treat_block_says_latency_counts_from_the_intended_time_as_the_post() 
         "count from each message's intended send time, as the post's corrected ones do"
     ]
     assert len(block.rows) == 1 + 3  # the 1 KB row of each of the three NATS Streaming tables
+
+
+def test_treat_commit_logs_holds_the_whole_kafka_table_as_published() -> None:
+    by = {(r.experiment, r.message_bytes): r.percentiles_ms for r in treat.load_rows()}
+    # read off the post by hand, "Kafka (replication factor 1)", 99% .. 99.9999%:
+    # 256B 0.9230 1.4575 1.6596 (x3); 1KB 0.5942 1.3123 17.6556 (x3);
+    # 5KB 0.7203 5.7236 18.9334 (x3); 1MB 5337.3174 5597.3315 5617.3199 (x3)
+    assert by[("kafka-rf1", 256)] == (0.9230, 1.4575, 1.6596, 1.6596, 1.6596)
+    assert by[("kafka-rf1", 1024)] == (0.5942, 1.3123, 17.6556, 17.6556, 17.6556)
+    assert by[("kafka-rf1", 5120)] == (0.7203, 5.7236, 18.9334, 18.9334, 18.9334)
+    assert by[("kafka-rf1", 1_048_576)] == (5337.3174, 5597.3315, 5617.3199, 5617.3199, 5617.3199)
+    assert {r.system for r in treat.load_rows() if r.experiment == "kafka-rf1"} == {"Kafka"}
+
+
+def test_a_kafka_run_meets_the_posts_kafka_row_of_its_size() -> None:
+    (block,) = published.get("treat-commit-logs").blocks(
+        [run("kafka", 1, 1, 1, message_bytes=5120)], "kafka-rf1"
+    )
+    assert block.rows[1] == (
+        "treat-commit-logs Kafka (kafka-rf1)",
+        5120,
+        0.7203,
+        5.7236,
+        18.9334,
+        18.9334,
+        18.9334,
+    )
+    assert any("approximate: Kafka of 2016" in n for n in block.notes)
