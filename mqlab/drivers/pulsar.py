@@ -399,6 +399,13 @@ class PulsarDriver(Driver):
             )
         if self.metrics_url and not self.admin:  # pulsar-lite: its counters start here
             self.lite_started = self._lite_stats().get("started")
+            # its start time is in whole seconds: a server started again within the
+            # second it first started would look like the same one, so setup returns
+            # only once that second is over (at most 1 s, on a server that young)
+            if self.lite_started is not None:
+                young_s = self.lite_started + 1 - time.time()
+                if young_s > 0:
+                    time.sleep(young_s)
         client = _client(self)
         try:  # the durable subscription: from now on the topic keeps what is sent
             self.subscribe(client).close()
