@@ -816,10 +816,14 @@ def _measure_run(
     _wait_ready(senders)  # connected, about to send
     start_ms = int(time.time() * 1000)
     warmup_end_ms = start_ms + int(s.workload.warmup_s * 1000)
-    # every worker closes an interval there, so the measured period starts on a boundary
-    # (told before the senders start: nothing is received before its interval begins)
-    _command(workers, f"measure {warmup_end_ms}")
+    # every worker closes an interval there, so the measured period starts on a boundary:
+    # receivers are told before the senders start (nothing is received before their
+    # interval begins); senders close one at their start anyway, so they are told only
+    # of a warm-up's end, after it (an interval closed at once would delay their start)
+    _command(receivers, f"measure {warmup_end_ms}")
     _command(senders, f"go {start_ms}")
+    if warmup_end_ms > start_ms:
+        _command(senders, f"measure {warmup_end_ms}")
     manifest["measure"]["start_ms"] = start_ms
     manifest["measure"]["warmup_end_ms"] = warmup_end_ms
     _write_manifest(run_dir, manifest)
