@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,12 +24,11 @@ from mqlab.clusters import base
 from mqlab.clusters.nats import NatsCluster
 from mqlab.fleet import netns
 from mqlab.fleet.placement import hosts_of
-from mqlab.infra import inventory
-from mqlab.infra.keys import PRIVATE_NAME
-from mqlab.infra.labs import LabDir, LabRecord, spec_from_scenarios
+from mqlab.infra.labs import spec_from_scenarios
 from mqlab.results.archive.formats import read_json
 from mqlab.scenario import load_scenario
 from tests.integration.conftest import processes_mentioning
+from tests.integration.fleet.awslab import record_live_lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
@@ -51,39 +47,8 @@ def aws_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[s
     up = netns.up(name, brokers=3, senders=1, receivers=2)
     cluster = None
     try:
-        lab = LabDir.for_id(spec.lab_id)
-        lab.path.mkdir(parents=True)
-        now = datetime.now(UTC)
-        lab.save(
-            LabRecord(
-                lab_id=spec.lab_id,
-                scenario=str(SCENARIO),
-                scenario_name=s.name,
-                broker="nats",
-                region="eu-west-1",
-                created_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                expires_at=(now + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                state="up",
-                cost_usd_per_hour=PRICE,
-            )
-        )
-        assert up.inventory.ssh_key is not None
-        shutil.copy(up.inventory.ssh_key, lab.path / PRIVATE_NAME)
-        inventory.save(
-            replace(
-                up.inventory,
-                kind="aws",
-                lab_id=spec.lab_id,
-                broker="nats",
-                price_per_hour_usd=PRICE,
-                ssh_key=lab.path / PRIVATE_NAME,
-            ),
-            lab.inventory_file,
-        )
         # what the broker images do at boot: NATS on every broker host, standard ports
-        image = tmp_path / "broker.json"
-        image.write_text(json.dumps({"broker": "nats", "version": "image-under-test"}))
-        monkeypatch.setattr(base, "IMAGE_INFO", str(image))
+        record_live_lab(up, spec.lab_id, SCENARIO, s, PRICE, tmp_path, monkeypatch)
         brokers, _s, _r = hosts_of(up.inventory)
         cluster = NatsCluster(tmp_path / "image-nats", 3, brokers)
         cluster.start()

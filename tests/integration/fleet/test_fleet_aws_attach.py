@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,12 +31,11 @@ from mqlab.clusters.process import ProcessRecord
 from mqlab.fleet import netns
 from mqlab.fleet.hosts import Host
 from mqlab.fleet.placement import hosts_of
-from mqlab.infra import inventory
-from mqlab.infra.keys import PRIVATE_NAME
-from mqlab.infra.labs import LabDir, LabRecord, spec_from_scenarios
+from mqlab.infra.labs import spec_from_scenarios
 from mqlab.results.archive.formats import read_json
 from mqlab.scenario import load_scenario
 from tests.integration.conftest import processes_mentioning
+from tests.integration.fleet.awslab import record_live_lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
@@ -84,38 +81,7 @@ def kafka_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kafka
     host: Host | None = None
     server: ProcessRecord | None = None
     try:
-        lab = LabDir.for_id(spec.lab_id)
-        lab.path.mkdir(parents=True)
-        now = datetime.now(UTC)
-        lab.save(
-            LabRecord(
-                lab_id=spec.lab_id,
-                scenario=str(scenario),
-                scenario_name=s.name,
-                broker="kafka",
-                region="eu-west-1",
-                created_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                expires_at=(now + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                state="up",
-                cost_usd_per_hour=PRICE,
-            )
-        )
-        assert up.inventory.ssh_key is not None
-        shutil.copy(up.inventory.ssh_key, lab.path / PRIVATE_NAME)
-        inventory.save(
-            replace(
-                up.inventory,
-                kind="aws",
-                lab_id=spec.lab_id,
-                broker="kafka",
-                price_per_hour_usd=PRICE,
-                ssh_key=lab.path / PRIVATE_NAME,
-            ),
-            lab.inventory_file,
-        )
-        info = tmp_path / "broker.json"
-        info.write_text(json.dumps({"broker": "kafka", "version": "image-under-test"}))
-        monkeypatch.setattr(base, "IMAGE_INFO", str(info))
+        record_live_lab(up, spec.lab_id, scenario, s, PRICE, tmp_path, monkeypatch)
         # what the Kafka image does at boot: the Kafka API on the host's address, port 9092
         [host], _s, _r = hosts_of(up.inventory)
         url = f"tcp://{host.address}:9092"
