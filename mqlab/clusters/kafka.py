@@ -39,6 +39,22 @@ def _binary() -> str:
     )
 
 
+def tansu_command(url: str) -> list[str]:
+    """tansu serving the Kafka API at ``url`` (one node, memory storage)."""
+    return [
+        _binary(),
+        "broker",
+        "--cluster-id",
+        "mqlab",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+
+
 class KafkaCluster(LocalCluster):
     broker = "kafka"
     stand_in = "tansu, a Kafka API stand-in (one node, memory storage, no replication)"
@@ -73,18 +89,7 @@ class KafkaCluster(LocalCluster):
             )
         }
         _p, rec = process.spawn(
-            [
-                _binary(),
-                "broker",
-                "--cluster-id",
-                "mqlab",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
+            tansu_command(url),
             self.workdir / "tansu.log",
             env=env,
             cwd=self.workdir,

@@ -86,22 +86,7 @@ def kafka_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kafka
         [host], _s, _r = hosts_of(up.inventory)
         url = f"tcp://{host.address}:9092"
         host.mkdir(host.root)
-        server = host.spawn(
-            [
-                kafka._binary(),
-                "broker",
-                "--cluster-id",
-                "mqlab",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            host.root / "tansu.log",
-            cwd=host.root,
-        )
+        server = host.spawn(kafka.tansu_command(url), host.root / "tansu.log", cwd=host.root)
         deadline = time.monotonic() + 20
         while not host.listening([9092])[0]:
             assert host.is_alive(server), "tansu exited on the broker host"
