@@ -56,6 +56,7 @@ from mqlab.clusters.base import LocalCluster
 from mqlab.clusters.local import cluster_class
 from mqlab.drivers import registry
 from mqlab.drivers.base import Driver, Endpoints
+from mqlab.drivers.redis import SEND_PATH
 from mqlab.errors import MqlabError
 from mqlab.results.archive import codecs, layout
 from mqlab.scenario import PROJECT_PROFILES, Profile, Workload, load_profile
@@ -212,7 +213,7 @@ def goal_line(rows: Sequence[Comparison]) -> str:
 
 def format_table(rows: Sequence[Comparison]) -> str:
     head = (
-        f"{'broker':9}{'path':8}{'profile':15}{'client':42}{'msgs/s':>10}"
+        f"{'broker':9}{'path':8}{'profile':15}{'client':52}{'msgs/s':>10}"
         f"{'CPU':>7}{'msgs/CPU-s':>12}{'ratio':>7}{'per core':>9}"
     )
     out = [head, "-" * len(head)]
@@ -220,7 +221,7 @@ def format_table(rows: Sequence[Comparison]) -> str:
         for m, first in ((c.mqlab, True), (c.native, False)):
             lead = f"{c.broker:9}{c.path:8}{c.profile:15}" if first else " " * 32
             tail = f"{c.ratio:7.2f}{c.ratio_per_core:9.2f}" if not first else ""
-            out.append(f"{lead}{m.label:42}{m.rate:10,.0f}{m.cores:7.2f}{m.per_cpu_s:12,.0f}{tail}")
+            out.append(f"{lead}{m.label:52}{m.rate:10,.0f}{m.cores:7.2f}{m.per_cpu_s:12,.0f}{tail}")
     return "\n".join(out)
 
 
@@ -425,6 +426,8 @@ def run_mqlab(role: str, driver: Driver, profile: Profile, s: Setup) -> Measured
     wall = t1 - t0
     what = "sender" if role == "sender" else "receiver"
     label = f"mqlab {what} ({s.connections} threads, batch {s.batch})"
+    if role == "sender" and profile.broker == "redis":
+        label = f"mqlab sender ({s.connections} threads, batch {s.batch}, {SEND_PATH} path)"
     if s.py_spy is not None:
         label += " *"
     # messages over the CPU window at the rate of its whole intervals

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from mqlab.workload import envelope
+
 IDENTIFY_CAP = 1_000_000  # remaining(identify=True) returns at most this many payloads
 IDENTIFY_PREFIX_BYTES = 24  # ...each cut to its first bytes: the mqlab message header
 
@@ -98,6 +100,15 @@ class Sender(ABC):
     @abstractmethod
     def send(self, batch: Sequence[bytes]) -> None:
         """Send ``batch``; return when the broker confirmed all of it; raise otherwise."""
+
+    def send_stamped(
+        self, sender: int, first_seq: int, n: int, sent_ns: int, pool: envelope.PayloadPool
+    ) -> None:
+        """:meth:`send` of ``envelope.encode_batch(sender, first_seq, n, sent_ns, pool)``:
+        the workers' hot path. A driver may write those messages straight into its wire
+        bytes instead (:class:`mqlab.workload.envelope.Framed`); what the broker gets
+        must be the same messages."""
+        self.send(envelope.encode_batch(sender, first_seq, n, sent_ns, pool))
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""

@@ -56,17 +56,21 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
 import socket
+import struct
 import threading
 import time
+import types
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import hiredis
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -76,12 +80,41 @@ from mqlab.drivers.base import IDENTIFY_PREFIX_BYTES, Delivery, Driver, Receiver
 from mqlab.drivers.held import Held
 from mqlab.errors import DriverError
 from mqlab.typed import spec
+from mqlab.workload import envelope
+
+_sendpath: types.ModuleType | None
+try:  # the compiled send path, built on install (setup.py); else the Python one
+    from mqlab import _sendpath
+except ImportError:  # an install that did not build it
+    _sendpath = None
+SEND_PATH = "compiled" if _sendpath is not None else "python"
+_redis_batch: Any = _sendpath.redis_batch if _sendpath is not None else None
+SPEC = struct.Struct("<qqIIII")  # _sendpath.redis_batch's spec, before the trailer
+
+
+@functools.cache
+def _warn_python_path() -> None:
+    LOG.warning(
+        "redis: mqlab._sendpath is not built (scripts/bootstrap builds it with a C "
+        "compiler): sending through Python, which costs more client CPU per message"
+    )
+
+
+class _Stamped(NamedTuple):
+    """A sender's stamped batches to one stream key: their templates and the compiled
+    call's spec (with the WAIT as its trailer, if any)."""
+
+    framed: envelope.Framed
+    spec: bytes
+    sender: int
+
 
 LOG = logging.getLogger(__name__)
 FIELD = b"m"
 PAGE = 10_000  # entries per XRANGE / XPENDING call in remaining()
 HOLD_FRACTION = 0.5  # an entry read ahead and held longer than this part of the visibility
 # timeout is not handed out (XAUTOCLAIM may give it to another receiver soon)
+FRAMED_BUDGET_BYTES = 8 << 20  # a sender's XADD templates (envelope.Framed), all keys
 REFILL_PAUSE_S = 0.005  # after a read ahead that found too little, none for this long
 
 
@@ -166,8 +199,10 @@ class RedisSender(Sender):
     replies read in order: redis-py's pipeline, without its per-call machinery."""
 
     def __init__(self, driver: RedisDriver):
+        if _sendpath is None:
+            _warn_python_path()
         self.r = driver.connect()
-        self.wire = _Wire(self.r)
+        self.wire = _SendWire(self.r, driver.settings.socket_timeout_s)
         self.keys = driver.keys
         self.next_key = int.from_bytes(os.urandom(2), "big") % len(self.keys)
         self.wait = driver.settings.wait_replicas
@@ -175,32 +210,176 @@ class RedisSender(Sender):
         # each key's XADD up to its message, in RESP (the protocol's bytes); the WAIT
         self.heads = {k: _resp_head(b"XADD", k, b"*", FIELD) for k in self.keys}
         self.wait_command = _resp(b"WAIT", b"%d" % self.wait, b"%d" % self.wait_timeout_ms)
+        self.stamped: dict[bytes, _Stamped] = {}  # key -> its batches' wire bytes
 
     def send(self, batch: Sequence[bytes]) -> None:
-        key = self.keys[self.next_key]
-        self.next_key = (self.next_key + 1) % len(self.keys)
+        key = self._key()
         head = self.heads[key]
         # the batch as one buffer of XADDs (and the WAIT): no per-command packing
         parts: list[bytes] = []
         for m in batch:
             parts += (head, b"$%d\r\n" % len(m), m, b"\r\n")
-        if self.wait:
-            parts.append(self.wait_command)
-        names = ["XADD"] * len(batch) + (["WAIT"] if self.wait else [])
+        self._run(b"".join(parts), len(batch))
+
+    def send_stamped(
+        self, sender: int, first_seq: int, n: int, sent_ns: int, pool: envelope.PayloadPool
+    ) -> None:
+        """The XADDs written straight into their RESP bytes (:class:`envelope.Framed`);
+        where ``mqlab._sendpath`` is built, the headers are written, the batch sent and
+        its replies read in one compiled call, without the interpreter lock."""
+        key = self._key() if len(self.keys) > 1 else self.keys[0]
+        st = self.stamped.get(key)
+        if st is None or st.sender != sender or st.framed.pool is not pool:
+            st = self.stamped[key] = self._stamped(key, sender, pool)
+        if _sendpath is None:
+            self._run(st.framed.batch(sender, first_seq, n, sent_ns), n)
+            return
         try:
-            results = self.wire.run_packed(b"".join(parts), names)
+            count = self.wire.run_framed(
+                st.framed.template(first_seq, n), st.spec, n, first_seq, sent_ns
+            )
         except redis.RedisError as e:
             self.wire.reset()  # a failover (READONLY) or a lost connection: reconnect next
             raise DriverError(f"redis: send failed: {e}") from e
-        if self.wait and int(results[-1]) < self.wait:
+        if self.wait:
+            self._check_wait(count)
+
+    def _stamped(self, key: bytes, sender: int, pool: envelope.PayloadPool) -> _Stamped:
+        framed = envelope.Framed(
+            pool,
+            self.heads[key] + b"$%d\r\n" % pool.message_bytes,
+            b"\r\n",
+            budget_bytes=max(1, FRAMED_BUDGET_BYTES // len(self.keys)),
+        )
+        trailer = self.wait_command if self.wait else b""
+        spec = SPEC.pack(
+            framed.prefix_len,
+            framed.frame,
+            envelope.MAGIC,
+            envelope.VERSION,
+            sender,
+            1 if trailer else 0,
+        )
+        return _Stamped(framed, spec + trailer, sender)
+
+    def _key(self) -> bytes:
+        key = self.keys[self.next_key]
+        self.next_key = (self.next_key + 1) % len(self.keys)
+        return key
+
+    def _run(self, xadds: bytes | memoryview, n: int) -> None:
+        """Write ``n`` XADDs (and the WAIT), read their replies; raise unless all held."""
+        packed = b"".join((xadds, self.wait_command)) if self.wait else xadds
+        try:
+            results = self.wire.run(packed, n + (1 if self.wait else 0))
+        except redis.RedisError as e:
+            self.wire.reset()  # a failover (READONLY) or a lost connection: reconnect next
+            raise DriverError(f"redis: send failed: {e}") from e
+        if self.wait:
+            self._check_wait(int(results[-1]))
+
+    def _check_wait(self, acknowledged: int) -> None:
+        if acknowledged < self.wait:
             raise DriverError(
-                f"redis: WAIT {self.wait}: only {results[-1]} replicas acknowledged "
+                f"redis: WAIT {self.wait}: only {acknowledged} replicas acknowledged "
                 f"within {self.wait_timeout_ms} ms"
             )
 
     def close(self) -> None:
         self.wire.close()
         close_client(self.r)
+
+
+class _SendWire:
+    """A sender's connection to the primary, its I/O done here: each batch is one
+    ``sendall`` and as few ``recv`` as its replies take, parsed by hiredis. The socket
+    blocks in the kernel (``SO_RCVTIMEO``/``SO_SNDTIMEO`` bound it) so that no ``poll``
+    precedes each call, and the interpreter lock is let go twice per batch, not four
+    times (redis-py's socket timeout polls before every send and receive)."""
+
+    def __init__(self, r: redis.Redis, timeout_s: float):
+        self.r = r
+        self.timeout_s = timeout_s
+        self.timeout = struct.pack("ll", int(timeout_s), int(timeout_s % 1 * 1e6))
+        self.conn: Any = None
+        self.sock: socket.socket | None = None
+        self.fd = -1
+        self.reader: Any = None
+
+    def _connect(self) -> socket.socket:
+        conn = self.r.connection_pool.get_connection()  # connected, authenticated
+        sock: socket.socket | None = conn._sock
+        if sock is None:
+            raise redis.ConnectionError("the connection pool handed out no connected socket")
+        sock.settimeout(None)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, self.timeout)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, self.timeout)
+        self.conn, self.sock, self.fd = conn, sock, sock.fileno()
+        self.reader = hiredis.Reader(
+            replyError=redis.ResponseError, protocolError=redis.InvalidResponse
+        )
+        return sock
+
+    def run(self, packed: bytes | memoryview, replies: int) -> list[Any]:
+        """Write ``packed`` (``replies`` commands), read their replies; the first error
+        reply raises once all are read (the connection stays in step)."""
+        sock = self.sock or self._connect()
+        reader = self.reader
+        try:
+            sock.sendall(packed)
+            out: list[Any] = []
+            while len(out) < replies:
+                reply = reader.gets()
+                if reply is False:
+                    data = sock.recv(65536)
+                    if not data:
+                        raise redis.ConnectionError("connection closed by the server")
+                    reader.feed(data)
+                    continue
+                out.append(reply)
+        except redis.RedisError:
+            self.reset()
+            raise
+        except BlockingIOError as e:  # SO_RCVTIMEO / SO_SNDTIMEO ran out
+            self.reset()
+            raise redis.TimeoutError(f"no reply within {self.timeout_s:g} s") from e
+        except OSError as e:  # a lost connection
+            self.reset()
+            raise redis.ConnectionError(str(e)) from e
+        for reply in out:
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+        return out
+
+    def run_framed(
+        self, template: memoryview, spec: bytes, n: int, first_seq: int, sent_ns: int
+    ) -> int:
+        """:meth:`run` in one compiled call (``mqlab._sendpath.redis_batch``: what
+        ``spec`` holds) that writes the ``n`` messages' headers into ``template``,
+        sends it and the trailer, and reads the replies without the interpreter lock;
+        returns the last integer reply (WAIT's count; -1: none)."""
+        fd = self.fd if self.sock is not None else self._connect().fileno()
+        status, integer, message = _redis_batch(fd, template, spec, n, first_seq, sent_ns)
+        if status == 0:
+            return int(integer)
+        self.reset()
+        if status == 1:
+            raise redis.ResponseError(message)
+        if status == 2:
+            raise redis.TimeoutError(f"no reply within {self.timeout_s:g} s")
+        if status == 3:
+            raise redis.ConnectionError(message)
+        raise redis.InvalidResponse(f"{message}: the connection is dropped")
+
+    def reset(self) -> None:
+        """Drop the connection; the next call connects again."""
+        conn, self.conn, self.sock = self.conn, None, None
+        if conn is not None:
+            conn.disconnect()
+            self.r.connection_pool.release(conn)
+
+    def close(self) -> None:
+        self.reset()
 
 
 def _bulk(arg: bytes) -> bytes:
@@ -309,32 +488,6 @@ class _Wire:
             except redis.ResponseError as e:
                 error = error or e
                 out.append(e)
-        if error is not None:
-            raise error
-        return out
-
-    def run_packed(self, packed: bytes, names: Sequence[str]) -> list[Any]:
-        """:meth:`run` for commands already in RESP (``names``: theirs, in order) whose
-        replies need no conversion (XADD's id, WAIT's count): written at once, every reply
-        read as the server sent it; the first error reply raises once all are read."""
-        self.settle()
-        conn = self._conn()
-        try:
-            conn.send_packed_command([packed], check_health=False)
-        except BaseException:
-            self.reset()
-            raise
-        out: list[Any] = []
-        error: redis.ResponseError | None = None
-        for _ in names:
-            try:
-                out.append(conn.read_response())
-            except redis.ResponseError as e:
-                error = error or e
-                out.append(e)
-            except BaseException:
-                self.reset()
-                raise
         if error is not None:
             raise error
         return out

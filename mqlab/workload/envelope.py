@@ -66,6 +66,60 @@ def encode_batch(
     return [pack(MAGIC, VERSION, sender, s, sent_ns) + pad for s in range(first_seq, first_seq + n)]
 
 
+class Framed:
+    """Batches written straight into a protocol's wire bytes (each message between
+    ``prefix`` and ``suffix``): the bytes :func:`encode_batch` makes, framed, without
+    making them. For each padding of the pool, the wire bytes of a batch of the largest
+    size seen so far are made once with room for the headers; a batch then costs one
+    header write per message, and a batch of n is the first n frames. A template is
+    reused once the send of its batch returned, so each sender thread has its own object
+    and sends a batch before making the next. At most ``budget_bytes`` of templates are
+    kept; past that, they are made again."""
+
+    def __init__(
+        self, pool: PayloadPool, prefix: bytes, suffix: bytes, budget_bytes: int = 8 << 20
+    ):
+        self.pool = pool
+        self.prefix, self.suffix = prefix, suffix
+        self.prefix_len = len(prefix)
+        self.frame = len(prefix) + pool.message_bytes + len(suffix)
+        self.budget_bytes = budget_bytes
+        self.n_max = 0
+        self.kept = 0  # templates kept at most
+        self._templates: dict[int, memoryview] = {}
+
+    def _template(self, pad_index: int, n: int) -> memoryview:
+        if n > self.n_max:  # a larger batch than any before: templates of its size
+            self.n_max = n
+            self.kept = max(1, self.budget_bytes // (self.frame * n))
+            self._templates.clear()
+        elif len(self._templates) >= self.kept:
+            self._templates.clear()
+        one = self.prefix + bytes(HEADER_BYTES) + self.pool._pads[pad_index] + self.suffix
+        t = self._templates[pad_index] = memoryview(bytearray(one * self.n_max))
+        return t
+
+    def template(self, first_seq: int, n: int) -> memoryview:
+        """The wire bytes of at least ``n`` messages framed, padded as ``encode_batch``
+        pads a batch from ``first_seq``, their headers still to be written (at
+        ``prefix_len + i * frame``): for a compiled writer."""
+        t = self._templates.get(first_seq % self.pool._n)
+        if t is None or n > self.n_max:
+            t = self._template(first_seq % self.pool._n, n)
+        return t
+
+    def batch(self, sender: int, first_seq: int, n: int, sent_ns: int) -> memoryview:
+        """The wire bytes of ``encode_batch(sender, first_seq, n, sent_ns, pool)``,
+        each message framed (valid until the next call)."""
+        t = self.template(first_seq, n)
+        pack_into, frame = HEADER.pack_into, self.frame
+        offset = self.prefix_len
+        for seq in range(first_seq, first_seq + n):
+            pack_into(t, offset, MAGIC, VERSION, sender, seq, sent_ns)
+            offset += frame
+        return t[: n * frame]
+
+
 def decode(message: bytes) -> tuple[int, int, int]:
     """(sender, seq, sent_ns) of one message."""
     if len(message) < HEADER_BYTES:

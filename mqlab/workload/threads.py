@@ -83,10 +83,9 @@ def run_sender(
                 intended = schedule.next_batch(n, stop, end_ns)
                 if intended is None:
                     break
-                batch = envelope.encode_batch(sid, seq, n, intended + wall_offset_ns, pool)
                 stats.sending(n, intended, seq, (time.monotonic_ns() + wall_offset_ns) // 1_000_000)
                 try:
-                    client.send(batch)
+                    client.send_stamped(sid, seq, n, intended + wall_offset_ns, pool)
                 except Exception as exc:  # noqa: BLE001 - any broker failure counts, then retry
                     stats.failed(n, (time.monotonic_ns() - intended) // 1000)
                     seq += n

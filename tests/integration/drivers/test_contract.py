@@ -64,6 +64,29 @@ def test_round_trip(contract: tuple[Driver, Target]) -> None:
         r.close()
 
 
+def test_stamped_sends_deliver_the_messages_encode_batch_makes(
+    contract: tuple[Driver, Target],
+) -> None:
+    """The workers' hot path (``send_stamped``; Redis writes it straight into RESP)
+    delivers exactly ``encode_batch``'s messages, batch sizes growing and shrinking."""
+    driver, _ = contract
+    pool = envelope.PayloadPool(100, pool_size=3, seed=4)
+    sizes, now = (4, 10, 1, 7), time.time_ns()
+    s, r = driver.sender(), driver.receiver()
+    try:
+        sent: list[bytes] = []
+        seq = 0
+        for n in sizes:
+            s.send_stamped(5, seq, n, now + seq, pool)
+            sent += envelope.encode_batch(5, seq, n, now + seq, pool)
+            seq += n
+        got = _drain(r, len(sent))
+        assert sorted(d.payload for d in got) == sorted(sent)
+    finally:
+        s.close()
+        r.close()
+
+
 def test_batch_sizes_respected(contract: tuple[Driver, Target]) -> None:
     driver, _ = contract
     s, r = driver.sender(), driver.receiver()

@@ -4,6 +4,7 @@ and the primary found through the sentinels or, without them, named by the endpo
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from redis.sentinel import SentinelConnectionPool
 
 from mqlab.drivers.redis import RedisDriver, close_client
+from mqlab.errors import DriverError
 from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab
 from tests.integration.drivers.conftest import driver_on
@@ -97,3 +99,46 @@ def test_the_primary_comes_from_the_sentinels_or_else_from_the_endpoints(
         s.close()
         rc.close()
         plain.teardown()
+
+
+def test_a_senders_connection_fails_over_one_line_and_the_next_send_reconnects(
+    shared_lab: SharedLab,
+) -> None:
+    """The sender's own wire: an error reply (after every reply of the batch was read),
+    a connection the server closed, and a server that does not answer within
+    ``socket_timeout_s`` each fail that send with one line; the next send works."""
+    cluster: Any = shared_lab.cluster("redis")
+    settings = dataclasses.replace(TARGETS["redis"].settings(), socket_timeout_s=1.0)
+    d = RedisDriver(settings, cluster.endpoints(), f"wire_{uuid.uuid4().hex[:8]}")
+    admin = d.connect()
+    s = d.sender()
+    pool = envelope.PayloadPool(64, seed=3)
+    try:
+        admin.set(d.keys[0], "not a stream")  # every XADD of the batch: WRONGTYPE
+        with pytest.raises(DriverError, match="WRONGTYPE"):
+            s.send_stamped(1, 0, 3, 0, pool)
+        admin.delete(d.keys[0])
+        d.setup()
+        s.send_stamped(1, 3, 3, 0, pool)
+        assert admin.xlen(d.keys[0]) == 3
+
+        host, port = s.wire.sock.getsockname()[:2]
+        assert admin.client_kill(f"{host}:{port}")
+        with pytest.raises(DriverError, match="send failed"):
+            s.send_stamped(1, 6, 3, 0, pool)
+        s.send_stamped(1, 9, 3, 0, pool)
+
+        admin.execute_command("CLIENT", "PAUSE", "2500", "WRITE")
+        t0 = time.monotonic()
+        with pytest.raises(DriverError, match=r"no reply within 1 s"):
+            s.send_stamped(1, 12, 3, 0, pool)
+        assert 0.9 < time.monotonic() - t0 < 2.4
+        admin.execute_command("CLIENT", "UNPAUSE")
+        s.send_stamped(1, 15, 3, 0, pool)
+        assert admin.xlen(d.keys[0]) >= 9  # the paused batch may have gone in after all
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        s.close()
+        close_client(admin)
+        d.teardown()
+        d.close()

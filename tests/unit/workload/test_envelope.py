@@ -34,3 +34,33 @@ def test_bad_header_is_rejected() -> None:
 def test_message_smaller_than_header_is_refused() -> None:
     with pytest.raises(ValueError):
         envelope.PayloadPool(10)
+
+
+def _framed_expected(prefix: bytes, suffix: bytes, msgs: list[bytes]) -> bytes:
+    return b"".join(prefix + m + suffix for m in msgs)
+
+
+def test_framed_batches_are_encode_batch_framed_whatever_the_sizes_and_order() -> None:
+    pool = envelope.PayloadPool(100, pool_size=4, seed=5)
+    framed = envelope.Framed(pool, b"<head>", b"</>")
+    seq = 0
+    for n in (3, 10, 1, 12, 12, 5, 7):  # grows, shrinks, grows again; pads rotate
+        got = bytes(framed.batch(9, seq, n, 1_000 + seq))
+        want = envelope.encode_batch(9, seq, n, 1_000 + seq, pool)
+        assert got == _framed_expected(b"<head>", b"</>", want)
+        seq += n
+    assert framed.n_max == 12
+    assert len(framed._templates) <= 4  # one per padding of the pool
+
+
+def test_framed_keeps_templates_within_its_budget() -> None:
+    pool = envelope.PayloadPool(1000, pool_size=16, seed=6)
+    frame = 2 + 1000 + 2
+    framed = envelope.Framed(pool, b"[[", b"]]", budget_bytes=3 * 10 * frame)
+    for i in range(40):
+        first = i * 7
+        got = bytes(framed.batch(1, first, 10, 5))
+        assert got == _framed_expected(b"[[", b"]]", envelope.encode_batch(1, first, 10, 5, pool))
+        assert len(framed._templates) <= 3
+    tiny = envelope.Framed(pool, b"", b"", budget_bytes=1)  # less than one: still one
+    assert bytes(tiny.batch(2, 3, 4, 6)) == b"".join(envelope.encode_batch(2, 3, 4, 6, pool))

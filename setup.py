@@ -1,0 +1,21 @@
+"""Builds mqlab's one compiled module (everything else is in pyproject.toml).
+
+``mqlab._sendpath`` (mqlab/_sendpath.c) is the workers' send path for Redis: a batch's
+headers written, the batch sent and its replies read in one call without the
+interpreter lock (issue 13, bench/clients.py). ``uv sync`` (scripts/bootstrap) and
+``uv build`` (the fleet's worker bundle) build it with the machine's C compiler; where
+that fails, mqlab installs without it and mqlab.drivers.redis sends through Python.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "mqlab._sendpath",
+            ["mqlab/_sendpath.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror"],
+            optional=True,  # no compiler: installed without it (the Python path)
+        )
+    ]
+)
