@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 
 from mqlab.drivers.base import (
     IDENTIFY_PREFIX_BYTES,
@@ -68,6 +68,7 @@ from mqlab.errors import DriverError
 from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
+QUERY_CANCELED = b"57014"  # SQLSTATE of a statement the watchdog cancelled
 MAX_IDENT = 63  # PostgreSQL truncates identifiers longer than this
 SYNC_CHOICES = ("on", "remote_apply", "remote_write", "local", "off")
 
@@ -107,6 +108,13 @@ def insert_sql(table: str, n: int) -> sql.Composed:
     """``INSERT INTO t (payload) VALUES (%s), (%s), ...`` for ``n`` rows."""
     rows = sql.SQL(", ").join([sql.SQL("(%s)")] * n)
     return sql.SQL("INSERT INTO {} (payload) VALUES ").format(sql.Identifier(table)) + rows
+
+
+def insert_prepared_sql(table: str, n: int) -> bytes:
+    """:func:`insert_sql` with libpq's numbered parameters ($1 ... $n), to prepare."""
+    rows = sql.SQL(", ").join([sql.SQL(f"(${i})") for i in range(1, n + 1)])
+    query = sql.SQL("INSERT INTO {} (payload) VALUES ").format(sql.Identifier(table)) + rows
+    return query.as_bytes(None)
 
 
 def claim_sql(table: str) -> sql.Composed:
@@ -256,6 +264,7 @@ class _Client:
         self.table = driver.table
         self.conn: psycopg.Connection[Any] | None = None
         self.cur: psycopg.Cursor[Any] | None = None  # one per connection, used by every call
+        self.prepared: set[int] = set()  # batch sizes whose INSERT this connection prepared
         self.watchdog = _Watchdog(None)
         try:
             self._cursor()  # a wrong address or password fails here, at once
@@ -274,6 +283,7 @@ class _Client:
     def _drop(self) -> None:
         """Forget the connection (after a failed call: it may be closed or broken)."""
         conn, self.conn, self.cur = self.conn, None, None
+        self.prepared = set()
         self.watchdog.watch(None)
         if conn is not None:
             try:
@@ -310,6 +320,55 @@ class _Client:
             )
         return rows
 
+    def insert(self, params: Sequence[bytes]) -> None:
+        """A batch's multi-row INSERT through libpq itself (``psycopg.pq``): prepared once
+        per connection and batch size, its payloads sent as binary parameters, the
+        interpreter lock let go while libpq waits. What it does on the server is what
+        ``run`` of :func:`insert_sql` does; psycopg's cursor layer around it costs about
+        as much client CPU again per batch (bench/clients.py). Failures as ``run``."""
+        self._cursor()
+        assert self.conn is not None
+        pg = self.conn.pgconn
+        n = len(params)
+        name = b"mqlab_insert_%d" % n
+        if n not in self.prepared:
+            self._check(pg.prepare(name, insert_prepared_sql(self.table, n)), "insert")
+            self.prepared.add(n)
+        timeout = self.settings.commit_timeout_s
+        self.watchdog.arm(timeout)
+        try:
+            result = pg.exec_prepared(name, params, [1] * n, 1)
+        except psycopg.Error as e:  # no result at all: the connection is gone
+            self.watchdog.disarm()
+            self._drop()
+            raise DriverError(f"postgres: insert failed: {e}") from e
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            self.watchdog.disarm()
+        self._check(result, "insert", timeout)
+        if self.watchdog.disarm():
+            self._drop()
+            raise DriverError(
+                f"postgres: insert committed locally but not confirmed by the standby "
+                f"quorum within commit_timeout_s={timeout} s"
+            )
+
+    def _check(self, result: Any, what: str, timeout: float | None = None) -> None:
+        """A libpq result that is not a command's success drops the connection and
+        raises DriverError (a cancel by the watchdog: the commit timeout's message)."""
+        if result.status == pq.ExecStatus.COMMAND_OK:
+            return
+        self._drop()
+        state = result.error_field(pq.DiagnosticField.SQLSTATE)
+        if state == QUERY_CANCELED and timeout is not None:
+            raise DriverError(
+                f"postgres: {what} not done within commit_timeout_s={timeout} s "
+                "(are the synchronous standbys up?)"
+            )
+        message = (result.error_message or b"").decode(errors="replace").strip()
+        raise DriverError(
+            f"postgres: {what} failed: {message or pq.ExecStatus(result.status).name}"
+        )
+
     def close(self) -> None:
         self.watchdog.close()
         self._drop()
@@ -318,18 +377,10 @@ class _Client:
 class PostgresSender(Sender):
     def __init__(self, driver: PostgresDriver):
         self.c = _Client(driver)
-        self.table = driver.table
-        # composed once: psycopg would compose a sql.Composed again at every execute
-        self.statements: dict[int, bytes] = {}
 
     def send(self, batch: Sequence[bytes]) -> None:
-        if not batch:
-            return
-        n = len(batch)
-        query = self.statements.get(n)
-        if query is None:
-            query = self.statements[n] = insert_sql(self.table, n).as_bytes(None)
-        self.c.run(query, batch, "insert")
+        if batch:
+            self.c.insert(batch)
 
     def close(self) -> None:
         self.c.close()

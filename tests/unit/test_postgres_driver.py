@@ -8,10 +8,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import pq
 
 from mqlab.clusters.postgres import (
     ServerUser,
@@ -30,6 +32,7 @@ from mqlab.drivers.postgres import (
     _Watchdog,
     backoff,
     claim_sql,
+    insert_prepared_sql,
     insert_sql,
     primary,
     schema_sql,
@@ -61,6 +64,8 @@ def test_names_that_sanitize_alike_stay_apart() -> None:
 def test_insert_is_one_multi_row_statement() -> None:
     text = insert_sql("jobs", 3).as_string(None)
     assert text == 'INSERT INTO "jobs" (payload) VALUES (%s), (%s), (%s)'
+    prepared = insert_prepared_sql('jo"bs', 3)  # the same, numbered, to prepare
+    assert prepared == b'INSERT INTO "jo""bs" (payload) VALUES ($1), ($2), ($3)'
 
 
 def test_claim_skips_locked_rows_and_pushes_next_delivery() -> None:
@@ -271,6 +276,42 @@ class _FakeConn:
     def cancel_safe(self, timeout: float = 0) -> None:
         pass
 
+    @property
+    def pgconn(self) -> _FakePGconn:
+        return _FakePGconn(self)
+
+
+class _FakePGconn:
+    """libpq's side of a _FakeConn (psycopg.pq): a dead server gives a fatal result."""
+
+    def __init__(self, conn: _FakeConn):
+        self.conn = conn
+
+    def _result(self) -> Any:
+        if self.conn.dead or self.conn.closed:
+            self.conn.closed = True
+            return SimpleNamespace(
+                status=pq.ExecStatus.FATAL_ERROR,
+                error_message=b"server closed the connection unexpectedly\n",
+                error_field=lambda field: None,
+            )
+        return SimpleNamespace(status=pq.ExecStatus.COMMAND_OK)
+
+    def prepare(self, name: bytes, query: bytes) -> Any:
+        result = self._result()
+        if result.status == pq.ExecStatus.COMMAND_OK:
+            self.conn.queries.append(query)
+        return result
+
+    def exec_prepared(
+        self, name: bytes, params: Any, formats: Any = None, result_format: int = 0
+    ) -> Any:
+        assert formats == [1] * len(params) and result_format == 1  # binary both ways
+        result = self._result()
+        if result.status == pq.ExecStatus.COMMAND_OK:
+            self.conn.executed.append(list(params))
+        return result
+
 
 def test_a_failed_call_drops_the_connection_and_the_next_call_reconnects(
     monkeypatch: pytest.MonkeyPatch,
@@ -304,8 +345,9 @@ def test_a_failed_call_drops_the_connection_and_the_next_call_reconnects(
         receiver.ack([Delivery(b"a", 1)])
         assert len(conns) == 4 and not conns[2].closed and not conns[3].closed
         assert conns[2].executed == [[b"b"]] and conns[3].executed == [([1],)]
-        # the statements, composed once, are the driver's SQL as bytes
-        assert conns[2].queries == [insert_sql("jobs", 1).as_bytes(None)]
+        # the statements, composed once, are the driver's SQL as bytes (the INSERT
+        # prepared on the connection, once per batch size)
+        assert conns[2].queries == [insert_prepared_sql("jobs", 1)]
         assert conns[3].queries == [b'DELETE FROM "jobs" WHERE id = ANY(%s)']
     finally:
         sender.close()
