@@ -17,6 +17,12 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   receiver on a table preloaded with mqlab messages. Both sessions run with the
   profile's ``synchronous_commit``.
 
+mqlab's senders take their hot paths: Redis writes each batch straight into its RESP
+bytes and, where the C extension ``mqlab._sendpath`` is built (``scripts/bootstrap``),
+writes the headers, sends and reads the replies in one call without the interpreter
+lock (the label names the path: ``compiled`` or ``python``); PostgreSQL runs its
+prepared INSERT through libpq itself (``psycopg.pq``).
+
 For each side: messages/s, the client process's CPU (cores used) and messages per
 client CPU-second; the ratio mqlab/native of both. "Per core" is the second ratio: the
 machine is shared and has 2 cores, so the wall-clock ratio also reflects which process

@@ -2,6 +2,9 @@
 
 - ``Sender.send(batch)`` returns only once the broker confirmed every message of
   the batch as the profile demands (durable and replicated as configured).
+  Workers call ``Sender.send_stamped``, which is ``send`` of the batch the envelope
+  makes; a driver may override it to write those messages straight into its wire
+  bytes (Redis does).
 - ``Receiver.receive(max_messages, timeout_s)`` returns deliveries that other
   receivers cannot get until they are acked or their visibility timeout passes.
 - ``Receiver.ack(deliveries)`` removes them. Delivery is at least once.

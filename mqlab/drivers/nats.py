@@ -534,8 +534,22 @@ class NatsDriver(Driver):
                 "messages": info.state.messages,
             }
 
-        result: dict[str, Any] = self._admin(go)
-        return result
+        # a JetStream API request that reaches the cluster while the stream elects a
+        # leader gets no answer at all: asked again until SETUP_WAIT_S
+        deadline = time.monotonic() + SETUP_WAIT_S
+        while True:
+            try:
+                result: dict[str, Any] = self._admin(go)
+                return result
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as e:
+                if time.monotonic() > deadline:
+                    raise DriverError(
+                        f"nats: stream {self.stream} did not tell its leader within "
+                        f"{SETUP_WAIT_S:.0f} s ({type(e).__name__})"
+                    ) from e
+                LOG.info("nats: stream info not answered (%s); asking again", type(e).__name__)
+            except nats.js.errors.APIError as e:
+                raise DriverError(f"nats: stream {self.stream}: {e}") from e
 
     @property
     def redelivery_timeout_s(self) -> float:

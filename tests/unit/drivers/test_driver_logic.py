@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import nats.errors
 import nats.js.errors
 import pytest
 from nats.js import api
@@ -353,3 +354,28 @@ def test_nats_gives_up_on_no_responders_after_the_publish_timeout() -> None:
         s.send([b"a", b"b"])
     assert js.stored == [] and 2 <= js.tries[b"a"] <= 4  # 0.25 s apart within 0.6 s
     s.c.loop.close()
+
+
+def test_nats_asks_again_for_the_stream_leader_while_no_one_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream info request during a leader election gets no answer: asked again, and a
+    one-line DriverError (which a run's fault step retries) past the bound."""
+    endpoints = Endpoints("nats", (NodeEndpoint(0, "127.0.0.1", 9),))
+    driver = nats_driver.NatsDriver(nats_driver.Settings(), endpoints, "q")
+    calls: list[int] = []
+
+    def admin(go: Any, unanswered: int) -> Any:
+        calls.append(1)
+        if len(calls) <= unanswered:
+            raise nats.errors.TimeoutError
+        return {"leader": "n1", "replicas": ["n0", "n2"], "messages": 0}
+
+    monkeypatch.setattr(driver, "_admin", lambda go: admin(go, 2))
+    assert driver.stream_replicas()["leader"] == "n1" and len(calls) == 3
+    calls.clear()
+    monkeypatch.setattr(nats_driver, "SETUP_WAIT_S", 0.0)
+    monkeypatch.setattr(driver, "_admin", lambda go: admin(go, 10**6))
+    with pytest.raises(DriverError, match=r"did not tell its leader within 0 s \(TimeoutError\)"):
+        driver.stream_replicas()
+    assert len(calls) == 1  # past the deadline at once: not asked again
