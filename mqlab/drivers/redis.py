@@ -82,6 +82,14 @@ from mqlab.errors import DriverError
 from mqlab.typed import spec
 from mqlab.workload import envelope
 
+LOG = logging.getLogger(__name__)
+FIELD = b"m"
+PAGE = 10_000  # entries per XRANGE / XPENDING call in remaining()
+HOLD_FRACTION = 0.5  # an entry read ahead and held longer than this part of the visibility
+# timeout is not handed out (XAUTOCLAIM may give it to another receiver soon)
+FRAMED_BUDGET_BYTES = 8 << 20  # a sender's XADD templates (envelope.Framed), all keys
+REFILL_PAUSE_S = 0.005  # after a read ahead that found too little, none for this long
+
 _sendpath: types.ModuleType | None
 try:  # the compiled send path, built on install (setup.py); else the Python one
     from mqlab import _sendpath
@@ -107,15 +115,6 @@ class _Stamped(NamedTuple):
     framed: envelope.Framed
     spec: bytes
     sender: int
-
-
-LOG = logging.getLogger(__name__)
-FIELD = b"m"
-PAGE = 10_000  # entries per XRANGE / XPENDING call in remaining()
-HOLD_FRACTION = 0.5  # an entry read ahead and held longer than this part of the visibility
-# timeout is not handed out (XAUTOCLAIM may give it to another receiver soon)
-FRAMED_BUDGET_BYTES = 8 << 20  # a sender's XADD templates (envelope.Framed), all keys
-REFILL_PAUSE_S = 0.005  # after a read ahead that found too little, none for this long
 
 
 @dataclass(frozen=True)
@@ -195,8 +194,9 @@ def key_names(queue: str, streams: int) -> list[bytes]:
 
 
 class RedisSender(Sender):
-    """A batch is one write of its XADDs (and the WAIT) on one connection, then their
-    replies read in order: redis-py's pipeline, without its per-call machinery."""
+    """A batch is one write of its XADDs (and the WAIT) on the sender's own connection,
+    then their replies read in order (:class:`_SendWire`); the workers' batches are
+    written straight into RESP (``send_stamped``)."""
 
     def __init__(self, driver: RedisDriver):
         if _sendpath is None:
