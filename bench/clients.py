@@ -431,9 +431,8 @@ def run_mqlab(role: str, driver: Driver, profile: Profile, s: Setup) -> Measured
     rate = messages / seconds
     wall = t1 - t0
     what = "sender" if role == "sender" else "receiver"
-    label = f"mqlab {what} ({s.connections} threads, batch {s.batch})"
-    if role == "sender" and profile.broker == "redis":
-        label = f"mqlab sender ({s.connections} threads, batch {s.batch}, {SEND_PATH} path)"
+    path = f", {SEND_PATH} path" if role == "sender" and profile.broker == "redis" else ""
+    label = f"mqlab {what} ({s.connections} threads, batch {s.batch}{path})"
     if s.py_spy is not None:
         label += " *"
     # messages over the CPU window at the rate of its whole intervals

@@ -110,13 +110,7 @@ read_replies(int fd, int replies, outcome *o)
     int done = 0;
     o->integer = -1;
     while (done < replies) {
-        /* one reply line, whole, from buf[pos..have) */
-        char *line = buf + pos;
-        char *end = NULL;
-        if (skip == 0 && have > pos) {
-            end = memchr(line, '\n', have - pos);
-        }
-        if (skip > 0 && have > pos) {
+        if (skip > 0 && have > pos) { /* a bulk reply's payload: passed over */
             size_t take = (size_t)skip < have - pos ? (size_t)skip : have - pos;
             pos += take;
             skip -= take;
@@ -125,6 +119,9 @@ read_replies(int fd, int replies, outcome *o)
             }
             continue;
         }
+        /* one reply line, whole, from buf[pos..have) */
+        char *line = buf + pos;
+        char *end = skip == 0 && have > pos ? memchr(line, '\n', have - pos) : NULL;
         if (end == NULL) { /* need more bytes: keep the partial line, read */
             if (pos > 0) {
                 memmove(buf, buf + pos, have - pos);

@@ -498,22 +498,26 @@ class NatsDriver(Driver):
                 ),
             )
 
-        # a cluster just started (or between meta leaders after a fault) may not answer
-        # JetStream's API yet: asked again until SETUP_WAIT_S (every step is idempotent)
+        self._admin_patiently(go, f"cannot create stream {self.stream}")  # idempotent steps
+
+    def _admin_patiently(self, coro_fn: Any, failing: str) -> Any:
+        """:meth:`_admin`, asked again until SETUP_WAIT_S while JetStream's API gives no
+        answer: a cluster just started, between meta leaders after a fault, or a stream
+        electing its leader does not answer at all. Then, or on an API error, a one-line
+        DriverError (``failing``: what could not be done)."""
         deadline = time.monotonic() + SETUP_WAIT_S
         while True:
             try:
-                self._admin(go)
-                return
-            except nats.errors.TimeoutError as e:
+                return self._admin(coro_fn)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as e:
                 if time.monotonic() > deadline:
                     raise DriverError(
-                        f"nats: cannot create stream {self.stream}: JetStream did not answer "
-                        f"within {SETUP_WAIT_S:.0f} s"
+                        f"nats: {failing}: JetStream did not answer within "
+                        f"{SETUP_WAIT_S:.0f} s ({type(e).__name__})"
                     ) from e
-                LOG.info("nats: JetStream did not answer yet; asking again")
+                LOG.info("nats: JetStream did not answer yet (%s); asking again", failing)
             except nats.js.errors.APIError as e:
-                raise DriverError(f"nats: cannot create stream {self.stream}: {e}") from e
+                raise DriverError(f"nats: {failing}: {e}") from e
 
     def teardown(self) -> None:
         async def go(c: _Client) -> None:
@@ -534,22 +538,10 @@ class NatsDriver(Driver):
                 "messages": info.state.messages,
             }
 
-        # a JetStream API request that reaches the cluster while the stream elects a
-        # leader gets no answer at all: asked again until SETUP_WAIT_S
-        deadline = time.monotonic() + SETUP_WAIT_S
-        while True:
-            try:
-                result: dict[str, Any] = self._admin(go)
-                return result
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as e:
-                if time.monotonic() > deadline:
-                    raise DriverError(
-                        f"nats: stream {self.stream} did not tell its leader within "
-                        f"{SETUP_WAIT_S:.0f} s ({type(e).__name__})"
-                    ) from e
-                LOG.info("nats: stream info not answered (%s); asking again", type(e).__name__)
-            except nats.js.errors.APIError as e:
-                raise DriverError(f"nats: stream {self.stream}: {e}") from e
+        result: dict[str, Any] = self._admin_patiently(
+            go, f"cannot tell stream {self.stream}'s leader"
+        )
+        return result
 
     @property
     def redelivery_timeout_s(self) -> float:

@@ -48,9 +48,9 @@ import math
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq, sql
@@ -68,7 +68,7 @@ from mqlab.errors import DriverError
 from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
-QUERY_CANCELED = b"57014"  # SQLSTATE of a statement the watchdog cancelled
+T = TypeVar("T")
 MAX_IDENT = 63  # PostgreSQL truncates identifiers longer than this
 SYNC_CHOICES = ("on", "remote_apply", "remote_write", "local", "off")
 
@@ -115,6 +115,20 @@ def insert_prepared_sql(table: str, n: int) -> bytes:
     rows = sql.SQL(", ").join([sql.SQL(f"(${i})") for i in range(1, n + 1)])
     query = sql.SQL("INSERT INTO {} (payload) VALUES ").format(sql.Identifier(table)) + rows
     return query.as_bytes(None)
+
+
+def _succeeded(result: Any) -> list[tuple[Any, ...]]:
+    """Nothing, for a libpq result of a command that succeeded; else raises the psycopg
+    error its SQLSTATE names (as a cursor would: QueryCanceled for a cancel)."""
+    if result.status == pq.ExecStatus.COMMAND_OK:
+        return []
+    state = result.error_field(pq.DiagnosticField.SQLSTATE)
+    message = (result.error_message or b"").decode(errors="replace").strip()
+    try:
+        cls = psycopg.errors.lookup(state.decode()) if state else psycopg.OperationalError
+    except KeyError:
+        cls = psycopg.Error
+    raise cls(message or pq.ExecStatus(result.status).name)
 
 
 def claim_sql(table: str) -> sql.Composed:
@@ -296,11 +310,39 @@ class _Client:
 
         A failure drops the connection: the next call connects again."""
         cur = self._cursor()
+
+        def call() -> list[tuple[Any, ...]]:
+            cur.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+        return self._watched(what, call)
+
+    def insert(self, params: Sequence[bytes]) -> None:
+        """A batch's multi-row INSERT through libpq itself (``psycopg.pq``): prepared once
+        per connection and batch size, its payloads sent as binary parameters, the
+        interpreter lock let go while libpq waits. What it does on the server is what
+        ``run`` of :func:`insert_sql` does; psycopg's cursor layer around it costs about
+        as much client CPU again per batch (bench/clients.py). Failures as ``run``."""
+        self._cursor()
+        assert self.conn is not None
+        pg = self.conn.pgconn
+        n = len(params)
+        name = b"mqlab_insert_%d" % n
+        if n not in self.prepared:
+            self._watched(
+                "insert", lambda: _succeeded(pg.prepare(name, insert_prepared_sql(self.table, n)))
+            )
+            self.prepared.add(n)
+        self._watched("insert", lambda: _succeeded(pg.exec_prepared(name, params, [1] * n, 1)))
+
+    def _watched(self, what: str, call: Callable[[], T]) -> T:
+        """``call()`` with the watchdog armed for ``commit_timeout_s``; a failure drops
+        the connection and raises DriverError, a cancel by the watchdog with the commit
+        timeout's message."""
         timeout = self.settings.commit_timeout_s
         self.watchdog.arm(timeout)
         try:
-            cur.execute(query, params)
-            rows = cur.fetchall() if cur.description else []
+            out = call()
         except psycopg.errors.QueryCanceled as e:
             self.watchdog.disarm()
             self._drop()
@@ -318,56 +360,7 @@ class _Client:
                 f"postgres: {what} committed locally but not confirmed by the standby "
                 f"quorum within commit_timeout_s={timeout} s"
             )
-        return rows
-
-    def insert(self, params: Sequence[bytes]) -> None:
-        """A batch's multi-row INSERT through libpq itself (``psycopg.pq``): prepared once
-        per connection and batch size, its payloads sent as binary parameters, the
-        interpreter lock let go while libpq waits. What it does on the server is what
-        ``run`` of :func:`insert_sql` does; psycopg's cursor layer around it costs about
-        as much client CPU again per batch (bench/clients.py). Failures as ``run``."""
-        self._cursor()
-        assert self.conn is not None
-        pg = self.conn.pgconn
-        n = len(params)
-        name = b"mqlab_insert_%d" % n
-        if n not in self.prepared:
-            self._check(pg.prepare(name, insert_prepared_sql(self.table, n)), "insert")
-            self.prepared.add(n)
-        timeout = self.settings.commit_timeout_s
-        self.watchdog.arm(timeout)
-        try:
-            result = pg.exec_prepared(name, params, [1] * n, 1)
-        except psycopg.Error as e:  # no result at all: the connection is gone
-            self.watchdog.disarm()
-            self._drop()
-            raise DriverError(f"postgres: insert failed: {e}") from e
-        if result.status != pq.ExecStatus.COMMAND_OK:
-            self.watchdog.disarm()
-        self._check(result, "insert", timeout)
-        if self.watchdog.disarm():
-            self._drop()
-            raise DriverError(
-                f"postgres: insert committed locally but not confirmed by the standby "
-                f"quorum within commit_timeout_s={timeout} s"
-            )
-
-    def _check(self, result: Any, what: str, timeout: float | None = None) -> None:
-        """A libpq result that is not a command's success drops the connection and
-        raises DriverError (a cancel by the watchdog: the commit timeout's message)."""
-        if result.status == pq.ExecStatus.COMMAND_OK:
-            return
-        self._drop()
-        state = result.error_field(pq.DiagnosticField.SQLSTATE)
-        if state == QUERY_CANCELED and timeout is not None:
-            raise DriverError(
-                f"postgres: {what} not done within commit_timeout_s={timeout} s "
-                "(are the synchronous standbys up?)"
-            )
-        message = (result.error_message or b"").decode(errors="replace").strip()
-        raise DriverError(
-            f"postgres: {what} failed: {message or pq.ExecStatus(result.status).name}"
-        )
+        return out
 
     def close(self) -> None:
         self.watchdog.close()

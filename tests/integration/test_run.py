@@ -18,7 +18,7 @@ from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
 from mqlab.results.archive.formats import read_json
-from mqlab.results.archive.layout import list_runs
+from mqlab.results.archive.layout import RunInfo, list_runs
 from tests.fixtures import reference
 from tests.integration.conftest import SharedLab, ctrl_c_able, processes_mentioning
 
@@ -53,6 +53,21 @@ def mqlab(
         env=env,
         cwd=cwd,
     )
+
+
+def run_scenario(
+    text: str, tmp_path: Path, shared_lab: SharedLab, name: str
+) -> tuple[RunInfo, subprocess.CompletedProcess[str]]:
+    """``mqlab run`` of ``text`` (written to ``tmp_path/<name>.toml``) on the shared lab,
+    into ``tmp_path/results``: it must exit 0 and archive one run; that run and the
+    command's outcome."""
+    scenario = tmp_path / f"{name}.toml"
+    scenario.write_text(text)
+    results = tmp_path / "results"
+    proc = mqlab("run", str(scenario), "--results", str(results), env_state=shared_lab.root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run] = list_runs(results)
+    return run, proc
 
 
 def check_archive(run_dir: Path, expect_complete: bool = True) -> dict:
@@ -367,12 +382,8 @@ def test_fixed_rate_run_summarizes_to_the_scheduled_rate_and_is_queryable_at_onc
     broker: str, profile: str, tmp_path: Path, shared_lab: SharedLab
 ) -> None:
     shared_lab.cluster(broker)
-    scenario = tmp_path / "rate.toml"
-    scenario.write_text(FIXED_RATE.format(profile=profile))
+    run, _ = run_scenario(FIXED_RATE.format(profile=profile), tmp_path, shared_lab, "rate")
     results = tmp_path / "results"
-    proc = mqlab("run", str(scenario), "--results", str(results), env_state=shared_lab.root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [run] = list_runs(results)
     summary = check_archive(run.path)
     tp, d = summary["throughput"], summary["delivery"]
     # 2 threads x 100 msg/s in each worker process (rate_per_s is per sender thread),
@@ -430,12 +441,7 @@ def test_a_run_shorter_than_a_second_counts_every_message_in_its_measured_period
     and every receipt lies in the measured period (before, the receivers' interval that
     began before the senders' start was left out, and such a run showed 0 msgs/s)."""
     shared_lab.cluster("redis")
-    scenario = tmp_path / "burst.toml"
-    scenario.write_text(BURST)
-    results = tmp_path / "results"
-    proc = mqlab("run", str(scenario), "--results", str(results), env_state=shared_lab.root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [run] = list_runs(results)
+    run, _ = run_scenario(BURST, tmp_path, shared_lab, "burst")
     summary = check_archive(run.path)
     d, tp, m = summary["delivery"], summary["throughput"], summary["measured"]
     assert d["confirmed"] == 600 and d["lost"] == 0 and d["received"] == 600, d

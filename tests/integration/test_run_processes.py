@@ -12,10 +12,9 @@ from pyroaring import BitMap64
 
 from mqlab.results.archive import codecs, records
 from mqlab.results.archive.formats import read_json
-from mqlab.results.archive.layout import list_runs
 from mqlab.results.summary.catalog import read_run_table
 from tests.integration.conftest import SharedLab
-from tests.integration.test_run import check_archive, mqlab
+from tests.integration.test_run import check_archive, run_scenario
 
 pytestmark = pytest.mark.integration
 SENDER_NODES, RECEIVER_NODES, PROCESSES, THREADS = 2, 1, 2, 2
@@ -45,12 +44,7 @@ def test_several_processes_per_node_account_for_every_sender_id(
     tmp_path: Path, shared_lab: SharedLab
 ) -> None:
     shared_lab.cluster("redis")
-    scenario = tmp_path / "processes.toml"
-    scenario.write_text(SCENARIO)
-    results = tmp_path / "results"
-    proc = mqlab("run", str(scenario), "--results", str(results), env_state=shared_lab.root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [run] = list_runs(results)
+    run, proc = run_scenario(SCENARIO, tmp_path, shared_lab, "processes")
     summary = check_archive(run.path)  # a folder per process, every node, all ok
     manifest = read_json(run.path / "manifest.json")
     assert manifest["clients"] == {

@@ -13,7 +13,7 @@ from mqlab.results.archive.layout import list_runs
 from mqlab.results.summary import saturation
 from tests.fixtures import reference
 from tests.integration.conftest import SharedLab
-from tests.integration.test_run import check_archive, mqlab
+from tests.integration.test_run import check_archive, mqlab, run_scenario
 
 pytestmark = pytest.mark.integration
 
@@ -44,12 +44,8 @@ def test_senders_that_cannot_hold_their_fixed_rate_mark_the_run_client_bound(
 ) -> None:
     # one thread, one synchronous WAIT-replicated send at a time: far below 50,000/s
     shared_lab.cluster("redis")
-    scenario = tmp_path / "beyond.toml"
-    scenario.write_text(BEYOND_REACH)
+    run, proc = run_scenario(BEYOND_REACH, tmp_path, shared_lab, "beyond")
     results = tmp_path / "results"
-    proc = mqlab("run", str(scenario), "--results", str(results), env_state=shared_lab.root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [run] = list_runs(results)
     summary = check_archive(run.path)
     sat = summary["saturation"]
     # the lag the summary judged, from the raw counts.csv rows of the measured period

@@ -376,6 +376,8 @@ def test_nats_asks_again_for_the_stream_leader_while_no_one_answers(
     calls.clear()
     monkeypatch.setattr(nats_driver, "SETUP_WAIT_S", 0.0)
     monkeypatch.setattr(driver, "_admin", lambda go: admin(go, 10**6))
-    with pytest.raises(DriverError, match=r"did not tell its leader within 0 s \(TimeoutError\)"):
+    with pytest.raises(
+        DriverError, match=r"leader: JetStream did not answer within 0 s \(TimeoutError\)"
+    ):
         driver.stream_replicas()
     assert len(calls) == 1  # past the deadline at once: not asked again

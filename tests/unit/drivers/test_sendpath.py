@@ -10,7 +10,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import hiredis
 import pytest
+import redis
 
 from mqlab.drivers import redis as redis_driver
 from mqlab.drivers.base import Endpoints, NodeEndpoint
@@ -172,9 +174,6 @@ class _PairWire(redis_driver._SendWire):
 
     def _connect(self) -> socket.socket:
         self.sock, self.fd = self.pair_sock, self.pair_sock.fileno()
-        import hiredis
-        import redis
-
         self.reader = hiredis.Reader(replyError=redis.ResponseError)
         return self.pair_sock
 
