@@ -9,7 +9,7 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
 - Redis, profile ``redis-async`` (no WAIT: ``redis-benchmark`` cannot send a WAIT after
   each pipeline, so the synchronous profile has no like-for-like native run): ``XADD
   <key> * m <payload>`` from ``redis-benchmark -c C -P B`` (one thread, C connections, B
-  commands per pipeline) against mqlab's sender with C threads and batches of exactly B.
+  commands per pipeline) against mqlab's sender with C senders and batches of exactly B.
 - PostgreSQL, profile ``postgres-sync``: ``pgbench -n -M prepared -c C -j J -T S -f``
   a script holding the driver's own multi-row INSERT (B rows), against mqlab's sender;
   and a script holding the driver's own ``FOR UPDATE SKIP LOCKED`` claim of B rows (their
@@ -17,11 +17,17 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   receiver on a table preloaded with mqlab messages. Both sessions run with the
   profile's ``synchronous_commit``.
 
-mqlab's senders take their hot paths: Redis writes each batch straight into its RESP
-bytes and, where the C extension ``mqlab._sendpath`` is built (``scripts/bootstrap``),
-writes the headers, sends and reads the replies in one call without the interpreter
-lock (the label names the path: ``compiled`` or ``python``); PostgreSQL runs its
-prepared INSERT through libpq itself (``psycopg.pq``).
+mqlab's senders take their hot paths: Redis, where the C extension ``mqlab._sendpath``
+is built (``scripts/bootstrap``), drives all of a worker's closed-loop senders from one
+thread, each on its own connection, writing each batch into its RESP bytes, sending it
+and reading the replies of all of them as they come, without the interpreter lock
+(``Sender.send_lanes``); the label names the path the worker reported
+(``compiled-lanes``, ``compiled`` or ``python``). PostgreSQL runs its prepared INSERT
+through libpq itself (``psycopg.pq``).
+
+Each native run's stored messages are checked to be ``--message-bytes`` long (the
+payload redis-benchmark reads with ``-x`` is cut at its first NUL byte, so a random one
+made it send messages of ~400 bytes on average: the payload here has no NUL byte).
 
 For each side: messages/s, the client process's CPU (cores used) and messages per
 client CPU-second; the ratio mqlab/native of both. "Per core" is the second ratio: the
@@ -62,7 +68,7 @@ from mqlab.clusters.base import LocalCluster
 from mqlab.clusters.local import cluster_class
 from mqlab.drivers import registry
 from mqlab.drivers.base import Driver, Endpoints
-from mqlab.drivers.redis import SEND_PATH
+from mqlab.drivers.redis import FIELD
 from mqlab.errors import MqlabError
 from mqlab.results.archive import codecs, layout
 from mqlab.scenario import PROJECT_PROFILES, Profile, Workload, load_profile
@@ -78,6 +84,7 @@ TOOLS = {  # tool -> where it comes from when missing
 PROFILES = {"redis": "redis-async", "postgres": "postgres-sync"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SPY_RATE = 200  # py-spy samples per second
+SAMPLE = 20  # stored messages whose size is checked after a native run
 
 
 class BenchError(Exception):
@@ -138,6 +145,24 @@ def window_count(
             n += r.counts[field]
             ms += r.length_ms
     return n, ms / 1000
+
+
+def nul_free(data: bytes) -> bytes:
+    """``data`` with each NUL byte made 0x01 (a tool that reads its argument as a C
+    string would cut it at the first NUL)."""
+    return data.replace(b"\0", b"\x01")
+
+
+def check_stored(tool: str, lengths: Sequence[int], message_bytes: int) -> None:
+    """The native side's messages, as the broker stored them, are of the size mqlab sent:
+    else the comparison is not of the same work."""
+    if not lengths:
+        raise BenchError(f"{tool}: no message stored")
+    wrong = sorted({n for n in lengths if n != message_bytes})
+    if wrong:
+        raise BenchError(
+            f"{tool} stored messages of {wrong} bytes, not {message_bytes}: not the same work"
+        )
 
 
 def parse_redis_benchmark_csv(text: str) -> float:
@@ -411,7 +436,7 @@ def run_mqlab(role: str, driver: Driver, profile: Profile, s: Setup) -> Measured
     worker = WorkerProcess(worker_spec(role, driver, profile, s, s.workdir / tag), s.workdir)
     field = codecs.COUNTED[role] if role == "sender" else "acked"
     try:
-        worker.wait_for("ready")
+        send_path = worker.wait_for("ready").get("send_path")
         lo_ms = clock.wall_ms()
         t0, cpu0 = time.monotonic(), proc_cpu_s(worker.proc.pid)
         if role == "sender":
@@ -431,8 +456,9 @@ def run_mqlab(role: str, driver: Driver, profile: Profile, s: Setup) -> Measured
     rate = messages / seconds
     wall = t1 - t0
     what = "sender" if role == "sender" else "receiver"
-    path = f", {SEND_PATH} path" if role == "sender" and profile.broker == "redis" else ""
-    label = f"mqlab {what} ({s.connections} threads, batch {s.batch}{path})"
+    path = f", {send_path}" if send_path else ""
+    each = "senders" if role == "sender" else "threads"
+    label = f"mqlab {what} ({s.connections} {each}, batch {s.batch}{path})"
     if s.py_spy is not None:
         label += " *"
     # messages over the CPU window at the rate of its whole intervals
@@ -452,7 +478,7 @@ def redis_pair(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compar
     cls = registry.driver_class("redis")
     tag = uuid.uuid4().hex[:8]
     ours = cls(profile.settings, cluster.endpoints(), f"bench-mqlab-{tag}")
-    native = cls(profile.settings, cluster.endpoints(), f"bench-native-{tag}")
+    native: Any = cls(profile.settings, cluster.endpoints(), f"bench-native-{tag}")
     for d in (ours, native):
         d.setup()  # both keys: a stream with the consumer group
     try:
@@ -460,7 +486,7 @@ def redis_pair(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compar
         ours.teardown()  # frees the memory before the next side
         nodes = cluster.endpoints().nodes
         node = next((n for n in nodes if n.extra.get("role") == "primary"), nodes[0])
-        payload = os.urandom(s.message_bytes)
+        payload = nul_free(os.urandom(s.message_bytes))  # redis-benchmark -x stops at a NUL
         base = [tool, "-h", node.host, "-p", str(node.port), "-c", str(s.connections)]
         base += ["-P", str(s.batch), "--csv", "-x"]
         xadd = ["XADD", native.queue, "*", "m"]
@@ -470,6 +496,12 @@ def redis_pair(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compar
         native.setup()
         run = run_tool([*base, "-n", str(n), *xadd], stdin=payload)
         rps = parse_redis_benchmark_csv(run.output)
+        r = native.connect()
+        try:
+            stored = [len(f[FIELD]) for _id, f in r.xrange(native.queue, count=SAMPLE)]
+        finally:
+            r.close()
+        check_stored("redis-benchmark", stored, s.message_bytes)
         label = f"redis-benchmark -c {s.connections} -P {s.batch} (1 thread)"
         nat = Measured(label, round(rps * run.seconds), run.seconds, run.cpu_s)
     finally:
@@ -507,6 +539,20 @@ def preload(driver: Any, rows: int, message_bytes: int) -> None:
             for first in range(0, rows, 1000):
                 for m in envelope.encode_batch(0, first, min(1000, rows - first), now, pool):
                     cp.write_row((m,))
+    finally:
+        conn.close()
+
+
+def stored_lengths(driver: Any) -> list[int]:
+    """The payload lengths of a few of the table's rows."""
+    from mqlab.drivers import postgres as pg
+
+    conn = pg.connect(driver.endpoints, pg.primary(driver.endpoints), driver.settings)
+    try:
+        query = pg.sql.SQL("SELECT octet_length(payload) FROM {} LIMIT %s").format(
+            pg.sql.Identifier(driver.table)
+        )
+        return [int(n) for (n,) in conn.execute(query, (SAMPLE,)).fetchall()]
     finally:
         conn.close()
 
@@ -564,6 +610,7 @@ def postgres_pairs(
         run = run_tool([*base, "-D", f"payload={payload}", "-f", str(script)], env=env)
         tps, _n = parse_pgbench(run.output)
         nat = Measured(label, round(tps * s.batch * run.seconds), run.seconds, run.cpu_s)
+        check_stored("pgbench", stored_lengths(d), s.message_bytes)
     finally:
         d.teardown()
         d.close()

@@ -1,37 +1,78 @@
-/* mqlab's compiled send path: one call per batch writes the batch's message headers
- * into its wire bytes, sends them, and reads the replies, without the interpreter lock.
+/* mqlab's compiled send path: the workers' Redis batches written, sent and their replies
+ * read without the interpreter lock.
  *
  * A Python sender spends most of its CPU per batch on interpreter work done under the
  * lock (issue 13: bench/clients.py); with several sender threads the lock's hand-offs
- * cost more again. Here a batch costs one call: the Python side only keeps the schedule
- * and the records. The wire bytes come from mqlab.workload.envelope.Framed (each
- * message's frame is the same but for its header); the header layout is the envelope's
- * (little endian: magic u16, version u16, sender u32, seq u64, stamp i64).
+ * and the thread switches they cause cost more again. The header layout is the
+ * envelope's (little endian: magic u16, version u16, sender u32, seq u64, stamp i64).
  *
  *   redis_batch(fd, template, spec, n, first_seq, sent_ns) -> (status, integer, message)
  *
- * spec (made once per sender and stream key, see mqlab.drivers.redis): little endian
- * i64 prefix_len, i64 frame, u32 magic, u32 version, u32 sender, u32 commands in the
- * trailer (0 or 1), then the trailer's bytes (the WAIT command, or nothing).
- *
- * writes the headers of messages first_seq .. first_seq + n - 1 at prefix_len + i *
- * frame, sends template[:n * frame] then the trailer on the blocking socket fd (its
+ * One batch (a fixed-rate sender's): spec (made once per sender and stream key, see
+ * mqlab.drivers.redis) is little endian i64 prefix_len, i64 frame, u32 magic, u32
+ * version, u32 sender, u32 commands in the trailer (0 or 1), then the trailer's bytes
+ * (the WAIT command, or nothing). Writes the headers of messages first_seq .. first_seq
+ * + n - 1 at prefix_len + i * frame of template (mqlab.workload.envelope.Framed's wire
+ * bytes), sends template[:n * frame] then the trailer on the blocking socket fd (its
  * SO_SNDTIMEO / SO_RCVTIMEO bound each call), then reads n + trailer commands' RESP
- * replies. status 0: all read, none an error; integer: the last integer reply (WAIT's
- * count) or -1. 1: all read, message: the first error reply. 2: a timeout. 3: the
- * connection failed or closed (message: why). 4: a reply mqlab does not expect (an
- * aggregate or a malformed one): the connection is out of step.
+ * replies.
+ *
+ *   redis_lanes(lanes, until_ns, wall_offset_ns, timeout_ns) -> [(done, outcome), ...]
+ *
+ * Closed-loop senders, each on its own connection, all driven from the calling thread
+ * (as redis-benchmark drives its connections): each lane sends its batches back to back,
+ * the next as soon as the last one's replies are in, until until_ns (CLOCK_MONOTONIC, as
+ * Python's time.monotonic_ns) or the last of its sizes, whichever comes first; the
+ * replies of all lanes are read as they come (poll), the thread out of the interpreter
+ * for the whole run. A lane is the tuple (fd, run_spec, sizes, first_seq, key,
+ * records): sizes an array of i64 batch sizes, records a writable i64 buffer. run_spec
+ * is (prefixes, pads, pool_n, suffix, trailer, magic, version, sender, min_acks): batch
+ * i goes to stream key prefixes[(key + i) % len(prefixes)] (each an XADD up to its
+ * message's bulk length), its messages padded with pads[(seq % pool_n) * pad_len ...] as
+ * envelope.encode_batch pads them, each followed by suffix, the batch by trailer. Each
+ * batch is stamped with its start (monotonic + wall_offset_ns: wall-clock ns); its start
+ * and end go to records[2i], records[2i + 1]. A lane with no bytes moved for timeout_ns
+ * times out. done: the lane's batches that succeeded; outcome: (status, integer,
+ * message) of its last batch; when status is not 0, batch done failed (records[2 * done
+ * + 1] is when) and the lane stopped there.
+ *
+ *   pg_lanes(lanes, until_ns, wall_offset_ns, timeout_ns) -> [(done, outcome), ...]
+ *
+ * redis_lanes for PostgreSQL: each batch runs the INSERT of its size, prepared through
+ * libpq beforehand (mqlab.drivers.postgres), in the extended query protocol on the
+ * connection's socket: Bind (every message a binary parameter), Execute, Sync; it is done
+ * at ReadyForQuery, once its implicit transaction committed (with the profile's
+ * synchronous_commit, confirmed by the standbys). run_spec is (statement name before the
+ * batch size, pads, pool_n, magic, version, sender); key is unused. An ErrorResponse is
+ * status 1 (message: its text and SQLSTATE); timeout_ns is the commit timeout. libpq's
+ * own state is left idle: the lane reads everything through ReadyForQuery.
+ *
+ * status 0: all read, none an error; integer: the last integer reply (WAIT's count) or
+ * -1. 1: all read, message: the first error reply. 2: a timeout. 3: the connection
+ * failed or closed (message: why). 4: a reply mqlab does not expect (an aggregate or a
+ * malformed one): the connection is out of step. 5 (redis_lanes only): WAIT's count
+ * (integer) was below min_acks.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 
-enum { ST_OK = 0, ST_REPLY_ERROR = 1, ST_TIMEOUT = 2, ST_CONNECTION = 3, ST_PROTOCOL = 4 };
+enum {
+    ST_OK = 0,
+    ST_REPLY_ERROR = 1,
+    ST_TIMEOUT = 2,
+    ST_CONNECTION = 3,
+    ST_PROTOCOL = 4,
+    ST_WAIT_SHORT = 5
+};
 
 #define INBUF 16384
 #define MESSAGE_MAX 512
@@ -42,6 +83,25 @@ put_le(unsigned char *p, uint64_t v, int bytes)
     for (int i = 0; i < bytes; i++) {
         p[i] = (unsigned char)(v >> (8 * i));
     }
+}
+
+static void
+put_header(unsigned char *h, uint64_t magic, uint64_t version, uint64_t sender, uint64_t seq,
+           int64_t sent_ns)
+{
+    put_le(h, magic, 2);
+    put_le(h + 2, version, 2);
+    put_le(h + 4, sender, 4);
+    put_le(h + 8, seq, 8);
+    put_le(h + 16, (uint64_t)sent_ns, 8);
+}
+
+static int64_t
+monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 typedef struct {
@@ -99,66 +159,70 @@ send_all(int fd, const char *a, size_t alen, const char *b, size_t blen, outcome
     return 0;
 }
 
-/* Reads ``replies`` replies; 0 when all were read (o->status says whether one was an
- * error), -1 on a failure (o->status says which). */
-static int
-read_replies(int fd, int replies, outcome *o)
-{
+/* A connection's reply reader: bytes received, not yet parsed, in buf[pos..have). */
+typedef struct {
     char buf[INBUF];
-    size_t have = 0, pos = 0;
-    long long skip = 0; /* bulk payload bytes (and their CRLF) still to pass over */
-    int done = 0;
+    size_t have, pos;
+    long long skip; /* bulk payload bytes (and their CRLF) still to pass over */
+    int done, want; /* replies read, replies expected */
+} reader;
+
+static void
+reader_expect(reader *r, int replies, outcome *o)
+{
+    r->have = r->pos = 0;
+    r->skip = 0;
+    r->done = 0;
+    r->want = replies;
     o->integer = -1;
-    while (done < replies) {
-        if (skip > 0 && have > pos) { /* a bulk reply's payload: passed over */
-            size_t take = (size_t)skip < have - pos ? (size_t)skip : have - pos;
-            pos += take;
-            skip -= take;
-            if (skip == 0) {
-                done++;
+}
+
+static int
+protocol_error(outcome *o, const char *what, char type)
+{
+    o->status = ST_PROTOCOL;
+    if (type) {
+        snprintf(o->message, MESSAGE_MAX, what, type);
+    } else {
+        snprintf(o->message, MESSAGE_MAX, "%s", what);
+    }
+    return -1;
+}
+
+/* Parses the whole replies in the buffer: 1 when all expected were read (o->status says
+ * whether one was an error), 0 when more bytes are needed, -1 on a protocol failure. */
+static int
+reader_parse(reader *r, outcome *o)
+{
+    while (r->done < r->want) {
+        if (r->skip > 0) { /* a bulk reply's payload: passed over */
+            if (r->have == r->pos) {
+                return 0;
+            }
+            size_t avail = r->have - r->pos;
+            size_t take = (size_t)r->skip < avail ? (size_t)r->skip : avail;
+            r->pos += take;
+            r->skip -= (long long)take;
+            if (r->skip == 0) {
+                r->done++;
             }
             continue;
         }
         /* one reply line, whole, from buf[pos..have) */
-        char *line = buf + pos;
-        char *end = skip == 0 && have > pos ? memchr(line, '\n', have - pos) : NULL;
-        if (end == NULL) { /* need more bytes: keep the partial line, read */
-            if (pos > 0) {
-                memmove(buf, buf + pos, have - pos);
-                have -= pos;
-                pos = 0;
-            }
-            if (have == INBUF) {
-                o->status = ST_PROTOCOL;
-                snprintf(o->message, MESSAGE_MAX, "a reply line longer than %d bytes", INBUF);
-                return -1;
-            }
-            ssize_t got = recv(fd, buf + have, INBUF - have, 0);
-            if (got < 0) {
-                if (errno == EINTR) {
-                    continue;
-                }
-                return failed_io(o, errno);
-            }
-            if (got == 0) {
-                o->status = ST_CONNECTION;
-                o->err_no = 0;
-                return -1;
-            }
-            have += (size_t)got;
-            continue;
+        char *line = r->buf + r->pos;
+        char *end = r->have > r->pos ? memchr(line, '\n', r->have - r->pos) : NULL;
+        if (end == NULL) {
+            return 0;
         }
         size_t len = (size_t)(end - line) + 1; /* through the LF */
         if (len < 3 || line[len - 2] != '\r') {
-            o->status = ST_PROTOCOL;
-            snprintf(o->message, MESSAGE_MAX, "a reply line without CRLF");
-            return -1;
+            return protocol_error(o, "a reply line without CRLF", 0);
         }
         size_t body = len - 3; /* between the type byte and the CRLF */
-        pos += len;
+        r->pos += len;
         switch (line[0]) {
         case '+':
-            done++;
+            r->done++;
             break;
         case '-':
             if (o->status != ST_REPLY_ERROR) {
@@ -167,15 +231,13 @@ read_replies(int fd, int replies, outcome *o)
                 memcpy(o->message, line + 1, m);
                 o->message[m] = '\0';
             }
-            done++;
+            r->done++;
             break;
         case ':':
         case '$': {
             char digits[32];
             if (body == 0 || body >= sizeof digits) {
-                o->status = ST_PROTOCOL;
-                snprintf(o->message, MESSAGE_MAX, "a malformed '%c' reply", line[0]);
-                return -1;
+                return protocol_error(o, "a malformed '%c' reply", line[0]);
             }
             memcpy(digits, line + 1, body);
             digits[body] = '\0';
@@ -183,32 +245,77 @@ read_replies(int fd, int replies, outcome *o)
             errno = 0;
             long long v = strtoll(digits, &stop, 10);
             if (errno != 0 || stop == NULL || *stop != '\0') {
-                o->status = ST_PROTOCOL;
-                snprintf(o->message, MESSAGE_MAX, "a malformed '%c' reply", line[0]);
-                return -1;
+                return protocol_error(o, "a malformed '%c' reply", line[0]);
             }
             if (line[0] == ':') {
                 o->integer = v;
-                done++;
+                r->done++;
             } else if (v < 0) { /* nil */
-                done++;
+                r->done++;
             } else {
-                skip = v + 2; /* the payload and its CRLF */
+                r->skip = v + 2; /* the payload and its CRLF */
             }
             break;
         }
         default:
-            o->status = ST_PROTOCOL;
-            snprintf(o->message, MESSAGE_MAX, "an unexpected reply of type '%c'", line[0]);
-            return -1;
+            return protocol_error(o, "an unexpected reply of type '%c'", line[0]);
         }
     }
-    if (pos != have) {
+    if (r->pos != r->have) {
         o->status = ST_PROTOCOL;
-        snprintf(o->message, MESSAGE_MAX, "%zu bytes after the last reply", have - pos);
+        snprintf(o->message, MESSAGE_MAX, "%zu bytes after the last reply", r->have - r->pos);
+        return -1;
+    }
+    return 1;
+}
+
+/* Makes room at the buffer's end for more bytes (the unparsed ones moved to its start);
+ * -1 when one reply line fills it all. */
+static int
+reader_room(reader *r, outcome *o)
+{
+    if (r->pos > 0) {
+        memmove(r->buf, r->buf + r->pos, r->have - r->pos);
+        r->have -= r->pos;
+        r->pos = 0;
+    }
+    if (r->have == INBUF) {
+        o->status = ST_PROTOCOL;
+        snprintf(o->message, MESSAGE_MAX, "a reply line longer than %d bytes", INBUF);
         return -1;
     }
     return 0;
+}
+
+/* Reads ``replies`` replies on the blocking socket; 0 when all were read (o->status says
+ * whether one was an error), -1 on a failure (o->status says which). */
+static int
+read_replies(int fd, int replies, outcome *o)
+{
+    reader r;
+    reader_expect(&r, replies, o);
+    for (;;) {
+        int parsed = reader_parse(&r, o);
+        if (parsed != 0) {
+            return parsed > 0 ? 0 : -1;
+        }
+        if (reader_room(&r, o) < 0) {
+            return -1;
+        }
+        ssize_t got = recv(fd, r.buf + r.have, INBUF - r.have, 0);
+        if (got < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return failed_io(o, errno);
+        }
+        if (got == 0) {
+            o->status = ST_CONNECTION;
+            o->err_no = 0;
+            return -1;
+        }
+        r.have += (size_t)got;
+    }
 }
 
 #define SPEC_HEAD 32
@@ -221,6 +328,23 @@ get_le(const unsigned char *p, int bytes)
         v = (v << 8) | p[i];
     }
     return v;
+}
+
+/* (status, integer, message) of an outcome; message None on success and timeout */
+static PyObject *
+outcome_value(outcome *o)
+{
+    if (o->status == ST_CONNECTION && o->message[0] == '\0') {
+        if (o->err_no) {
+            snprintf(o->message, MESSAGE_MAX, "%s", strerror(o->err_no));
+        } else {
+            snprintf(o->message, MESSAGE_MAX, "connection closed by the server");
+        }
+    }
+    if (o->status == ST_OK || o->status == ST_TIMEOUT || o->status == ST_WAIT_SHORT) {
+        return Py_BuildValue("(iLO)", o->status, o->integer, Py_None);
+    }
+    return Py_BuildValue("(iLs)", o->status, o->integer, o->message);
 }
 
 static PyObject *
@@ -258,12 +382,8 @@ redis_batch(PyObject *self, PyObject *args)
     unsigned char *base = (unsigned char *)tmpl.buf;
     Py_BEGIN_ALLOW_THREADS
     for (int i = 0; i < n; i++) {
-        unsigned char *h = base + prefix_len + (Py_ssize_t)i * frame;
-        put_le(h, magic, 2);
-        put_le(h + 2, version, 2);
-        put_le(h + 4, sender, 4);
-        put_le(h + 8, first_seq + (unsigned long long)i, 8);
-        put_le(h + 16, (uint64_t)sent_ns, 8);
+        put_header(base + prefix_len + (Py_ssize_t)i * frame, magic, version, sender,
+                   first_seq + (unsigned long long)i, sent_ns);
     }
     if (send_all(fd, (const char *)base, (size_t)n * (size_t)frame, trailer, trailer_len, &o) ==
         0) {
@@ -271,22 +391,590 @@ redis_batch(PyObject *self, PyObject *args)
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&tmpl);
-    if (o.status == ST_CONNECTION && o.message[0] == '\0') {
-        if (o.err_no) {
-            snprintf(o.message, MESSAGE_MAX, "%s", strerror(o.err_no));
-        } else {
-            snprintf(o.message, MESSAGE_MAX, "connection closed by the server");
+    return outcome_value(&o);
+}
+
+/* a lane's fixed arguments (see the opening comment), parsed under the lock */
+enum { PROTO_REDIS = 0, PROTO_PG = 1 };
+
+typedef struct {
+    int proto;
+    const char *stmt; /* PostgreSQL: the prepared INSERT's name, before its batch size */
+    size_t stmt_len;
+    Py_ssize_t nkeys;
+    const char **prefixes;
+    size_t *prefix_lens;
+    const char *pads;
+    size_t pad_len;
+    unsigned long long pool_n;
+    const char *suffix;
+    size_t suffix_len;
+    const char *trailer;
+    size_t trailer_len;
+    unsigned long long magic, version, sender;
+    long long min_acks;
+} run_spec;
+
+static int
+parse_run_spec(PyObject *tuple, run_spec *rs)
+{
+    PyObject *prefixes;
+    const char *pads, *suffix, *trailer;
+    Py_ssize_t pads_len, suffix_len, trailer_len;
+    memset(rs, 0, sizeof *rs);
+    if (!PyArg_ParseTuple(tuple, "O!y#Ky#y#KKKL;redis_lanes: run_spec", &PyTuple_Type, &prefixes,
+                          &pads, &pads_len, &rs->pool_n, &suffix, &suffix_len, &trailer,
+                          &trailer_len, &rs->magic, &rs->version, &rs->sender,
+                          &rs->min_acks)) {
+        return -1;
+    }
+    rs->nkeys = PyTuple_GET_SIZE(prefixes);
+    if (rs->nkeys < 1 || rs->pool_n < 1 || (unsigned long long)pads_len % rs->pool_n != 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "redis_lanes: no stream key, or pads not pool_n paddings alike");
+        return -1;
+    }
+    rs->prefixes = PyMem_Calloc((size_t)rs->nkeys, sizeof *rs->prefixes);
+    rs->prefix_lens = PyMem_Calloc((size_t)rs->nkeys, sizeof *rs->prefix_lens);
+    if (rs->prefixes == NULL || rs->prefix_lens == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < rs->nkeys; k++) {
+        PyObject *p = PyTuple_GET_ITEM(prefixes, k);
+        if (!PyBytes_Check(p)) {
+            PyErr_SetString(PyExc_TypeError, "redis_lanes: a key's prefix is not bytes");
+            return -1;
+        }
+        rs->prefixes[k] = PyBytes_AS_STRING(p); /* the caller's tuple keeps them */
+        rs->prefix_lens[k] = (size_t)PyBytes_GET_SIZE(p);
+    }
+    rs->pads = pads;
+    rs->pad_len = (size_t)((unsigned long long)pads_len / rs->pool_n);
+    rs->suffix = suffix;
+    rs->suffix_len = (size_t)suffix_len;
+    rs->trailer = trailer;
+    rs->trailer_len = (size_t)trailer_len;
+    return 0;
+}
+
+static int
+parse_pg_spec(PyObject *tuple, run_spec *rs)
+{
+    const char *pads, *stmt;
+    Py_ssize_t pads_len, stmt_len;
+    memset(rs, 0, sizeof *rs);
+    rs->proto = PROTO_PG;
+    if (!PyArg_ParseTuple(tuple, "y#y#KKKK;pg_lanes: run_spec", &stmt, &stmt_len, &pads,
+                          &pads_len, &rs->pool_n, &rs->magic, &rs->version, &rs->sender)) {
+        return -1;
+    }
+    if (rs->pool_n < 1 || (unsigned long long)pads_len % rs->pool_n != 0 || stmt_len > 40) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pg_lanes: pads not pool_n paddings alike, or a statement name too long");
+        return -1;
+    }
+    rs->stmt = stmt;
+    rs->stmt_len = (size_t)stmt_len;
+    rs->pads = pads;
+    rs->pad_len = (size_t)((unsigned long long)pads_len / rs->pool_n);
+    return 0;
+}
+
+static void
+free_run_spec(run_spec *rs)
+{
+    PyMem_Free(rs->prefixes);
+    PyMem_Free(rs->prefix_lens);
+}
+
+/* One connection of redis_lanes: its run's arguments and where its batch is. */
+typedef struct {
+    int fd;
+    run_spec rs;
+    Py_buffer sizes_buf, records_buf;
+    int held; /* which buffers are held: 1 sizes, 2 records */
+    const int64_t *sizes;
+    Py_ssize_t batches;
+    int64_t *records;
+    unsigned long long seq, key;
+    char *wire; /* the batch's bytes, wlen of them, woff sent */
+    size_t wlen, woff;
+    Py_ssize_t i, ok; /* the batch in flight (or next), the batches that succeeded */
+    int active;
+    int next; /* its batch is in: the next one goes after this round's reads */
+    int64_t deadline; /* no bytes moved by then: a timeout */
+    reader r;
+    outcome o;
+} lane;
+
+static void
+lane_fail(lane *L, int64_t now)
+{
+    L->records[2 * L->i + 1] = now;
+    L->active = 0;
+}
+
+static void
+lane_write(lane *L, int64_t now, int64_t timeout_ns)
+{
+    while (L->woff < L->wlen) {
+        ssize_t sent = send(L->fd, L->wire + L->woff, L->wlen - L->woff, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (sent < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return;
+            }
+            L->o.status = ST_CONNECTION;
+            L->o.err_no = errno;
+            lane_fail(L, now);
+            return;
+        }
+        L->woff += (size_t)sent;
+        L->deadline = now + timeout_ns;
+    }
+}
+
+static unsigned char *
+put_be(unsigned char *p, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--) {
+        *p++ = (unsigned char)(v >> (8 * i));
+    }
+    return p;
+}
+
+/* A batch's INSERT in PostgreSQL's extended query protocol: Bind (the statement prepared
+ * for n rows, every parameter a binary message), Execute, Sync; its length. The reply
+ * ends with ReadyForQuery once the implicit transaction committed (and, with the
+ * profile's synchronous_commit, was confirmed by the standbys). */
+static size_t
+pg_batch(char *wire, const run_spec *rs, size_t n, unsigned long long seq, int64_t sent_ns)
+{
+    unsigned char *w = (unsigned char *)wire;
+    size_t message = 24 + rs->pad_len;
+    char name[64];
+    int name_len = snprintf(name, sizeof name, "%.*s%zu", (int)rs->stmt_len, rs->stmt, n);
+    *w++ = 'B';
+    unsigned char *len_at = w;
+    w += 4;
+    *w++ = '\0'; /* the unnamed portal */
+    memcpy(w, name, (size_t)name_len + 1);
+    w += name_len + 1;
+    w = put_be(w, 1, 2); /* one format code, for all parameters: binary */
+    w = put_be(w, 1, 2);
+    w = put_be(w, n, 2);
+    const char *pad = rs->pads + (size_t)(seq % rs->pool_n) * rs->pad_len;
+    for (size_t j = 0; j < n; j++) {
+        w = put_be(w, message, 4);
+        put_header(w, rs->magic, rs->version, rs->sender, seq + j, sent_ns);
+        w += 24;
+        memcpy(w, pad, rs->pad_len);
+        w += rs->pad_len;
+    }
+    w = put_be(w, 0, 2); /* result columns: none asked for */
+    put_be(len_at, (uint64_t)(w - len_at), 4);
+    *w++ = 'E';
+    w = put_be(w, 9, 4);
+    *w++ = '\0';
+    w = put_be(w, 0, 4);
+    *w++ = 'S';
+    w = put_be(w, 4, 4);
+    return (size_t)((char *)w - wire);
+}
+
+/* Parses PostgreSQL's replies in the buffer until ReadyForQuery: 1 when it came (an
+ * ErrorResponse before it: o->status 1, message its text and SQLSTATE), 0 when more bytes
+ * are needed, -1 on a protocol failure. */
+static int
+pg_parse(reader *r, outcome *o)
+{
+    while (r->done < r->want) {
+        size_t avail = r->have - r->pos;
+        if (avail < 5) {
+            return 0;
+        }
+        const unsigned char *m = (const unsigned char *)r->buf + r->pos;
+        uint64_t len = 0;
+        for (int i = 1; i <= 4; i++) {
+            len = (len << 8) | m[i];
+        }
+        if (len < 4) {
+            return protocol_error(o, "a malformed '%c' message", (char)m[0]);
+        }
+        if (1 + len > INBUF) {
+            o->status = ST_PROTOCOL;
+            snprintf(o->message, MESSAGE_MAX, "a '%c' message longer than %d bytes", m[0], INBUF);
+            return -1;
+        }
+        if (avail < 1 + len) {
+            return 0;
+        }
+        const char *body = (const char *)m + 5;
+        size_t blen = (size_t)len - 4;
+        switch (m[0]) {
+        case '2': /* BindComplete */
+        case 'C': /* CommandComplete */
+        case 'N': /* NoticeResponse */
+        case 'S': /* ParameterStatus */
+        case 'A': /* NotificationResponse */
+            break;
+        case 'E':
+            if (o->status != ST_REPLY_ERROR) {
+                const char *text = "", *state = "";
+                size_t text_len = 0, state_len = 0;
+                for (size_t at = 0; at < blen && body[at] != '\0';) {
+                    const char *f = body + at + 1;
+                    size_t flen = strnlen(f, blen - at - 1);
+                    if (body[at] == 'M') {
+                        text = f;
+                        text_len = flen;
+                    } else if (body[at] == 'C') {
+                        state = f;
+                        state_len = flen;
+                    }
+                    at += flen + 2;
+                }
+                o->status = ST_REPLY_ERROR;
+                snprintf(o->message, MESSAGE_MAX, "%.*s (SQLSTATE %.*s)", (int)text_len, text,
+                         (int)state_len, state);
+            }
+            break;
+        case 'Z':
+            r->done++;
+            break;
+        default:
+            return protocol_error(o, "an unexpected '%c' message", (char)m[0]);
+        }
+        r->pos += 1 + len;
+    }
+    if (r->pos != r->have) {
+        o->status = ST_PROTOCOL;
+        snprintf(o->message, MESSAGE_MAX, "%zu bytes after ReadyForQuery", r->have - r->pos);
+        return -1;
+    }
+    return 1;
+}
+
+/* Writes the lane's next batch and sends what the socket takes; the lane ends when its
+ * sizes are used up or ``now`` is at or past ``until_ns``. */
+static void
+lane_start(lane *L, int64_t now, int64_t until_ns, int64_t wall_offset_ns, int64_t timeout_ns)
+{
+    if (L->i >= L->batches || now >= until_ns) {
+        L->active = 0;
+        return;
+    }
+    const run_spec *rs = &L->rs;
+    size_t n = (size_t)L->sizes[L->i];
+    if (rs->proto == PROTO_PG) {
+        L->wlen = pg_batch(L->wire, rs, n, L->seq, now + wall_offset_ns);
+        L->woff = 0;
+        L->records[2 * L->i] = now;
+        reader_expect(&L->r, 1, &L->o); /* through ReadyForQuery */
+        L->active = 1;
+        L->deadline = now + timeout_ns;
+        lane_write(L, now, timeout_ns);
+        return;
+    }
+    Py_ssize_t k = (Py_ssize_t)((L->key + (unsigned long long)L->i) % (unsigned long long)rs->nkeys);
+    const char *prefix = rs->prefixes[k];
+    size_t prefix_len = rs->prefix_lens[k];
+    const char *pad = rs->pads + (size_t)(L->seq % rs->pool_n) * rs->pad_len;
+    char *w = L->wire;
+    for (size_t j = 0; j < n; j++) {
+        memcpy(w, prefix, prefix_len);
+        w += prefix_len;
+        put_header((unsigned char *)w, rs->magic, rs->version, rs->sender, L->seq + j,
+                   now + wall_offset_ns);
+        w += 24;
+        memcpy(w, pad, rs->pad_len);
+        w += rs->pad_len;
+        memcpy(w, rs->suffix, rs->suffix_len);
+        w += rs->suffix_len;
+    }
+    memcpy(w, rs->trailer, rs->trailer_len);
+    w += rs->trailer_len;
+    L->wlen = (size_t)(w - L->wire);
+    L->woff = 0;
+    L->records[2 * L->i] = now;
+    reader_expect(&L->r, (int)n + (rs->trailer_len > 0 ? 1 : 0), &L->o);
+    L->active = 1;
+    L->deadline = now + timeout_ns;
+    lane_write(L, now, timeout_ns);
+}
+
+/* Reads what the socket holds; a batch whose replies are all in is recorded, and the
+ * lane marked to start its next one. */
+static void
+lane_read(lane *L, int64_t timeout_ns)
+{
+    int64_t now = monotonic_ns();
+    for (;;) {
+        if (reader_room(&L->r, &L->o) < 0) {
+            lane_fail(L, now);
+            return;
+        }
+        size_t room = INBUF - L->r.have;
+        ssize_t got = recv(L->fd, L->r.buf + L->r.have, room, MSG_DONTWAIT);
+        if (got < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return;
+            }
+            L->o.status = ST_CONNECTION;
+            L->o.err_no = errno;
+            lane_fail(L, now);
+            return;
+        }
+        if (got == 0) {
+            L->o.status = ST_CONNECTION;
+            L->o.err_no = 0;
+            lane_fail(L, now);
+            return;
+        }
+        L->r.have += (size_t)got;
+        L->deadline = now + timeout_ns;
+        int parsed = L->rs.proto == PROTO_PG ? pg_parse(&L->r, &L->o) : reader_parse(&L->r, &L->o);
+        if (parsed < 0) {
+            lane_fail(L, now);
+            return;
+        }
+        if (parsed > 0) {
+            now = monotonic_ns();
+            if (L->o.status == ST_OK && L->rs.proto == PROTO_REDIS && L->rs.trailer_len > 0 &&
+                L->o.integer < L->rs.min_acks) {
+                L->o.status = ST_WAIT_SHORT;
+            }
+            if (L->o.status != ST_OK || L->woff < L->wlen) {
+                if (L->o.status == ST_OK) { /* all replies before all the bytes went */
+                    protocol_error(&L->o, "replies before the batch was sent", 0);
+                }
+                lane_fail(L, now);
+                return;
+            }
+            L->records[2 * L->i + 1] = now;
+            L->seq += (unsigned long long)L->sizes[L->i];
+            L->ok++;
+            L->i++;
+            L->active = 0;
+            L->next = 1; /* started with the others whose replies came in this round */
+            return;
+        }
+        if ((size_t)got < room) {
+            return; /* the socket is drained for now */
         }
     }
-    if (o.status == ST_OK || o.status == ST_TIMEOUT) {
-        return Py_BuildValue("(iLO)", o.status, o.integer, Py_None);
+}
+
+static int
+lane_parse(lane *L, PyObject *item, int proto)
+{
+    PyObject *spec_tuple;
+    if (!PyArg_ParseTuple(item, "iO!y*KKw*;lanes: a lane", &L->fd, &PyTuple_Type, &spec_tuple,
+                          &L->sizes_buf, &L->seq, &L->key, &L->records_buf)) {
+        return -1;
     }
-    return Py_BuildValue("(iLs)", o.status, o.integer, o.message);
+    L->held = 3;
+    int parsed = proto == PROTO_PG ? parse_pg_spec(spec_tuple, &L->rs)
+                                   : parse_run_spec(spec_tuple, &L->rs);
+    if (parsed < 0) {
+        return -1;
+    }
+    L->batches = L->sizes_buf.len / (Py_ssize_t)sizeof(int64_t);
+    L->sizes = (const int64_t *)L->sizes_buf.buf;
+    L->records = (int64_t *)L->records_buf.buf;
+    if (L->sizes_buf.len % (Py_ssize_t)sizeof(int64_t) != 0 ||
+        L->records_buf.len < L->batches * 2 * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "lanes: sizes is not i64s, or records has no room for 2 per batch");
+        return -1;
+    }
+    size_t frame_max = 0, n_max = 0, fixed = L->rs.trailer_len + 1;
+    long long size_max = 1000000;
+    for (Py_ssize_t k = 0; k < L->rs.nkeys; k++) {
+        size_t f = L->rs.prefix_lens[k] + 24 + L->rs.pad_len + L->rs.suffix_len;
+        frame_max = f > frame_max ? f : frame_max;
+    }
+    if (L->rs.proto == PROTO_PG) { /* a parameter each; Bind's head, Execute, Sync */
+        frame_max = 4 + 24 + L->rs.pad_len;
+        fixed = 128;
+        size_max = 32767; /* Bind's parameter count is an int16 */
+    }
+    for (Py_ssize_t i = 0; i < L->batches; i++) {
+        if (L->sizes[i] < 1 || L->sizes[i] > size_max) {
+            PyErr_Format(PyExc_ValueError, "lanes: a batch size out of 1 .. %lld", size_max);
+            return -1;
+        }
+        n_max = (size_t)L->sizes[i] > n_max ? (size_t)L->sizes[i] : n_max;
+    }
+    L->wire = PyMem_RawMalloc(n_max * frame_max + fixed);
+    if (L->wire == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void
+lanes_free(lane *lanes, Py_ssize_t n)
+{
+    for (Py_ssize_t j = 0; j < n; j++) {
+        lane *L = &lanes[j];
+        PyMem_RawFree(L->wire);
+        free_run_spec(&L->rs);
+        if (L->held & 1) {
+            PyBuffer_Release(&L->sizes_buf);
+        }
+        if (L->held & 2) {
+            PyBuffer_Release(&L->records_buf);
+        }
+    }
+    PyMem_RawFree(lanes);
+}
+
+static void
+lanes_loop(lane *lanes, Py_ssize_t n, struct pollfd *pfds, lane **polled, int64_t until_ns,
+           int64_t wall_offset_ns, int64_t timeout_ns)
+{
+    int64_t now = monotonic_ns();
+    for (Py_ssize_t j = 0; j < n; j++) {
+        lane_start(&lanes[j], now, until_ns, wall_offset_ns, timeout_ns);
+    }
+    for (;;) {
+        nfds_t k = 0;
+        int64_t first_deadline = INT64_MAX;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            lane *L = &lanes[j];
+            if (!L->active) {
+                continue;
+            }
+            pfds[k].fd = L->fd;
+            pfds[k].events = (short)(POLLIN | (L->woff < L->wlen ? POLLOUT : 0));
+            pfds[k].revents = 0;
+            polled[k++] = L;
+            first_deadline = L->deadline < first_deadline ? L->deadline : first_deadline;
+        }
+        if (k == 0) {
+            return;
+        }
+        now = monotonic_ns();
+        int64_t wait_ns = first_deadline > now ? first_deadline - now : 0;
+        int ready = poll(pfds, k, (int)((wait_ns + 999999) / 1000000));
+        if (ready < 0 && errno != EINTR) {
+            int err = errno;
+            now = monotonic_ns();
+            for (nfds_t q = 0; q < k; q++) {
+                polled[q]->o.status = ST_CONNECTION;
+                polled[q]->o.err_no = err;
+                lane_fail(polled[q], now);
+            }
+            return;
+        }
+        now = monotonic_ns();
+        for (nfds_t q = 0; q < k && ready > 0; q++) {
+            lane *L = polled[q];
+            short ev = pfds[q].revents;
+            if (ev & POLLOUT && L->active) {
+                lane_write(L, now, timeout_ns);
+            }
+            if (ev & (POLLIN | POLLERR | POLLHUP) && L->active) {
+                lane_read(L, timeout_ns);
+            }
+        }
+        /* the lanes whose batches came in start their next ones together, as the
+         * native tools do: the server then takes them in one pass of its event loop */
+        now = monotonic_ns();
+        for (nfds_t q = 0; q < k; q++) {
+            lane *L = polled[q];
+            if (L->next) {
+                L->next = 0;
+                lane_start(L, now, until_ns, wall_offset_ns, timeout_ns);
+            }
+        }
+        now = monotonic_ns();
+        for (nfds_t q = 0; q < k; q++) {
+            lane *L = polled[q];
+            if (L->active && now >= L->deadline) {
+                L->o.status = ST_TIMEOUT;
+                lane_fail(L, now);
+            }
+        }
+    }
+}
+
+static PyObject *
+lanes_run(PyObject *args, int proto)
+{
+    PyObject *items;
+    long long until_ns, wall_offset_ns, timeout_ns;
+    if (!PyArg_ParseTuple(args, "O!LLL", &PyList_Type, &items, &until_ns, &wall_offset_ns,
+                          &timeout_ns)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    lane *lanes = PyMem_RawCalloc((size_t)(n > 0 ? n : 1), sizeof(lane));
+    struct pollfd *pfds = PyMem_RawCalloc((size_t)(n > 0 ? n : 1), sizeof(struct pollfd));
+    lane **polled = PyMem_RawCalloc((size_t)(n > 0 ? n : 1), sizeof(lane *));
+    PyObject *result = NULL;
+    Py_ssize_t parsed = 0;
+    if (lanes == NULL || pfds == NULL || polled == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; parsed < n; parsed++) {
+        if (lane_parse(&lanes[parsed], PyList_GET_ITEM(items, parsed), proto) < 0) {
+            parsed++; /* its buffers, if any, are freed too */
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    lanes_loop(lanes, n, pfds, polled, until_ns, wall_offset_ns, timeout_ns);
+    Py_END_ALLOW_THREADS
+    result = PyList_New(n);
+    for (Py_ssize_t j = 0; result != NULL && j < n; j++) {
+        PyObject *value = outcome_value(&lanes[j].o);
+        PyObject *item = value == NULL ? NULL : Py_BuildValue("(nN)", lanes[j].ok, value);
+        if (item == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, j, item);
+    }
+done:
+    if (lanes != NULL) {
+        lanes_free(lanes, parsed);
+    }
+    PyMem_RawFree(pfds);
+    PyMem_RawFree(polled);
+    return result;
+}
+
+static PyObject *
+redis_lanes(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return lanes_run(args, PROTO_REDIS);
+}
+
+static PyObject *
+pg_lanes(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return lanes_run(args, PROTO_PG);
 }
 
 static PyMethodDef methods[] = {
     {"redis_batch", redis_batch, METH_VARARGS,
      "Write a batch's headers into its RESP template, send it, read its replies."},
+    {"redis_lanes", redis_lanes, METH_VARARGS,
+     "Send batches back to back on several connections from one thread, until a time."},
+    {"pg_lanes", pg_lanes, METH_VARARGS,
+     "redis_lanes for PostgreSQL: each batch a prepared INSERT (Bind, Execute, Sync)."},
     {NULL, NULL, 0, NULL},
 };
 

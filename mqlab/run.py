@@ -105,6 +105,7 @@ class _Worker:
     totals: dict[str, int] = field(default_factory=dict)
     exit_code: int | None = None
     fetched: str | None = None  # why the folder could not be fetched, if so
+    send_path: str | None = None  # senders: how they send (WorkerRecord.send_path)
 
     def pump(self) -> None:
         """Take the events it sent since the last call."""
@@ -117,6 +118,7 @@ class _Worker:
             kind = ev.get("event")
             if kind == "ready":
                 self.ready = True
+                self.send_path = ev.get("send_path")
             elif kind in ("progress", "done"):
                 self.totals = {k: int(v) for k, v in ev.get("totals", {}).items()}
             elif kind == "started":
@@ -814,6 +816,7 @@ def _measure_run(
         f"senders: {_shape(shape['sender'], s.clients.sender_threads)} on {_where(senders)}"
     )
     _wait_ready(senders)  # connected, about to send
+    manifest["clients"]["send_paths"] = sorted({w.send_path for w in senders if w.send_path})
     start_ms = int(time.time() * 1000)
     warmup_end_ms = start_ms + int(s.workload.warmup_s * 1000)
     # every worker closes an interval there, so the measured period starts on a boundary:

@@ -3,8 +3,9 @@
 - ``Sender.send(batch)`` returns only once the broker confirmed every message of
   the batch as the profile demands (durable and replicated as configured).
   Workers call ``Sender.send_stamped``, which is ``send`` of the batch the envelope
-  makes; a driver may override it to write those messages straight into its wire
-  bytes (Redis does).
+  makes, or, closed loop, ``Sender.send_run`` (batches back to back, each through
+  ``send_stamped``); a driver may override them to write those messages straight
+  into its wire bytes, and a run of them in one compiled call (Redis does).
 - ``Receiver.receive(max_messages, timeout_s)`` returns deliveries that other
   receivers cannot get until they are acked or their visibility timeout passes.
 - ``Receiver.ack(deliveries)`` removes them. Delivery is at least once.
@@ -22,10 +23,12 @@ driver module.
 
 from __future__ import annotations
 
+import array
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from mqlab.workload import envelope
 
@@ -99,6 +102,17 @@ class Remaining:
     in_flight: int | None = None
 
 
+class Lane(NamedTuple):
+    """One closed-loop sender's run in :meth:`Sender.send_lanes`: its client, sender id,
+    first seq, batch sizes and the buffer for its batches' start and end times."""
+
+    client: Sender
+    sender: int
+    first_seq: int
+    sizes: array.array[int]
+    records: array.array[int]
+
+
 class Sender(ABC):
     @abstractmethod
     def send(self, batch: Sequence[bytes]) -> None:
@@ -112,6 +126,52 @@ class Sender(ABC):
         bytes instead (:class:`mqlab.workload.envelope.Framed`); what the broker gets
         must be the same messages."""
         self.send(envelope.encode_batch(sender, first_seq, n, sent_ns, pool))
+
+    def send_run(
+        self,
+        sender: int,
+        first_seq: int,
+        sizes: array.array[int],
+        until_ns: int,
+        wall_offset_ns: int,
+        pool: envelope.PayloadPool,
+        records: array.array[int],
+    ) -> tuple[int, Exception | None]:
+        """A closed-loop sender's batches back to back: ``sizes[i]`` messages each, from
+        ``first_seq`` on, none started at or after ``until_ns`` (``time.monotonic_ns()``).
+        Each is :meth:`send_stamped` stamped with its start (``start + wall_offset_ns``:
+        wall-clock ns); its start and end (monotonic ns) go to ``records[2i]`` and
+        ``records[2i + 1]``. Returns (the batches confirmed, the failure of the batch after
+        them, which ended the run, or None). A driver may run them in one compiled call
+        (Redis does)."""
+        done = 0
+        for i, n in enumerate(sizes):
+            start = time.monotonic_ns()
+            if start >= until_ns:
+                break
+            records[2 * i] = start
+            try:
+                self.send_stamped(sender, first_seq, n, start + wall_offset_ns, pool)
+            except Exception as exc:  # noqa: BLE001 - the caller counts and retries it
+                records[2 * i + 1] = time.monotonic_ns()
+                return done, exc
+            records[2 * i + 1] = time.monotonic_ns()
+            done += 1
+            first_seq += n
+        return done, None
+
+    @classmethod
+    def send_lanes(
+        cls,
+        lanes: Sequence[Lane],
+        until_ns: int,
+        wall_offset_ns: int,
+        pool: envelope.PayloadPool,
+    ) -> list[tuple[int, Exception | None]]:
+        """:meth:`send_run` of several senders of this class (each its own connection) at
+        once, from one thread: each lane's next batch starts when its last one is
+        confirmed. Only for drivers whose ``sends_in_lanes()`` is true."""
+        raise NotImplementedError(f"{cls.__name__} does not send in lanes")
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""
@@ -164,6 +224,16 @@ class Driver(ABC):
 
     @abstractmethod
     def receiver(self) -> Receiver: ...
+
+    def send_path(self) -> str:
+        """How its senders' batches are written and sent: "python", or "compiled" where
+        the driver has a compiled send path and it is built."""
+        return "python"
+
+    def sends_in_lanes(self) -> bool:
+        """Whether closed-loop senders of this driver are driven from one thread each
+        worker, through their class's ``Sender.send_lanes`` (else: a thread each)."""
+        return False
 
     @abstractmethod
     def remaining(self, identify: bool = False) -> Remaining:

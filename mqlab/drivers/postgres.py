@@ -48,29 +48,34 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq, sql
 
+from mqlab.drivers import compiled
 from mqlab.drivers.base import (
     IDENTIFY_PREFIX_BYTES,
     Delivery,
     Driver,
     Endpoints,
+    Lane,
     Receiver,
     Remaining,
     Sender,
 )
 from mqlab.errors import DriverError
 from mqlab.typed import spec
+from mqlab.workload import envelope
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_IDENT = 63  # PostgreSQL truncates identifiers longer than this
 SYNC_CHOICES = ("on", "remote_apply", "remote_write", "local", "off")
+INSERT_NAME = b"mqlab_insert_"  # + the batch size: the prepared INSERT of that many rows
+_pg_lanes: Any = compiled.module.pg_lanes if compiled.module is not None else None
 
 
 @dataclass(frozen=True)
@@ -323,17 +328,50 @@ class _Client:
         interpreter lock let go while libpq waits. What it does on the server is what
         ``run`` of :func:`insert_sql` does; psycopg's cursor layer around it costs about
         as much client CPU again per batch (bench/clients.py). Failures as ``run``."""
+        n = len(params)
+        pg = self._prepared((n,))
+        name = INSERT_NAME + b"%d" % n
+        self._watched("insert", lambda: _succeeded(pg.exec_prepared(name, params, [1] * n, 1)))
+
+    def _prepared(self, sizes: Iterable[int]) -> Any:
+        """The connection's libpq handle, the INSERT prepared for each batch size."""
         self._cursor()
         assert self.conn is not None
         pg = self.conn.pgconn
-        n = len(params)
-        name = b"mqlab_insert_%d" % n
-        if n not in self.prepared:
-            self._watched(
-                "insert", lambda: _succeeded(pg.prepare(name, insert_prepared_sql(self.table, n)))
+        for n in sizes:
+            if n not in self.prepared:
+                query = insert_prepared_sql(self.table, n)
+                name = INSERT_NAME + b"%d" % n
+                self._watched("insert", lambda: _succeeded(pg.prepare(name, query)))  # noqa: B023
+                self.prepared.add(n)
+        return pg
+
+    def lane_socket(self, sizes: Iterable[int]) -> int | None:
+        """The connection's socket for ``pg_lanes`` (connected, idle, the INSERT prepared
+        for each of ``sizes``); None on a TLS connection, whose bytes only libpq writes."""
+        pg = self._prepared(sizes)
+        if pg.ssl_in_use:
+            return None
+        if pg.transaction_status != pq.TransactionStatus.IDLE:
+            self._drop()
+            raise DriverError("postgres: insert failed: the connection was not idle")
+        return int(pg.socket)
+
+    def lane_failure(self, status: int, message: str | None) -> DriverError:
+        """The error of a batch ``pg_lanes`` failed (see mqlab/_sendpath.c); the
+        connection is dropped, the next call connects again."""
+        self._drop()
+        timeout = self.settings.commit_timeout_s
+        if status == 2:
+            return DriverError(
+                f"postgres: insert not done within commit_timeout_s={timeout} s "
+                "(are the synchronous standbys up?)"
             )
-            self.prepared.add(n)
-        self._watched("insert", lambda: _succeeded(pg.exec_prepared(name, params, [1] * n, 1)))
+        if status == 3:
+            return DriverError(f"postgres: insert failed: {message}")
+        if status == 4:
+            return DriverError(f"postgres: insert failed: {message}: the connection is dropped")
+        return DriverError(f"postgres: insert failed: {message}")
 
     def _watched(self, what: str, call: Callable[[], T]) -> T:
         """``call()`` with the watchdog armed for ``commit_timeout_s``; a failure drops
@@ -370,10 +408,73 @@ class _Client:
 class PostgresSender(Sender):
     def __init__(self, driver: PostgresDriver):
         self.c = _Client(driver)
+        self.lane_spec: tuple[Any, ...] | None = None  # pg_lanes', for lane_pool
+        self.lane_pool: envelope.PayloadPool | None = None
 
     def send(self, batch: Sequence[bytes]) -> None:
         if batch:
             self.c.insert(batch)
+
+    @classmethod
+    def send_lanes(
+        cls,
+        lanes: Sequence[Lane],
+        until_ns: int,
+        wall_offset_ns: int,
+        pool: envelope.PayloadPool,
+    ) -> list[tuple[int, Exception | None]]:
+        """All the lanes' runs in one compiled call (``mqlab._sendpath.pg_lanes``), the
+        thread out of the interpreter until they end: each batch the INSERT prepared
+        through libpq (:meth:`_Client.insert`'s statement), run in the extended query
+        protocol on the connection's socket (Bind, Execute, Sync), done once
+        ReadyForQuery says its transaction committed, the replies of all the lanes read as
+        they come. A batch with no reply within ``commit_timeout_s`` fails and its
+        connection is dropped (the next batch connects again). A lane on a TLS connection
+        sends through libpq instead, after the others."""
+        if _pg_lanes is None:
+            raise NotImplementedError("mqlab._sendpath is not built: no lanes")
+        out: list[tuple[int, Exception | None]] = [(0, None)] * len(lanes)
+        args, going, through_libpq = [], [], []
+        for j, lane in enumerate(lanes):
+            s = lane.client
+            assert isinstance(s, PostgresSender)
+            try:
+                fd = s.c.lane_socket(set(lane.sizes))
+            except DriverError as e:
+                lane.records[0] = lane.records[1] = time.monotonic_ns()
+                out[j] = (0, e)
+                continue
+            if fd is None:
+                through_libpq.append(j)
+                continue
+            spec = s.lane_spec
+            if spec is None or spec[5] != lane.sender or s.lane_pool is not pool:
+                spec = s.lane_spec = (
+                    INSERT_NAME,
+                    b"".join(pool._pads),
+                    len(pool._pads),
+                    envelope.MAGIC,
+                    envelope.VERSION,
+                    lane.sender,
+                )
+                s.lane_pool = pool
+            args.append((fd, spec, lane.sizes, lane.first_seq, 0, lane.records))
+            going.append(j)
+        if args:
+            first = lanes[going[0]].client
+            assert isinstance(first, PostgresSender)
+            timeout_ns = int(first.c.settings.commit_timeout_s * 1e9)
+            results = _pg_lanes(args, until_ns, wall_offset_ns, timeout_ns)
+            for j, (done, (status, _integer, message)) in zip(going, results, strict=True):
+                s = lanes[j].client
+                assert isinstance(s, PostgresSender)
+                out[j] = (done, s.c.lane_failure(status, message) if status else None)
+        for j in through_libpq:
+            ln = lanes[j]
+            out[j] = ln.client.send_run(
+                ln.sender, ln.first_seq, ln.sizes, until_ns, wall_offset_ns, pool, ln.records
+            )
+        return out
 
     def close(self) -> None:
         self.c.close()
@@ -472,6 +573,12 @@ class PostgresDriver(Driver):
             conn.close()
         assert row is not None
         return Remaining(int(row[0]), heads, int(row[1]))
+
+    def send_path(self) -> str:
+        return compiled.SEND_PATH
+
+    def sends_in_lanes(self) -> bool:
+        return compiled.module is not None
 
     def sender(self) -> Sender:
         return PostgresSender(self)

@@ -55,6 +55,7 @@
 
 from __future__ import annotations
 
+import array
 import contextlib
 import functools
 import itertools
@@ -76,7 +77,16 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from mqlab.drivers.base import IDENTIFY_PREFIX_BYTES, Delivery, Driver, Receiver, Remaining, Sender
+from mqlab.drivers import compiled
+from mqlab.drivers.base import (
+    IDENTIFY_PREFIX_BYTES,
+    Delivery,
+    Driver,
+    Lane,
+    Receiver,
+    Remaining,
+    Sender,
+)
 from mqlab.drivers.held import Held
 from mqlab.errors import DriverError
 from mqlab.typed import spec
@@ -90,14 +100,12 @@ HOLD_FRACTION = 0.5  # an entry read ahead and held longer than this part of the
 FRAMED_BUDGET_BYTES = 8 << 20  # a sender's XADD templates (envelope.Framed), all keys
 REFILL_PAUSE_S = 0.005  # after a read ahead that found too little, none for this long
 
-_sendpath: types.ModuleType | None
-try:  # the compiled send path, built on install (setup.py); else the Python one
-    from mqlab import _sendpath
-except ImportError:  # an install that did not build it
-    _sendpath = None
-SEND_PATH = "compiled" if _sendpath is not None else "python"
+_sendpath: types.ModuleType | None = compiled.module  # else the Python send path
+SEND_PATH = compiled.SEND_PATH
 _redis_batch: Any = _sendpath.redis_batch if _sendpath is not None else None
+_redis_lanes: Any = _sendpath.redis_lanes if _sendpath is not None else None
 SPEC = struct.Struct("<qqIIII")  # _sendpath.redis_batch's spec, before the trailer
+ST_WAIT_SHORT = 5  # _sendpath.redis_lanes: WAIT's count below the replicas asked for
 
 
 @functools.cache
@@ -211,6 +219,8 @@ class RedisSender(Sender):
         self.heads = {k: _resp_head(b"XADD", k, b"*", FIELD) for k in self.keys}
         self.wait_command = _resp(b"WAIT", b"%d" % self.wait, b"%d" % self.wait_timeout_ms)
         self.stamped: dict[bytes, _Stamped] = {}  # key -> its batches' wire bytes
+        self.run_spec: tuple[Any, ...] | None = None  # send_run's, for run_pool
+        self.run_pool: envelope.PayloadPool | None = None
 
     def send(self, batch: Sequence[bytes]) -> None:
         key = self._key()
@@ -243,6 +253,90 @@ class RedisSender(Sender):
             raise DriverError(f"redis: send failed: {e}") from e
         if self.wait:
             self._check_wait(count)
+
+    def send_run(
+        self,
+        sender: int,
+        first_seq: int,
+        sizes: array.array[int],
+        until_ns: int,
+        wall_offset_ns: int,
+        pool: envelope.PayloadPool,
+        records: array.array[int],
+    ) -> tuple[int, Exception | None]:
+        """Where ``mqlab._sendpath`` is built, :meth:`send_lanes` of this one sender."""
+        if _sendpath is None:
+            return super().send_run(
+                sender, first_seq, sizes, until_ns, wall_offset_ns, pool, records
+            )
+        lane = Lane(self, sender, first_seq, sizes, records)
+        return self.send_lanes([lane], until_ns, wall_offset_ns, pool)[0]
+
+    @classmethod
+    def send_lanes(
+        cls,
+        lanes: Sequence[Lane],
+        until_ns: int,
+        wall_offset_ns: int,
+        pool: envelope.PayloadPool,
+    ) -> list[tuple[int, Exception | None]]:
+        """All the lanes' runs in one compiled call (``mqlab._sendpath.redis_lanes``), the
+        thread out of the interpreter until they end: each batch's XADDs (to its sender's
+        next stream key in turn) written and sent, the replies of all the lanes read as
+        they come (``poll``), and each lane's next batch sent once its last one is in."""
+        if _redis_lanes is None:
+            raise NotImplementedError("mqlab._sendpath is not built: no lanes")
+        out: list[tuple[int, Exception | None]] = [(0, None)] * len(lanes)
+        args, going = [], []
+        for j, lane in enumerate(lanes):
+            s = lane.client
+            assert isinstance(s, RedisSender)
+            try:
+                fd = s.wire.connected()
+            except redis.RedisError as e:
+                lane.records[0] = lane.records[1] = time.monotonic_ns()
+                out[j] = (0, DriverError(f"redis: send failed: {e}"))
+                continue
+            spec = s.run_spec
+            if spec is None or spec[7] != lane.sender or s.run_pool is not pool:
+                spec = s.run_spec = s._run_spec(lane.sender, pool)
+                s.run_pool = pool
+            args.append((fd, spec, lane.sizes, lane.first_seq, s.next_key, lane.records))
+            going.append(j)
+        if not args:
+            return out
+        timeout_ns = int(lanes[0].client.wire.timeout_s * 1e9)  # type: ignore[attr-defined]
+        results = _redis_lanes(args, until_ns, wall_offset_ns, timeout_ns)
+        for j, (done, (status, integer, message)) in zip(going, results, strict=True):
+            s = lanes[j].client
+            assert isinstance(s, RedisSender)
+            s.next_key = (s.next_key + done + (status != 0)) % len(s.keys)
+            if status == 0:
+                out[j] = (done, None)
+            elif status == ST_WAIT_SHORT:
+                out[j] = (done, s._wait_short(integer))
+            else:
+                s.wire.reset()  # a failover (READONLY) or a lost connection: reconnect next
+                out[j] = (
+                    done,
+                    DriverError(f"redis: send failed: {s.wire.failure(status, message)}"),
+                )
+        return out
+
+    def _run_spec(self, sender: int, pool: envelope.PayloadPool) -> tuple[Any, ...]:
+        """A lane's fixed arguments of ``redis_lanes`` for this sender and payload pool."""
+        length = b"$%d\r\n" % pool.message_bytes
+        return (
+            tuple(self.heads[k] + length for k in self.keys),
+            b"".join(pool._pads),
+            len(pool._pads),
+            b"\r\n",
+            self.wait_command if self.wait else b"",
+            envelope.MAGIC,
+            envelope.VERSION,
+            sender,
+            self.wait,
+        )
 
     def _stamped(self, key: bytes, sender: int, pool: envelope.PayloadPool) -> _Stamped:
         framed = envelope.Framed(
@@ -280,10 +374,13 @@ class RedisSender(Sender):
 
     def _check_wait(self, acknowledged: int) -> None:
         if acknowledged < self.wait:
-            raise DriverError(
-                f"redis: WAIT {self.wait}: only {acknowledged} replicas acknowledged "
-                f"within {self.wait_timeout_ms} ms"
-            )
+            raise self._wait_short(acknowledged)
+
+    def _wait_short(self, acknowledged: int) -> DriverError:
+        return DriverError(
+            f"redis: WAIT {self.wait}: only {acknowledged} replicas acknowledged "
+            f"within {self.wait_timeout_ms} ms"
+        )
 
     def close(self) -> None:
         self.wire.close()
@@ -358,18 +455,27 @@ class _SendWire:
         ``spec`` holds) that writes the ``n`` messages' headers into ``template``,
         sends it and the trailer, and reads the replies without the interpreter lock;
         returns the last integer reply (WAIT's count; -1: none)."""
-        fd = self.fd if self.sock is not None else self._connect().fileno()
-        status, integer, message = _redis_batch(fd, template, spec, n, first_seq, sent_ns)
+        status, integer, message = _redis_batch(
+            self.connected(), template, spec, n, first_seq, sent_ns
+        )
         if status == 0:
             return int(integer)
         self.reset()
+        raise self.failure(status, message)
+
+    def connected(self) -> int:
+        """The connection's file descriptor (connected now if it was not)."""
+        return self.fd if self.sock is not None else self._connect().fileno()
+
+    def failure(self, status: int, message: str | None) -> redis.RedisError:
+        """The error of a compiled call's failed ``status`` (see mqlab/_sendpath.c)."""
         if status == 1:
-            raise redis.ResponseError(message)
+            return redis.ResponseError(message)
         if status == 2:
-            raise redis.TimeoutError(f"no reply within {self.timeout_s:g} s")
+            return redis.TimeoutError(f"no reply within {self.timeout_s:g} s")
         if status == 3:
-            raise redis.ConnectionError(message)
-        raise redis.InvalidResponse(f"{message}: the connection is dropped")
+            return redis.ConnectionError(message)
+        return redis.InvalidResponse(f"{message}: the connection is dropped")
 
     def reset(self) -> None:
         """Drop the connection; the next call connects again."""
@@ -845,6 +951,12 @@ class RedisDriver(Driver):
     def release_name(self, name: str) -> None:
         with self._lock:
             self._free_names.append(name)
+
+    def send_path(self) -> str:
+        return SEND_PATH
+
+    def sends_in_lanes(self) -> bool:
+        return _sendpath is not None
 
     def sender(self) -> Sender:
         return RedisSender(self)

@@ -76,9 +76,7 @@ class SenderStats:
         self.sent_total += n
         self.in_flight = (intended_ns, n)
         if seq is not None and wall_ms is not None:
-            second = wall_ms // 1000 * 1000
-            if not self.marks or self.marks[-1][0] != second:
-                self.marks.append([second, seq])
+            self._mark(wall_ms * 1_000_000, seq)
 
     def confirmed_batch(self, first_seq: int, n: int, call_us: int, wall_ms: int) -> None:
         self.in_flight = None
@@ -88,6 +86,45 @@ class SenderStats:
             self.batch_sizes.append(n)
         self.last_confirm_ms = wall_ms
         self.confirmed_total += n
+
+    def confirmed_run(
+        self,
+        first_seq: int,
+        sizes: array.array[int],
+        done: int,
+        records: array.array[int],
+        wall_offset_ns: int,
+    ) -> None:
+        """The first ``done`` batches of a run (``Sender.send_run``): ``sizes[i]`` messages
+        from ``first_seq`` on, sent at ``records[2i]`` and confirmed at ``records[2i+1]``
+        (monotonic ns; + ``wall_offset_ns``: wall clock). As :meth:`sending` then
+        :meth:`confirmed_batch` of each, in bulk."""
+        if done <= 0:
+            return
+        sizes = sizes[:done]
+        total = sum(sizes)
+        self.sent_total += total
+        first_s = (records[0] + wall_offset_ns) // 1_000_000_000
+        if (records[2 * done - 2] + wall_offset_ns) // 1_000_000_000 == first_s:
+            self._mark(records[0] + wall_offset_ns, first_seq)
+        else:  # the run crossed a second: the first batch of each marks it
+            seq = first_seq
+            for i in range(done):
+                self._mark(records[2 * i] + wall_offset_ns, seq)
+                seq += sizes[i]
+        self.confirmed.add_range(first_seq, first_seq + total)
+        latencies = [(records[i + 1] - records[i]) // 1000 for i in range(0, 2 * done, 2)]
+        with self.lock:
+            self.call_us.extend(latencies)
+            self.batch_sizes.extend(sizes)
+        self.in_flight = None
+        self.last_confirm_ms = (records[2 * done - 1] + wall_offset_ns) // 1_000_000
+        self.confirmed_total += total
+
+    def _mark(self, wall_ns: int, seq: int) -> None:
+        second = wall_ns // 1_000_000_000 * 1000
+        if not self.marks or self.marks[-1][0] != second:
+            self.marks.append([second, seq])
 
     def failed(self, n: int, call_us: int) -> None:
         self.in_flight = None

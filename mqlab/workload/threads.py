@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import array
 import logging
 import random
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from mqlab import clock
-from mqlab.drivers.base import Driver
+from mqlab.drivers.base import Driver, Lane, Sender
 from mqlab.scenario import Workload
 from mqlab.workload import envelope
 from mqlab.workload.recorder import ReceiverStats, SenderStats
-from mqlab.workload.schedules import make_schedule
+from mqlab.workload.schedules import ClosedLoop, Schedule, make_schedule
 
 LOG = logging.getLogger(__name__)
 ERROR_BUDGET_S = 30.0  # a thread gives up after this long without one successful call
+RUN_BATCHES = 64  # a closed-loop sender's batches per run (Sender.send_run), at most
+RUN_NS = 20_000_000  # and its time: stop and the end are looked at at least this often
 
 
 class ThreadFailed(Exception):
@@ -34,7 +38,9 @@ class Retry:
         self.errors = 0
         self.failing_since = None
 
-    def failed(self, exc: BaseException, stop: threading.Event, what: str) -> None:
+    def backoff(self, exc: BaseException, what: str) -> float:
+        """Count a failure; the seconds to wait before the next call (raises ThreadFailed
+        after ERROR_BUDGET_S of failures)."""
         now = time.monotonic()
         self.errors += 1
         if self.failing_since is None:
@@ -42,7 +48,43 @@ class Retry:
         LOG.warning("%s failed (%d in a row): %s", what, self.errors, exc)
         if now - self.failing_since > ERROR_BUDGET_S:
             raise ThreadFailed(f"{what} failing for {ERROR_BUDGET_S:.0f} s: {exc}") from exc
-        stop.wait(min(0.05 * 2 ** min(self.errors, 5), 1.0))
+        return min(0.05 * 2 ** min(self.errors, 5), 1.0)
+
+    def failed(self, exc: BaseException, stop: threading.Event, what: str) -> None:
+        """Count a failure and wait out the backoff (or until ``stop``)."""
+        stop.wait(self.backoff(exc, what))
+
+
+@dataclass
+class _Lane:
+    """One closed-loop sender of a thread: its client (connection), stats, batch sizes and
+    the next seq; a failed lane sits out its backoff until ``resume_ns``."""
+
+    client: Sender
+    stats: SenderStats
+    sizes: BatchSizes
+    seq: int = 0
+    retry: Retry = field(default_factory=Retry)
+    resume_ns: int = 0
+    run: array.array[int] = field(default_factory=lambda: array.array("q"))
+    records: array.array[int] = field(
+        default_factory=lambda: array.array("q", bytes(16 * RUN_BATCHES))
+    )
+
+
+class _Start:
+    """The senders' common start: once ``go`` is set, the monotonic start, the run's end
+    and the monotonic -> wall clock offset; None if ``stop`` came first."""
+
+    def __init__(self, w: Workload, stop: threading.Event, go: threading.Event):
+        self.ok = False
+        while not go.wait(0.05):
+            if stop.is_set():
+                return
+        self.ok = True
+        self.start_ns = time.monotonic_ns()
+        self.wall_offset_ns = clock.wall_ns() - time.monotonic_ns()  # monotonic -> wall, once
+        self.end_ns = self.start_ns + int(w.duration_s * 1e9) if w.duration_s else None
 
 
 def run_sender(
@@ -61,49 +103,228 @@ def run_sender(
     client = driver.sender()
     try:
         ready.wait()
-        while not go.wait(0.05):
-            if stop.is_set():
-                return
-        start_ns = time.monotonic_ns()
-        wall_offset_ns = clock.wall_ns() - time.monotonic_ns()  # monotonic -> wall, once
-        schedule = make_schedule(w.mode, w.rate_per_s, start_ns)
+        start = _Start(w, stop, go)
+        if not start.ok:
+            return
+        schedule = make_schedule(w.mode, w.rate_per_s, start.start_ns)
         stats.schedule = schedule
-        end_ns = start_ns + int(w.duration_s * 1e9) if w.duration_s else None
         limit = w.messages_per_thread or None
-        rng = random.Random(seed)
-        sid = stats.sender_id
-        seq = 0
-        lo, span = w.send_batch_min, w.send_batch_max - w.send_batch_min + 1
-        retry = Retry()
+        sizes = BatchSizes(random.Random(seed), w.send_batch_min, w.send_batch_max, limit)
         try:
-            while limit is None or seq < limit:
-                n = lo + int(rng.random() * span)
-                if limit is not None:
-                    n = min(n, limit - seq)
-                intended = schedule.next_batch(n, stop, end_ns)
-                if intended is None:
-                    break
-                stats.sending(n, intended, seq, (time.monotonic_ns() + wall_offset_ns) // 1_000_000)
-                try:
-                    client.send_stamped(sid, seq, n, intended + wall_offset_ns, pool)
-                except Exception as exc:  # noqa: BLE001 - any broker failure counts, then retry
-                    stats.failed(n, (time.monotonic_ns() - intended) // 1000)
-                    seq += n
-                    retry.failed(exc, stop, "send")
-                    continue
-                done = time.monotonic_ns()
-                stats.confirmed_batch(
-                    seq, n, (done - intended) // 1000, (done + wall_offset_ns) // 1_000_000
-                )
-                retry.ok()
-                seq += n
+            if isinstance(schedule, ClosedLoop):
+                lane = _Lane(client, stats, sizes)
+                _closed_loop([lane], _one_by_one, pool, stop, start)
+            else:
+                _on_schedule(client, stats, schedule, sizes, pool, stop, start)
         finally:
             stopped = time.monotonic_ns()
-            slots = schedule.unsent(stopped, end_ns, limit)
+            slots = schedule.unsent(stopped, start.end_ns, limit)
             stats.unsent((stopped - slots) // 1000)
             schedule.finish()
     finally:
         client.close()
+
+
+def run_sender_lanes(
+    drivers: Sequence[Driver],
+    w: Workload,
+    stats: Sequence[SenderStats],
+    pool: envelope.PayloadPool,
+    seeds: Sequence[int],
+    stop: threading.Event,
+    ready: threading.Barrier,
+    go: threading.Event,
+) -> None:
+    """Closed-loop senders (one per driver, stats and seed), all driven from this thread
+    through ``Sender.send_lanes`` of their drivers' sender class (each sender its own
+    connection, as with a thread each): the batches in flight on all of them are waited
+    for together, as the brokers' own benchmark tools do."""
+    clients: list[Sender] = []
+    try:
+        clients += [d.sender() for d in drivers]
+        ready.wait()
+        start = _Start(w, stop, go)
+        if not start.ok:
+            return
+        limit = w.messages_per_thread or None
+        lanes = []
+        for client, st, seed in zip(clients, stats, seeds, strict=True):
+            st.schedule = ClosedLoop()
+            sizes = BatchSizes(random.Random(seed), w.send_batch_min, w.send_batch_max, limit)
+            lanes.append(_Lane(client, st, sizes))
+        send_lanes = type(clients[0]).send_lanes
+        _closed_loop(lanes, send_lanes, pool, stop, start)
+    finally:
+        for client in clients:
+            client.close()
+
+
+class BatchSizes:
+    """The sizes of a sender's batches, drawn from its seeded generator in order (the same
+    sizes whether they are sent one by one or in runs), up to the message limit."""
+
+    def __init__(self, rng: random.Random, lo: int, hi: int, limit: int | None):
+        self.rng = rng
+        self.lo, self.span = lo, hi - lo + 1
+        self.limit = limit
+        self.drawn = 0  # messages in the sizes drawn so far
+        self.plan = array.array("q")  # sizes drawn, not yet used, from pos on
+        self.pos = 0
+
+    def _draw(self, k: int) -> None:
+        """Draw up to ``k`` more sizes (fewer at the limit) onto the plan."""
+        if self.pos:
+            del self.plan[: self.pos]
+            self.pos = 0
+        lo, span = self.lo, self.span
+        if span == 1:
+            sizes = [lo] * k
+        else:
+            rand = self.rng.random
+            sizes = [lo + int(rand() * span) for _ in range(k)]
+        if self.limit is not None:
+            room = self.limit - self.drawn
+            for i, n in enumerate(sizes):
+                if n >= room:
+                    sizes[i] = room
+                    del sizes[i + 1 :]
+                    break
+                room -= n
+            sizes = [n for n in sizes if n > 0]
+        self.drawn += sum(sizes)
+        self.plan.extend(sizes)
+
+    def take(self, k: int) -> array.array[int]:
+        """The next ``k`` sizes (fewer at the limit); :meth:`used` says how many went."""
+        if len(self.plan) - self.pos < k:
+            self._draw(max(k, 64))
+        return self.plan[self.pos : self.pos + k]
+
+    def used(self, k: int) -> None:
+        self.pos += k
+
+    def next(self) -> int:
+        """The next batch's size, used; 0 once the limit is reached."""
+        if self.pos >= len(self.plan):
+            self._draw(64)
+            if not self.plan:
+                return 0
+        n = self.plan[self.pos]
+        self.pos += 1
+        return n
+
+
+def _on_schedule(
+    client: Sender,
+    stats: SenderStats,
+    schedule: Schedule,
+    sizes: BatchSizes,
+    pool: envelope.PayloadPool,
+    stop: threading.Event,
+    start: _Start,
+) -> None:
+    """A batch at a time, each when the schedule says (fixed rate)."""
+    sid, end_ns, wall_offset_ns = stats.sender_id, start.end_ns, start.wall_offset_ns
+    seq = 0
+    retry = Retry()
+    while (n := sizes.next()) > 0:
+        intended = schedule.next_batch(n, stop, end_ns)
+        if intended is None:
+            break
+        stats.sending(n, intended, seq, (time.monotonic_ns() + wall_offset_ns) // 1_000_000)
+        try:
+            client.send_stamped(sid, seq, n, intended + wall_offset_ns, pool)
+        except Exception as exc:  # noqa: BLE001 - any broker failure counts, then retry
+            stats.failed(n, (time.monotonic_ns() - intended) // 1000)
+            seq += n
+            retry.failed(exc, stop, "send")
+            continue
+        done = time.monotonic_ns()
+        stats.confirmed_batch(
+            seq, n, (done - intended) // 1000, (done + wall_offset_ns) // 1_000_000
+        )
+        retry.ok()
+        seq += n
+
+
+def _one_by_one(
+    lanes: Sequence[Lane], until_ns: int, wall_offset_ns: int, pool: envelope.PayloadPool
+) -> list[tuple[int, Exception | None]]:
+    """One lane's run through its client's ``send_run``."""
+    (lane,) = lanes
+    return [
+        lane.client.send_run(
+            lane.sender, lane.first_seq, lane.sizes, until_ns, wall_offset_ns, pool, lane.records
+        )
+    ]
+
+
+def _closed_loop(
+    lanes: Sequence[_Lane],
+    send: Callable[..., list[tuple[int, Exception | None]]],
+    pool: envelope.PayloadPool,
+    stop: threading.Event,
+    start: _Start,
+) -> None:
+    """Batches back to back in runs (``send``: ``Sender.send_lanes`` or one lane's
+    ``send_run``) of at most RUN_BATCHES batches per lane and RUN_NS, each ending by the
+    next whole wall-clock second (where the worker's ticker closes an interval), so that
+    the records of a run land in the interval its batches ran in; between runs, ``stop``
+    and the end are looked at, and a failed lane's backoff is waited out (by that lane
+    alone)."""
+    end_ns, wall_offset_ns = start.end_ns, start.wall_offset_ns
+    live = list(lanes)
+    while live and not stop.is_set():
+        now = time.monotonic_ns()
+        if end_ns is not None and now >= end_ns:
+            break
+        going: list[_Lane] = []
+        for lane in live:
+            if lane.resume_ns <= now:
+                lane.run = lane.sizes.take(RUN_BATCHES)
+                going.append(lane)
+        live = [lane for lane in live if lane.resume_ns > now or lane.run]
+        going = [lane for lane in going if lane.run]
+        if not going:
+            if live:  # all backing off: until the first may go again
+                stop.wait(max(0.0, (min(lane.resume_ns for lane in live) - now) / 1e9))
+            continue
+        second_end = ((now + wall_offset_ns) // 1_000_000_000 + 1) * 1_000_000_000
+        until = min(now + RUN_NS, second_end - wall_offset_ns)
+        if end_ns is not None:
+            until = min(until, end_ns)
+        runs = [
+            Lane(lane.client, lane.stats.sender_id, lane.seq, lane.run, lane.records)
+            for lane in going
+        ]
+        try:
+            results = send(runs, until, wall_offset_ns, pool)
+        except Exception as exc:  # noqa: BLE001 - e.g. no connection: each first batch failed
+            failed_at = time.monotonic_ns()
+            for lane in going:
+                lane.records[0], lane.records[1] = now, failed_at
+            results = [(0, exc)] * len(going)
+        for lane, (done, failure) in zip(going, results, strict=True):
+            _ran(lane, done, failure, wall_offset_ns)
+
+
+def _ran(lane: _Lane, done: int, failure: Exception | None, wall_offset_ns: int) -> None:
+    """Record a lane's run: its ``done`` confirmed batches, then the failed one, if any."""
+    stats, run, records = lane.stats, lane.run, lane.records
+    stats.confirmed_run(lane.seq, run, done, records, wall_offset_ns)
+    lane.seq += sum(run[:done])
+    used = done
+    if failure is not None:
+        n = run[done]
+        started = records[2 * done]
+        stats.sending(n, started, lane.seq, (started + wall_offset_ns) // 1_000_000)
+        stats.failed(n, (records[2 * done + 1] - started) // 1000)
+        lane.seq += n
+        used += 1
+        lane.resume_ns = time.monotonic_ns() + int(lane.retry.backoff(failure, "send") * 1e9)
+    elif done:
+        lane.retry.ok()
+    lane.sizes.used(used)
 
 
 def run_receiver(

@@ -8,8 +8,9 @@ Commands (stdin, one per line): ``go`` is the common start of every sender (sent
 all workers are ready); ``receivers-stop`` ends the receivers' drain; ``stop`` ends the
 worker now, gracefully. EOF on stdin (the coordinator died, or the SSH connection was
 lost) stops it too, as do SIGINT/SIGTERM/SIGHUP. Events (stdout, JSON lines):
-``started`` (pid, interpreter prefix), ``ready``, ``progress`` (totals, twice a second),
-``done``. Whatever happens, the worker writes what it recorded, ``worker.json`` last.
+``started`` (pid, interpreter prefix), ``ready`` (senders: ``send_path``), ``progress``
+(totals, twice a second), ``done``. Whatever happens, the worker writes what it
+recorded, ``worker.json`` last.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from mqlab.scenario import Workload
 from mqlab.workload import envelope
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats, now_ms
 from mqlab.workload.spec import WorkerSpec, queue_of
-from mqlab.workload.threads import run_receiver, run_sender
+from mqlab.workload.threads import run_receiver, run_sender, run_sender_lanes
 
 LOG = logging.getLogger("mqlab.worker")
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 4
@@ -68,6 +69,17 @@ class Worker:
         self.drivers: dict[str, Driver] = {
             q: cls(settings, endpoints, q) for q in dict.fromkeys(self.thread_queues)
         }
+        # closed-loop senders of a driver that drives them together: one thread for all
+        self.in_lanes = (
+            spec.role == "sender"
+            and self.workload.mode == "closed_loop"
+            and spec.threads > 0
+            and all(d.sends_in_lanes() for d in self.drivers.values())
+        )
+        self.send_path: str | None = None
+        if spec.role == "sender":
+            path = next(iter(self.drivers.values())).send_path() if self.drivers else "python"
+            self.send_path = f"{path}-lanes" if self.in_lanes else path
         self.started_ms = now_ms()
         self.recorder = IntervalRecorder(
             self.out, spec.role, spec.worker_id, spec.run_id, self.started_ms
@@ -91,16 +103,31 @@ class Worker:
         threads = []
         if spec.role == "sender":
             pool = envelope.PayloadPool(w.message_bytes, seed=spec.seed)
-            for t in range(spec.threads):
-                stats = SenderStats(spec.first_sender_id + t)
-                self.recorder.senders.append(stats)
-                args = (
-                    run_sender,
-                    self.drivers[self.thread_queues[t]],
+            stats = [SenderStats(spec.first_sender_id + t) for t in range(spec.threads)]
+            self.recorder.senders += stats
+            drivers = [self.drivers[q] for q in self.thread_queues]
+            seeds = [spec.seed * 1000 + t for t in range(spec.threads)]
+            if self.in_lanes:
+                args: tuple[Any, ...] = (
+                    run_sender_lanes,
+                    drivers,
                     w,
                     stats,
                     pool,
-                    spec.seed * 1000 + t,
+                    seeds,
+                    self.stop,
+                    ready,
+                    self.go,
+                )
+                threads.append(threading.Thread(target=self._guard, args=args, name="send-lanes"))
+            for t in range(0 if self.in_lanes else spec.threads):
+                args = (
+                    run_sender,
+                    drivers[t],
+                    w,
+                    stats[t],
+                    pool,
+                    seeds[t],
                     self.stop,
                     ready,
                     self.go,
@@ -184,7 +211,7 @@ class Worker:
 
     def run(self) -> int:
         spec = self.spec
-        ready = threading.Barrier(spec.threads + 1)
+        ready = threading.Barrier((1 if self.in_lanes else spec.threads) + 1)
         threading.Thread(target=self._commands, name="commands", daemon=True).start()
         threads = self._start_threads(ready)
         try:
@@ -192,7 +219,7 @@ class Worker:
         except threading.BrokenBarrierError:
             self.errors.append("threads did not connect within 60 s")
             self.stop.set()
-        self._emit("ready")
+        self._emit("ready", **({"send_path": self.send_path} if self.send_path else {}))
         ticker = threading.Thread(target=self._ticker, name="ticker", daemon=True)
         ticker.start()
         deadline = time.monotonic() + self.workload.max_run_s
@@ -248,6 +275,7 @@ class Worker:
                 out_of_range=rec.out_of_range,
                 foreign=rec.delivery.foreign,
                 cores=cpu.host_cores(),
+                send_path=self.send_path,
             ),
         )
         for driver in self.drivers.values():

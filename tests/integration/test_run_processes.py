@@ -50,6 +50,7 @@ def test_several_processes_per_node_account_for_every_sender_id(
     assert manifest["clients"] == {
         "processes_per_node": PROCESSES,
         "processes": {"sender": [PROCESSES] * SENDER_NODES, "receiver": [PROCESSES]},
+        "send_paths": ["compiled-lanes"],  # each process's closed-loop senders: one thread
     }
     workers = run.path / "workers"
     sender_dirs = sorted(workers.glob("sender-*"))
@@ -65,6 +66,7 @@ def test_several_processes_per_node_account_for_every_sender_id(
         w = records.read_worker(d / "worker.json")
         node, process = int(d.name[len(w.role) + 1 :][:2]), int(d.name[-2:])
         assert (w.worker_id, w.node, w.process, w.threads) == (d.name, node, process, THREADS)
+        assert w.send_path == ("compiled-lanes" if w.role == "sender" else None)
 
     # sender ids: each sender thread of each process of each node sends as its own id
     sent: dict[int, records.SentSender] = {}

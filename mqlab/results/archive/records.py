@@ -205,6 +205,9 @@ class WorkerRecord:
     process: int = 0  # its index among its node's worker processes (0 in older records)
     # the cores its host let it use (os.sched_getaffinity); None in older records
     cores: int | None = None
+    # senders: "compiled-lanes" (one thread drives all of them, in C), "compiled" (a
+    # thread each, the batch in C) or "python"; None for receivers and older records
+    send_path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,12 +216,13 @@ class WorkerRecord:
     def from_json(cls, d: dict[str, Any]) -> WorkerRecord:
         names = cls.__dataclass_fields__
         # absent in records written before they existed
-        optional = {"foreign", "process", "cores"}
+        optional = {"foreign", "process", "cores", "send_path"}
         return cls(
             **{k: d[k] for k in names if k not in optional},
             foreign=int(d.get("foreign", 0)),
             process=int(d.get("process", 0)),
             cores=int(d["cores"]) if d.get("cores") is not None else None,
+            send_path=d.get("send_path"),
         )
 
 

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import array
 import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from mqlab.clusters import process
 from mqlab.clusters.postgres import PostgresCluster, server_children
-from mqlab.drivers.postgres import PostgresDriver, Settings
+from mqlab.drivers.base import Lane
+from mqlab.drivers.postgres import PostgresDriver, PostgresSender, Settings
 from mqlab.errors import DriverError
+from mqlab.workload import envelope
 
 pytestmark = pytest.mark.integration
 
@@ -78,23 +82,45 @@ def test_committed_row_is_on_a_standby(cluster: PostgresCluster) -> None:
     assert found
 
 
-def test_send_fails_instead_of_hanging_without_standbys(tmp_path: Path) -> None:
+def _lanes_send(sender: Any, n: int) -> None:
+    """One batch of ``n`` through ``PostgresSender.send_lanes`` (the workers' closed-loop
+    path, in C); its failure raised."""
+    records = array.array("q", bytes(16))
+    lane = Lane(sender, 1, 0, array.array("q", [n]), records)
+    pool = envelope.PayloadPool(64, seed=1)
+    ((done, failure),) = PostgresSender.send_lanes([lane], 2**62, 0, pool)
+    if failure is not None:
+        raise failure
+    assert done == 1
+
+
+@pytest.mark.parametrize("path", ["send", "send_lanes"])
+def test_send_fails_instead_of_hanging_without_standbys(tmp_path: Path, path: str) -> None:
     c = PostgresCluster(tmp_path / "cluster")
     c.start()
     try:
         driver = PostgresDriver(Settings(commit_timeout_s=1.0), c.endpoints(), "no_standbys")
         driver.setup()
         sender = driver.sender()
-        sender.send([b"replicated"])
+
+        def send(n: int) -> None:
+            if path == "send":
+                sender.send([b"m%d" % i for i in range(n)])
+            else:
+                _lanes_send(sender, n)
+
+        send(1)
         c.kill_node(1)
         c.kill_node(2)
-        with pytest.raises(DriverError, match="commit_timeout_s"):
-            sender.send([b"stuck"])
+        t0 = time.monotonic()
+        with pytest.raises(DriverError, match="commit_timeout_s=1.0"):
+            send(2)
+        assert time.monotonic() - t0 < 10
         c.restart_node(1)  # one standby back: the quorum (ANY 1) confirms again
         deadline = time.monotonic() + 30
         while True:
             try:
-                sender.send([b"after restart"])
+                send(3)
                 break
             except DriverError:
                 if time.monotonic() > deadline:
@@ -102,6 +128,40 @@ def test_send_fails_instead_of_hanging_without_standbys(tmp_path: Path) -> None:
         sender.close()
         driver.teardown()
         driver.close()
+    finally:
+        c.stop()
+
+
+def test_lanes_fail_the_lane_the_server_refuses_and_go_on_with_the_others(
+    tmp_path: Path,
+) -> None:
+    c = PostgresCluster(tmp_path / "cluster")
+    c.start()
+    try:
+        ok = PostgresDriver(Settings(), c.endpoints(), "lanes_ok")
+        gone = PostgresDriver(Settings(), c.endpoints(), "lanes_gone")
+        for d in (ok, gone):
+            d.setup()
+        s_ok, s_gone = ok.sender(), gone.sender()
+        _lanes_send(s_gone, 2)  # prepared on its connection, then its table goes
+        gone.teardown()
+        pool = envelope.PayloadPool(64, seed=1)
+        records = [array.array("q", bytes(48)) for _ in range(2)]
+        sizes = array.array("q", [2, 2, 2])
+        lanes = [Lane(s_ok, 1, 0, sizes, records[0]), Lane(s_gone, 2, 2, sizes, records[1])]
+        (done_ok, e_ok), (done_gone, e_gone) = PostgresSender.send_lanes(lanes, 2**62, 0, pool)
+        assert (done_ok, e_ok) == (3, None)
+        assert done_gone == 0 and isinstance(e_gone, DriverError)
+        assert "does not exist (SQLSTATE 42P01)" in str(e_gone)
+        assert ok.remaining().count == 6
+        gone.setup()  # the next call connects again, prepares again and sends
+        _lanes_send(s_gone, 2)
+        assert gone.remaining().count == 2
+        for s in (s_ok, s_gone):
+            s.close()
+        for d in (ok, gone):
+            d.teardown()
+            d.close()
     finally:
         c.stop()
 

@@ -10,6 +10,8 @@ the broker still holds.
 
 from __future__ import annotations
 
+import array
+import itertools
 import logging
 import threading
 import time
@@ -84,6 +86,42 @@ def test_stamped_sends_deliver_the_messages_encode_batch_makes(
         assert sorted(d.payload for d in got) == sorted(sent)
     finally:
         s.close()
+        r.close()
+
+
+def test_runs_deliver_the_messages_encode_batch_makes_stamped_with_each_start(
+    contract: tuple[Driver, Target],
+) -> None:
+    """A closed-loop run (``send_run``; where the driver sends in lanes, several senders'
+    runs at once through ``send_lanes``, in C) delivers exactly ``encode_batch``'s
+    messages, each batch stamped with the start its record says."""
+    driver, _ = contract
+    pool = envelope.PayloadPool(100, pool_size=3, seed=4)
+    sizes = array.array("q", [4, 10, 1, 7])
+    offset = time.time_ns() - time.monotonic_ns()
+    senders = [driver.sender() for _ in range(3 if driver.sends_in_lanes() else 1)]
+    records = [array.array("q", bytes(16 * len(sizes))) for _ in senders]
+    r = driver.receiver()
+    try:
+        until = time.monotonic_ns() + 60 * 10**9
+        if driver.sends_in_lanes():
+            lanes = [base.Lane(s, 5 + j, 100 * j, sizes, records[j]) for j, s in enumerate(senders)]
+            out = type(senders[0]).send_lanes(lanes, until, offset, pool)
+        else:
+            out = [senders[0].send_run(5, 0, sizes, until, offset, pool, records[0])]
+        assert out == [(len(sizes), None)] * len(senders)
+        sent: list[bytes] = []
+        for j, rec in enumerate(records):
+            seq = 100 * j if driver.sends_in_lanes() else 0
+            for i, n in enumerate(sizes):
+                sent += envelope.encode_batch(5 + j, seq, n, rec[2 * i] + offset, pool)
+                seq += n
+            assert all(a <= b for a, b in itertools.pairwise(rec))
+        got = _drain(r, len(sent))
+        assert sorted(d.payload for d in got) == sorted(sent)
+    finally:
+        for s in senders:
+            s.close()
         r.close()
 
 

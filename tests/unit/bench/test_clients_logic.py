@@ -5,10 +5,13 @@ from __future__ import annotations
 import pytest
 
 from bench.clients import (
+    BenchError,
     Comparison,
     Measured,
+    check_stored,
     format_table,
     goal_line,
+    nul_free,
     parse_pgbench,
     parse_redis_benchmark_csv,
     pgbench_claim_script,
@@ -145,3 +148,23 @@ def test_the_goal_is_judged_per_core_on_send_paths_only() -> None:
     missed = goal_line([pair("send", 1.0)])
     assert "0.09 per core (0.90 wall clock): NOT met" in missed
     assert goal_line([pair("receive", 1.0)]) == "goal: no send path measured"
+
+
+def test_the_native_payload_has_no_nul_byte_and_keeps_its_size() -> None:
+    data = bytes(range(256)) * 4
+    out = nul_free(data)
+    assert len(out) == 1024 and b"\0" not in out
+    assert [i for i, (a, b) in enumerate(zip(data, out, strict=True)) if a != b] == [
+        0,
+        256,
+        512,
+        768,
+    ]
+
+
+def test_a_native_run_that_stored_other_sizes_is_refused() -> None:
+    check_stored("redis-benchmark", [1024] * 20, 1024)
+    with pytest.raises(BenchError, match=r"stored messages of \[255, 411\] bytes, not 1024"):
+        check_stored("redis-benchmark", [1024, 411, 255, 411], 1024)
+    with pytest.raises(BenchError, match="no message stored"):
+        check_stored("pgbench", [], 1024)

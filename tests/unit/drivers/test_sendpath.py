@@ -4,9 +4,12 @@ timeouts. The real server's side is in tests/integration/drivers/test_redis.py."
 
 from __future__ import annotations
 
+import array
+import itertools
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +18,7 @@ import pytest
 import redis
 
 from mqlab.drivers import redis as redis_driver
-from mqlab.drivers.base import Endpoints, NodeEndpoint
+from mqlab.drivers.base import Endpoints, Lane, NodeEndpoint
 from mqlab.errors import DriverError
 from mqlab.workload import envelope
 
@@ -236,3 +239,267 @@ def test_the_sender_fails_a_batch_in_one_line_on_either_path(
     peer.serve(1, reply)
     with pytest.raises(DriverError, match=match):
         s.send_stamped(1, 0, 2, 0, envelope.PayloadPool(64, seed=1))
+
+
+# -- several senders from one thread (redis_lanes) ------------------------------------------
+class Responder:
+    """A Redis stand-in on a socket pair's end for one lane: reads each batch whole (its
+    ``sizes`` known), then answers it with ``answer(i, n)``; keeps what it read."""
+
+    def __init__(self, sock: socket.socket, frame: int, trailer: int, sizes: list[int]):
+        self.sock, self.got = sock, bytearray()
+        self.thread = threading.Thread(target=self._run, args=(frame, trailer, sizes))
+        self.thread.daemon = True
+        self.answer = lambda i, n: XADD_OK * n + (b":1\r\n" if trailer else b"")
+
+    def _run(self, frame: int, trailer: int, sizes: list[int]) -> None:
+        try:
+            self._serve(frame, trailer, sizes)
+        except OSError:  # the test is over: its socket closed under a read
+            return
+
+    def _serve(self, frame: int, trailer: int, sizes: list[int]) -> None:
+        want = 0
+        for i, n in enumerate(sizes):
+            want += n * frame + trailer
+            while len(self.got) < want:
+                data = self.sock.recv(1 << 20)
+                if not data:
+                    return
+                self.got += data
+            reply = self.answer(i, n)
+            if reply is None:
+                return  # silent from here on
+            self.sock.sendall(reply)
+
+
+@pytest.fixture
+def pairs() -> Iterator[list[tuple[socket.socket, socket.socket]]]:
+    made = [socket.socketpair() for _ in range(3)]
+    try:
+        yield made
+    finally:
+        for a, b in made:
+            a.close()
+            b.close()
+
+
+def _lanes(
+    pairs: list[tuple[socket.socket, socket.socket]],
+    sizes: list[int],
+    wait: int = 1,
+    streams: int = 1,
+) -> tuple[list[redis_driver.RedisSender], list[Responder], envelope.PayloadPool]:
+    pool = envelope.PayloadPool(300, pool_size=4, seed=9)
+    senders, peers = [], []
+    for a, b in pairs:
+        s = _sender(wait=wait, streams=streams)
+        s.wire = _PairWire(a)
+        frame = len(s.heads[s.keys[0]]) + len(b"$300\r\n") + 300 + 2
+        peer = Responder(b, frame, len(s.wait_command) if wait else 0, sizes)
+        senders.append(s)
+        peers.append(peer)
+    return senders, peers, pool
+
+
+def _expected(
+    s: redis_driver.RedisSender,
+    sender: int,
+    first: int,
+    sizes: list[int],
+    records: Any,
+    offset: int,
+    pool: envelope.PayloadPool,
+) -> bytes:
+    """The bytes the generic path sends for these batches, each stamped with its start."""
+    out, seq = b"", first
+    for i, n in enumerate(sizes):
+        head = s.heads[s.keys[i % len(s.keys)]]
+        msgs = envelope.encode_batch(sender, seq, n, records[2 * i] + offset, pool)
+        out += b"".join(head + b"$300\r\n" + m + b"\r\n" for m in msgs)
+        out += s.wait_command if s.wait else b""
+        seq += n
+    return out
+
+
+def test_lanes_send_each_senders_batches_and_record_when_each_went_and_came(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    sizes = [3, 1, 4, 2]
+    senders, peers, pool = _lanes(pairs, sizes, wait=1, streams=2)
+    for p in peers:
+        p.thread.start()
+    runs = array.array("q", sizes)
+    records = [array.array("q", bytes(16 * len(sizes))) for _ in senders]
+    lanes = [Lane(s, 10 + j, 100 * j, runs, records[j]) for j, s in enumerate(senders)]
+    before = time.monotonic_ns()
+    out = redis_driver.RedisSender.send_lanes(lanes, before + 10**10, 7_000, pool)
+    after = time.monotonic_ns()
+    assert out == [(4, None)] * 3
+    for j, (s, p) in enumerate(zip(senders, peers, strict=True)):
+        p.thread.join(5)
+        rec = list(records[j])
+        assert before <= rec[0] and all(a <= b for a, b in itertools.pairwise(rec))
+        assert rec[-1] <= after
+        assert bytes(p.got) == _expected(s, 10 + j, 100 * j, sizes, rec, 7_000, pool)
+        assert s.next_key == 0  # 4 batches over 2 keys: round again
+
+
+def test_a_failing_lane_stops_alone_and_says_why(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    sizes = [2, 2, 2]
+    senders, peers, pool = _lanes(pairs, sizes, wait=1)
+    wrongtype = b"-WRONGTYPE Operation against a key\r\n"
+    peers[0].answer = lambda i, n: XADD_OK * n + b":1\r\n" if i == 0 else wrongtype * n + b":1\r\n"
+    peers[1].answer = lambda i, n: XADD_OK * n + (b":0\r\n" if i == 1 else b":1\r\n")
+    peers[2].answer = lambda i, n: XADD_OK * n + b":1\r\n"
+    for p in peers:
+        p.thread.start()
+    records = [array.array("q", bytes(16 * len(sizes))) for _ in senders]
+    lanes = [Lane(s, j, 0, array.array("q", sizes), records[j]) for j, s in enumerate(senders)]
+    out = redis_driver.RedisSender.send_lanes(lanes, 2**62, 0, pool)
+    (done0, e0), (done1, e1), (done2, e2) = out
+    assert done0 == 1 and isinstance(e0, DriverError)
+    assert str(e0) == "redis: send failed: WRONGTYPE Operation against a key"
+    assert senders[0].wire.sock is None  # dropped: the next send connects again
+    assert done1 == 1 and isinstance(e1, DriverError)
+    assert str(e1) == "redis: WAIT 1: only 0 replicas acknowledged within 5000 ms"
+    assert senders[1].wire.sock is not None  # a short WAIT keeps the connection
+    assert (done2, e2) == (3, None)
+    assert records[0][3] >= records[0][2] > 0  # the failed batch's start and end
+
+
+def test_a_silent_lane_times_out_while_the_others_go_on(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    sizes = [1, 1, 1]
+    senders, peers, pool = _lanes(pairs, sizes, wait=0)
+    peers[0].answer = lambda i, n: None  # reads the first batch, never answers
+    for s in senders:
+        s.wire.timeout_s = 0.3
+    for p in peers:
+        p.thread.start()
+    records = [array.array("q", bytes(16 * len(sizes))) for _ in senders]
+    lanes = [Lane(s, j, 0, array.array("q", sizes), records[j]) for j, s in enumerate(senders)]
+    t0 = time.monotonic()
+    out = redis_driver.RedisSender.send_lanes(lanes, 2**62, 0, pool)
+    assert 0.25 < time.monotonic() - t0 < 3
+    assert out[0][0] == 0 and str(out[0][1]) == "redis: send failed: no reply within 0.3 s"
+    assert out[1] == (3, None) and out[2] == (3, None)
+
+
+def test_no_batch_starts_at_or_after_the_run_s_end(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    senders, peers, pool = _lanes(pairs[:1], [1], wait=0)
+    peers[0].thread.start()
+    records = array.array("q", bytes(32))
+    lane = Lane(senders[0], 0, 0, array.array("q", [1, 1]), records)
+    assert redis_driver.RedisSender.send_lanes([lane], time.monotonic_ns(), 0, pool) == [(0, None)]
+    assert peers[0].got == b""
+
+
+def test_lanes_refuse_sizes_and_records_that_do_not_fit(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    s = _sender(wait=0)
+    spec = s._run_spec(1, envelope.PayloadPool(64, seed=1))
+    fd = pairs[0][0].fileno()
+    one = array.array("q", [1])
+    with pytest.raises(ValueError, match="no room for 2 per batch"):
+        sendpath.redis_lanes([(fd, spec, one, 0, 0, array.array("q", [0]))], 0, 0, 10**9)
+    with pytest.raises(ValueError, match="out of 1"):
+        sendpath.redis_lanes(
+            [(fd, spec, array.array("q", [0]), 0, 0, array.array("q", [0, 0]))], 0, 0, 10**9
+        )
+    bad = (spec[0], spec[1], 7, *spec[3:])  # pads not 7 paddings alike
+    with pytest.raises(ValueError, match="pool_n paddings"):
+        sendpath.redis_lanes([(fd, bad, one, 0, 0, array.array("q", [0, 0]))], 0, 0, 10**9)
+
+
+# -- PostgreSQL (pg_lanes) -----------------------------------------------------------------
+def _pg_message(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack(">I", len(body) + 4) + body
+
+
+READY = _pg_message(b"Z", b"I")
+DONE = _pg_message(b"2", b"") + _pg_message(b"C", b"INSERT 0 3\0") + READY
+
+
+def _pg_expected(sender: int, seq: int, n: int, stamp: int, pool: envelope.PayloadPool) -> bytes:
+    """Bind (the INSERT prepared for n rows, binary parameters), Execute, Sync, written
+    here from the protocol's description."""
+    params = b"".join(
+        struct.pack(">I", len(m)) + m for m in envelope.encode_batch(sender, seq, n, stamp, pool)
+    )
+    body = b"\0" + b"mqlab_insert_%d\0" % n + struct.pack(">hhh", 1, 1, n) + params + b"\0\0"
+    return _pg_message(b"B", body) + _pg_message(b"E", b"\0\0\0\0\0") + _pg_message(b"S", b"")
+
+
+def _pg_run(
+    sock: socket.socket, peer: Peer, reply: bytes, sizes: list[int], chunk: int = 1 << 20
+) -> tuple[tuple[int, tuple[int, int, str | None]], Any, envelope.PayloadPool]:
+    pool = envelope.PayloadPool(100, pool_size=3, seed=4)
+    spec = (b"mqlab_insert_", b"".join(pool._pads), 3, MAGIC, VERSION, 9)
+    records = array.array("q", bytes(16 * len(sizes)))
+    want = sum(len(_pg_expected(9, 0, n, 0, pool)) for n in sizes)
+    peer.serve(want, reply, chunk)
+    (out,) = sendpath.pg_lanes(
+        [(sock.fileno(), spec, array.array("q", sizes), 30, 0, records)], 2**62, 5, 2 * 10**9
+    )
+    return out, records, pool
+
+
+def test_pg_lanes_write_the_extended_protocol_and_read_replies_split_anywhere(
+    pair: tuple[socket.socket, Peer],
+) -> None:
+    sock, peer = pair
+    notice = _pg_message(b"N", b"SWARNING\0Mcanceling wait\0\0")
+    status = _pg_message(b"S", b"application_name\0mqlab\0")
+    out, records, pool = _pg_run(sock, peer, notice + status + DONE, [3], chunk=1)
+    assert out == (1, (0, -1, None))
+    assert bytes(peer.got) == _pg_expected(9, 30, 3, records[0] + 5, pool)
+
+
+def test_pg_lanes_report_the_server_s_error_after_ready_for_query(
+    pair: tuple[socket.socket, Peer],
+) -> None:
+    sock, peer = pair
+    error = _pg_message(b"E", b'SERROR\0VERROR\0C42P01\0Mrelation "t" does not exist\0P15\0\0')
+    out, _, _ = _pg_run(sock, peer, error + READY, [2])
+    assert out == (0, (1, -1, 'relation "t" does not exist (SQLSTATE 42P01)'))
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        (_pg_message(b"D", b"\0\0") + READY, "an unexpected 'D' message"),
+        (DONE + b"Z", "1 bytes after ReadyForQuery"),
+        (b"C\0\0\0\2", "a malformed 'C' message"),
+        (_pg_message(b"N", b"x" * 20_000), "a 'N' message longer than 16384 bytes"),
+    ],
+)
+def test_pg_replies_out_of_step_are_a_protocol_failure(
+    pair: tuple[socket.socket, Peer], reply: bytes, why: str
+) -> None:
+    sock, peer = pair
+    (done, (status, _, message)), _, _ = _pg_run(sock, peer, reply, [1])
+    assert (done, status) == (0, 4) and message is not None and why in message
+
+
+def test_pg_lanes_time_out_a_silent_server_and_see_a_closed_one(
+    pair: tuple[socket.socket, Peer],
+) -> None:
+    sock, peer = pair
+    pool = envelope.PayloadPool(100, pool_size=3, seed=4)
+    spec = (b"mqlab_insert_", b"".join(pool._pads), 3, MAGIC, VERSION, 9)
+    records = array.array("q", bytes(16))
+    peer.serve(1, b"")  # reads, never answers
+    t0 = time.monotonic()
+    lane = (sock.fileno(), spec, array.array("q", [1]), 0, 0, records)
+    assert sendpath.pg_lanes([lane], 2**62, 0, 300_000_000) == [(0, (2, -1, None))]
+    assert 0.25 < time.monotonic() - t0 < 3
+    peer.sock.shutdown(socket.SHUT_WR)
+    out = sendpath.pg_lanes([lane], 2**62, 0, 2 * 10**9)
+    assert out == [(0, (3, -1, "connection closed by the server"))]

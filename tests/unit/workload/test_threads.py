@@ -4,6 +4,9 @@ messages whose slot passed before the run stopped are recorded as unsent."""
 
 from __future__ import annotations
 
+import array
+import itertools
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -11,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from mqlab.drivers.base import Sender
+from mqlab.drivers.base import Lane, Sender
 from mqlab.scenario import Workload
 from mqlab.workload import envelope
 from mqlab.workload.recorder import SenderStats
-from mqlab.workload.threads import run_sender
+from mqlab.workload.threads import BatchSizes, run_sender, run_sender_lanes
 
 
 class _SlowSender(Sender):
@@ -86,3 +89,114 @@ def test_closed_loop_stamps_the_batch_start_and_never_reports_unsent() -> None:
     assert stats.sent_total == stats.confirmed_total == 30 and stats.unsent_total == 0
     for called_ns, msg in client.calls:
         assert 0 <= called_ns - envelope.decode(msg)[2] < 50_000_000
+
+
+def _drawn_one_by_one(seed: int, lo: int, hi: int, limit: int) -> list[int]:
+    """The batch sizes as a sender drew them one at a time before runs existed."""
+    rng, out, seq = random.Random(seed), [], 0
+    while seq < limit:
+        n = min(lo + int(rng.random() * (hi - lo + 1)), limit - seq)
+        out.append(n)
+        seq += n
+    return out
+
+
+def test_batch_sizes_come_in_the_same_order_whether_taken_in_runs_or_one_by_one() -> None:
+    want = _drawn_one_by_one(5, 1, 9, 1000)
+    runs = BatchSizes(random.Random(5), 1, 9, 1000)
+    got: list[int] = []
+    for k, used in itertools.cycle([(7, 3), (64, 64), (5, 0), (2, 1)]):
+        run = runs.take(k)
+        if not run:
+            break
+        got += run[:used]
+        runs.used(min(used, len(run)))
+    assert got == want and sum(got) == 1000
+    one = BatchSizes(random.Random(5), 1, 9, 1000)
+    assert list(iter(one.next, 0)) == want
+    fixed = BatchSizes(random.Random(5), 4, 4, 10)
+    assert list(fixed.take(64)) == [4, 4, 2]
+
+
+def test_a_run_is_recorded_as_its_batches_one_by_one_would_be() -> None:
+    sizes = array.array("q", [3, 5, 2, 4])
+    offset = 1_700_000_000_000_000_000 - 5_000_000  # wall second boundary in the run
+    records = array.array("q", [0, 900_000, 1_000_000, 2_000_000, 5_100_000, 7_000_000])
+    records += array.array("q", [7_000_000, 9_999_000])
+    by_run, by_batch = SenderStats(1), SenderStats(1)
+    by_run.confirmed_run(40, sizes, 3, records, offset)  # the 4th batch is not done
+    seq = 40
+    for i in range(3):
+        start, end = records[2 * i], records[2 * i + 1]
+        by_batch.sending(sizes[i], start, seq, (start + offset) // 1_000_000)
+        by_batch.confirmed_batch(seq, sizes[i], (end - start) // 1000, (end + offset) // 1_000_000)
+        seq += sizes[i]
+    for a, b in ((by_run, by_batch),):
+        assert a.marks == b.marks == [[1_699_999_999_000, 40], [1_700_000_000_000, 48]]
+        assert list(a.call_us) == list(b.call_us) == [900, 1000, 1900]
+        assert list(a.batch_sizes) == list(b.batch_sizes) == [3, 5, 2]
+        assert a.confirmed == b.confirmed and len(a.confirmed) == 10
+        assert (a.sent_total, a.confirmed_total) == (b.sent_total, b.confirmed_total) == (10, 10)
+        assert a.last_confirm_ms == b.last_confirm_ms
+
+
+class _LaneSender(Sender):
+    """Senders driven together (a fake of a driver's lanes: mqlab's own loop is tested);
+    ``fail_first`` sends of the one whose ``name`` is "bad" fail."""
+
+    def __init__(self, name: str, fail_first: int = 0):
+        self.name, self.fail_left = name, fail_first
+        self.seqs: list[int] = []
+        self.sent_at: list[float] = []
+
+    def send(self, batch: Sequence[bytes]) -> None:
+        if self.fail_left:
+            self.fail_left -= 1
+            raise RuntimeError(f"{self.name}: refused")
+        self.seqs += [envelope.decode(m)[1] for m in batch]
+        self.sent_at.append(time.monotonic())
+        time.sleep(0.0005)
+
+    @classmethod
+    def send_lanes(cls, lanes: Sequence[Lane], until_ns: int, offset: int, pool: Any) -> Any:
+        return [
+            lane.client.send_run(
+                lane.sender, lane.first_seq, lane.sizes, until_ns, offset, pool, lane.records
+            )
+            for lane in lanes
+        ]
+
+
+class _LaneDriver:
+    def __init__(self, client: _LaneSender):
+        self.client = client
+
+    def sender(self) -> Sender:
+        return self.client
+
+
+def test_lanes_back_off_a_failing_sender_alone_and_account_every_message() -> None:
+    clients = [_LaneSender("bad", fail_first=3), _LaneSender("good")]
+    drivers: Any = [_LaneDriver(c) for c in clients]
+    stats = [SenderStats(0), SenderStats(1)]
+    w = Workload(message_bytes=64, send_batch_min=2, send_batch_max=2, messages_per_thread=40)
+    go = threading.Event()
+    go.set()
+    run_sender_lanes(
+        drivers,
+        w,
+        stats,
+        envelope.PayloadPool(64),
+        [1, 2],
+        threading.Event(),
+        threading.Barrier(1),
+        go,
+    )
+    bad, good = stats
+    # the bad one's first 3 batches failed (their seqs skipped), the rest went
+    assert (bad.sent_total, bad.failed_total, bad.confirmed_total) == (40, 6, 34)
+    assert clients[0].seqs == list(range(6, 40))
+    assert (good.sent_total, good.confirmed_total, good.failed_total) == (40, 40, 0)
+    assert clients[1].seqs == list(range(40))
+    # the good one did not wait out the bad one's backoff (0.1 + 0.2 + 0.4 s)
+    assert clients[1].sent_at[-1] < clients[0].sent_at[0]
