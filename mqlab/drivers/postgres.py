@@ -346,12 +346,13 @@ class _Client:
                 self.prepared.add(n)
         return pg
 
-    def lane_socket(self, sizes: Iterable[int]) -> int | None:
+    def lane_socket(self, sizes: Iterable[int]) -> int:
         """The connection's socket for ``pg_lanes`` (connected, idle, the INSERT prepared
-        for each of ``sizes``); None on a TLS connection, whose bytes only libpq writes."""
+        for each of ``sizes``); not on a TLS connection, whose bytes only libpq writes."""
         pg = self._prepared(sizes)
         if pg.ssl_in_use:
-            return None
+            self._drop()
+            raise DriverError("postgres: insert failed: a TLS connection cannot send in lanes")
         if pg.transaction_status != pq.TransactionStatus.IDLE:
             self._drop()
             raise DriverError("postgres: insert failed: the connection was not idle")
@@ -429,12 +430,11 @@ class PostgresSender(Sender):
         protocol on the connection's socket (Bind, Execute, Sync), done once
         ReadyForQuery says its transaction committed, the replies of all the lanes read as
         they come. A batch with no reply within ``commit_timeout_s`` fails and its
-        connection is dropped (the next batch connects again). A lane on a TLS connection
-        sends through libpq instead, after the others."""
+        connection is dropped (the next batch connects again)."""
         if _pg_lanes is None:
             raise NotImplementedError("mqlab._sendpath is not built: no lanes")
         out: list[tuple[int, Exception | None]] = [(0, None)] * len(lanes)
-        args, going, through_libpq = [], [], []
+        args, going = [], []
         for j, lane in enumerate(lanes):
             s = lane.client
             assert isinstance(s, PostgresSender)
@@ -443,9 +443,6 @@ class PostgresSender(Sender):
             except DriverError as e:
                 lane.records[0] = lane.records[1] = time.monotonic_ns()
                 out[j] = (0, e)
-                continue
-            if fd is None:
-                through_libpq.append(j)
                 continue
             spec = s.lane_spec
             if spec is None or spec[5] != lane.sender or s.lane_pool is not pool:
@@ -469,11 +466,6 @@ class PostgresSender(Sender):
                 s = lanes[j].client
                 assert isinstance(s, PostgresSender)
                 out[j] = (done, s.c.lane_failure(status, message) if status else None)
-        for j in through_libpq:
-            ln = lanes[j]
-            out[j] = ln.client.send_run(
-                ln.sender, ln.first_seq, ln.sizes, until_ns, wall_offset_ns, pool, ln.records
-            )
         return out
 
     def close(self) -> None:
@@ -525,6 +517,7 @@ class PostgresDriver(Driver):
     def __init__(self, settings: Any, endpoints: Endpoints, queue: str):
         super().__init__(settings, endpoints, queue)
         self.table = table_name(queue)
+        self._plain: bool | None = None  # the primary's connections are not TLS
 
     def _admin(self, statements: Sequence[Any]) -> list[Any]:
         conn = connect(self.endpoints, primary(self.endpoints), self.settings)
@@ -578,7 +571,21 @@ class PostgresDriver(Driver):
         return compiled.SEND_PATH
 
     def sends_in_lanes(self) -> bool:
-        return compiled.module is not None
+        """Where ``mqlab._sendpath`` is built and the primary's connections are not TLS
+        (asked once; no answer: not in lanes, and the senders' own connections will say
+        why)."""
+        if compiled.module is None:
+            return False
+        if self._plain is None:
+            try:
+                conn = connect(self.endpoints, primary(self.endpoints), self.settings)
+            except DriverError:
+                return False
+            try:
+                self._plain = not conn.pgconn.ssl_in_use
+            finally:
+                conn.close()
+        return self._plain
 
     def sender(self) -> Sender:
         return PostgresSender(self)
