@@ -515,21 +515,32 @@ lane_fail(lane *L, int64_t now)
     L->active = 0;
 }
 
+/* After a send or recv that returned < 0 (errno) or, for recv, 0 (err 0: closed): 1 to
+ * try again (interrupted), 0 when the socket would block, -1 when the lane failed. */
+static int
+lane_io(lane *L, int64_t now, int err)
+{
+    if (err == EINTR) {
+        return 1;
+    }
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+        return 0;
+    }
+    L->o.status = ST_CONNECTION;
+    L->o.err_no = err;
+    lane_fail(L, now);
+    return -1;
+}
+
 static void
 lane_write(lane *L, int64_t now, int64_t timeout_ns)
 {
     while (L->woff < L->wlen) {
         ssize_t sent = send(L->fd, L->wire + L->woff, L->wlen - L->woff, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (sent < 0) {
-            if (errno == EINTR) {
+            if (lane_io(L, now, errno) > 0) {
                 continue;
             }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                return;
-            }
-            L->o.status = ST_CONNECTION;
-            L->o.err_no = errno;
-            lane_fail(L, now);
             return;
         }
         L->woff += (size_t)sent;
@@ -719,22 +730,10 @@ lane_read(lane *L, int64_t timeout_ns)
         }
         size_t room = INBUF - L->r.have;
         ssize_t got = recv(L->fd, L->r.buf + L->r.have, room, MSG_DONTWAIT);
-        if (got < 0) {
-            if (errno == EINTR) {
+        if (got <= 0) {
+            if (lane_io(L, now, got < 0 ? errno : 0) > 0) {
                 continue;
             }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                return;
-            }
-            L->o.status = ST_CONNECTION;
-            L->o.err_no = errno;
-            lane_fail(L, now);
-            return;
-        }
-        if (got == 0) {
-            L->o.status = ST_CONNECTION;
-            L->o.err_no = 0;
-            lane_fail(L, now);
             return;
         }
         L->r.have += (size_t)got;

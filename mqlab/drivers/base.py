@@ -26,10 +26,11 @@ from __future__ import annotations
 import array
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
+from mqlab.errors import DriverError
 from mqlab.workload import envelope
 
 IDENTIFY_CAP = 1_000_000  # remaining(identify=True) returns at most this many payloads
@@ -111,6 +112,41 @@ class Lane(NamedTuple):
     first_seq: int
     sizes: array.array[int]
     records: array.array[int]
+
+
+LaneOutcome = tuple[int, Exception | None]  # batches confirmed; the failure that ended it
+
+
+def send_compiled_lanes(
+    lanes: Sequence[Lane],
+    until_ns: int,
+    wall_offset_ns: int,
+    timeout_ns: int,
+    call: Callable[..., list[tuple[int, tuple[int, int, str | None]]]],
+    prepare: Callable[[Lane], tuple[int, tuple[Any, ...], int]],
+    outcome: Callable[[Lane, int, int, str | None], Exception | None],
+) -> list[LaneOutcome]:
+    """A driver's ``Sender.send_lanes`` over a compiled call of mqlab._sendpath
+    (``redis_lanes``, ``pg_lanes``): ``prepare(lane)`` gives its connection's socket, its
+    fixed arguments and its first stream key (a DriverError fails the lane's first batch
+    before the call); ``outcome(lane, status, integer, message)`` turns what the call says
+    of each lane into its failure (None: none)."""
+    out: list[LaneOutcome] = [(0, None)] * len(lanes)
+    args, going = [], []
+    for j, lane in enumerate(lanes):
+        try:
+            fd, spec, key = prepare(lane)
+        except DriverError as e:
+            lane.records[0] = lane.records[1] = time.monotonic_ns()
+            out[j] = (0, e)
+            continue
+        args.append((fd, spec, lane.sizes, lane.first_seq, key, lane.records))
+        going.append(j)
+    if args:
+        results = call(args, until_ns, wall_offset_ns, timeout_ns)
+        for j, (done, (status, integer, message)) in zip(going, results, strict=True):
+            out[j] = (done, outcome(lanes[j], status, integer, message))
+    return out
 
 
 class Sender(ABC):

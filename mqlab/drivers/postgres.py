@@ -65,6 +65,7 @@ from mqlab.drivers.base import (
     Receiver,
     Remaining,
     Sender,
+    send_compiled_lanes,
 )
 from mqlab.errors import DriverError
 from mqlab.typed import spec
@@ -433,40 +434,28 @@ class PostgresSender(Sender):
         connection is dropped (the next batch connects again)."""
         if _pg_lanes is None:
             raise NotImplementedError("mqlab._sendpath is not built: no lanes")
-        out: list[tuple[int, Exception | None]] = [(0, None)] * len(lanes)
-        args, going = [], []
-        for j, lane in enumerate(lanes):
+
+        def prepare(lane: Lane) -> tuple[int, tuple[Any, ...], int]:
             s = lane.client
             assert isinstance(s, PostgresSender)
-            try:
-                fd = s.c.lane_socket(set(lane.sizes))
-            except DriverError as e:
-                lane.records[0] = lane.records[1] = time.monotonic_ns()
-                out[j] = (0, e)
-                continue
-            spec = s.lane_spec
-            if spec is None or spec[5] != lane.sender or s.lane_pool is not pool:
-                spec = s.lane_spec = (
-                    INSERT_NAME,
-                    b"".join(pool._pads),
-                    len(pool._pads),
-                    envelope.MAGIC,
-                    envelope.VERSION,
-                    lane.sender,
-                )
+            fd = s.c.lane_socket(set(lane.sizes))
+            if s.lane_spec is None or s.lane_spec[5] != lane.sender or s.lane_pool is not pool:
+                pads = b"".join(pool._pads)
+                magic, version = envelope.MAGIC, envelope.VERSION
+                s.lane_spec = (INSERT_NAME, pads, len(pool._pads), magic, version, lane.sender)
                 s.lane_pool = pool
-            args.append((fd, spec, lane.sizes, lane.first_seq, 0, lane.records))
-            going.append(j)
-        if args:
-            first = lanes[going[0]].client
-            assert isinstance(first, PostgresSender)
-            timeout_ns = int(first.c.settings.commit_timeout_s * 1e9)
-            results = _pg_lanes(args, until_ns, wall_offset_ns, timeout_ns)
-            for j, (done, (status, _integer, message)) in zip(going, results, strict=True):
-                s = lanes[j].client
-                assert isinstance(s, PostgresSender)
-                out[j] = (done, s.c.lane_failure(status, message) if status else None)
-        return out
+            return fd, s.lane_spec, 0
+
+        def outcome(lane: Lane, status: int, _integer: int, message: str | None) -> Any:
+            s = lane.client
+            assert isinstance(s, PostgresSender)
+            return s.c.lane_failure(status, message) if status else None
+
+        first = lanes[0].client if lanes else None
+        timeout_s = first.c.settings.commit_timeout_s if isinstance(first, PostgresSender) else 0
+        return send_compiled_lanes(
+            lanes, until_ns, wall_offset_ns, int(timeout_s * 1e9), _pg_lanes, prepare, outcome
+        )
 
     def close(self) -> None:
         self.c.close()

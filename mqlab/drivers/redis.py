@@ -86,6 +86,7 @@ from mqlab.drivers.base import (
     Receiver,
     Remaining,
     Sender,
+    send_compiled_lanes,
 )
 from mqlab.drivers.held import Held
 from mqlab.errors import DriverError
@@ -286,42 +287,42 @@ class RedisSender(Sender):
         they come (``poll``), and each lane's next batch sent once its last one is in."""
         if _redis_lanes is None:
             raise NotImplementedError("mqlab._sendpath is not built: no lanes")
-        out: list[tuple[int, Exception | None]] = [(0, None)] * len(lanes)
-        args, going = [], []
-        for j, lane in enumerate(lanes):
+
+        def prepare(lane: Lane) -> tuple[int, tuple[Any, ...], int]:
             s = lane.client
             assert isinstance(s, RedisSender)
             try:
                 fd = s.wire.connected()
             except redis.RedisError as e:
-                lane.records[0] = lane.records[1] = time.monotonic_ns()
-                out[j] = (0, DriverError(f"redis: send failed: {e}"))
-                continue
-            spec = s.run_spec
-            if spec is None or spec[7] != lane.sender or s.run_pool is not pool:
-                spec = s.run_spec = s._run_spec(lane.sender, pool)
-                s.run_pool = pool
-            args.append((fd, spec, lane.sizes, lane.first_seq, s.next_key, lane.records))
-            going.append(j)
-        if not args:
-            return out
-        timeout_ns = int(lanes[0].client.wire.timeout_s * 1e9)  # type: ignore[attr-defined]
-        results = _redis_lanes(args, until_ns, wall_offset_ns, timeout_ns)
-        for j, (done, (status, integer, message)) in zip(going, results, strict=True):
-            s = lanes[j].client
+                raise DriverError(f"redis: send failed: {e}") from e
+            if s.run_spec is None or s.run_spec[7] != lane.sender or s.run_pool is not pool:
+                s.run_spec, s.run_pool = s._run_spec(lane.sender, pool), pool
+            return fd, s.run_spec, s.next_key
+
+        def outcome(lane: Lane, status: int, integer: int, message: str | None) -> Any:
+            s = lane.client
             assert isinstance(s, RedisSender)
-            s.next_key = (s.next_key + done + (status != 0)) % len(s.keys)
-            if status == 0:
-                out[j] = (done, None)
-            elif status == ST_WAIT_SHORT:
-                out[j] = (done, s._wait_short(integer))
-            else:
-                s.wire.reset()  # a failover (READONLY) or a lost connection: reconnect next
-                out[j] = (
-                    done,
-                    DriverError(f"redis: send failed: {s.wire.failure(status, message)}"),
-                )
+            return s._outcome(status, integer, message)
+
+        first = lanes[0].client if lanes else None
+        timeout_ns = int(first.wire.timeout_s * 1e9) if isinstance(first, RedisSender) else 0
+        out = send_compiled_lanes(
+            lanes, until_ns, wall_offset_ns, timeout_ns, _redis_lanes, prepare, outcome
+        )
+        for lane, (done, failure) in zip(lanes, out, strict=True):
+            s = lane.client
+            assert isinstance(s, RedisSender)
+            s.next_key = (s.next_key + done + (failure is not None)) % len(s.keys)
         return out
+
+    def _outcome(self, status: int, integer: int, message: str | None) -> Exception | None:
+        """The failure a compiled call's ``status`` says (None: none)."""
+        if status == 0:
+            return None
+        if status == ST_WAIT_SHORT:
+            return self._wait_short(integer)
+        self.wire.reset()  # a failover (READONLY) or a lost connection: reconnect next
+        return DriverError(f"redis: send failed: {self.wire.failure(status, message)}")
 
     def _run_spec(self, sender: int, pool: envelope.PayloadPool) -> tuple[Any, ...]:
         """A lane's fixed arguments of ``redis_lanes`` for this sender and payload pool."""
