@@ -881,7 +881,7 @@ lanes_loop(lane *lanes, Py_ssize_t n, struct pollfd *pfds, lane **polled, int64_
             if (ev & POLLOUT && L->active) {
                 lane_write(L, now, timeout_ns);
             }
-            if (ev & (POLLIN | POLLERR | POLLHUP) && L->active) {
+            if (ev & (POLLIN | POLLERR | POLLHUP | POLLNVAL) && L->active) {
                 lane_read(L, timeout_ns);
             }
         }

@@ -5,7 +5,9 @@ timeouts. The real server's side is in tests/integration/drivers/test_redis.py."
 from __future__ import annotations
 
 import array
+import errno
 import itertools
+import os
 import socket
 import struct
 import threading
@@ -503,3 +505,18 @@ def test_pg_lanes_time_out_a_silent_server_and_see_a_closed_one(
     peer.sock.shutdown(socket.SHUT_WR)
     out = sendpath.pg_lanes([lane], 2**62, 0, 2 * 10**9)
     assert out == [(0, (3, -1, "connection closed by the server"))]
+
+
+def test_a_lane_on_a_closed_descriptor_fails_at_once(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    s = _sender(wait=0)
+    spec = s._run_spec(1, envelope.PayloadPool(64, seed=1))
+    a, _ = pairs[0]
+    fd = os.dup(a.fileno())
+    os.close(fd)  # nothing else opens a descriptor during the call
+    lane = (fd, spec, array.array("q", [1]), 0, 0, array.array("q", [0, 0]))
+    t0 = time.monotonic()
+    ((done, (status, _, message)),) = sendpath.redis_lanes([lane], 2**62, 0, 5 * 10**9)
+    assert (done, status, message) == (0, 3, os.strerror(errno.EBADF))
+    assert time.monotonic() - t0 < 1
