@@ -34,7 +34,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.clients import BenchError, WorkerProcess, proc_cpu_s, window_count
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.clients, run as a file
+from bench.clients import BenchError, WorkerProcess, proc_cpu_s, window_count  # noqa: E402
 from mqlab import clock, run
 from mqlab.clusters.base import LocalCluster
 from mqlab.clusters.local import cluster_class
