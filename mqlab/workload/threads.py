@@ -314,6 +314,8 @@ def _ran(lane: _Lane, done: int, failure: Exception | None, wall_offset_ns: int)
     stats.confirmed_run(lane.seq, run, done, records, wall_offset_ns)
     lane.seq += sum(run[:done])
     used = done
+    if done:
+        lane.retry.ok()  # a failure after confirmed batches is the first in a row
     if failure is not None:
         n = run[done]
         started = records[2 * done]
@@ -322,8 +324,6 @@ def _ran(lane: _Lane, done: int, failure: Exception | None, wall_offset_ns: int)
         lane.seq += n
         used += 1
         lane.resume_ns = time.monotonic_ns() + int(lane.retry.backoff(failure, "send") * 1e9)
-    elif done:
-        lane.retry.ok()
     lane.sizes.used(used)
 
 

@@ -18,7 +18,7 @@ from mqlab.drivers.base import Lane, Sender
 from mqlab.scenario import Workload
 from mqlab.workload import envelope
 from mqlab.workload.recorder import SenderStats
-from mqlab.workload.threads import BatchSizes, run_sender, run_sender_lanes
+from mqlab.workload.threads import BatchSizes, _Lane, _ran, run_sender, run_sender_lanes
 
 
 class _SlowSender(Sender):
@@ -200,3 +200,18 @@ def test_lanes_back_off_a_failing_sender_alone_and_account_every_message() -> No
     assert clients[1].seqs == list(range(40))
     # the good one did not wait out the bad one's backoff (0.1 + 0.2 + 0.4 s)
     assert clients[1].sent_at[-1] < clients[0].sent_at[0]
+
+
+def test_a_failure_after_confirmed_batches_in_a_run_is_the_first_in_a_row() -> None:
+    """As a batch at a time: a success resets the backoff, so a sender whose runs each
+    confirm some batches and then fail one is never failed for failing 30 s in a row."""
+    lane = _Lane(_LaneSender("x"), SenderStats(0), BatchSizes(random.Random(1), 2, 2, None))
+    for _ in range(3):
+        lane.run = lane.sizes.take(4)
+        lane.records[:8] = array.array("q", [1, 2, 3, 4, 5, 6, 7, 8])
+        _ran(lane, 2, RuntimeError("refused"), 0)
+        assert lane.retry.errors == 1
+    lane.run = lane.sizes.take(4)
+    _ran(lane, 0, RuntimeError("refused"), 0)
+    assert lane.retry.errors == 2  # no batch confirmed in between: a second in a row
+    assert (lane.stats.confirmed_total, lane.stats.failed_total, lane.seq) == (12, 8, 20)
