@@ -556,9 +556,6 @@ class PostgresDriver(Driver):
         assert row is not None
         return Remaining(int(row[0]), heads, int(row[1]))
 
-    def send_path(self) -> str:
-        return compiled.SEND_PATH
-
     def sends_in_lanes(self) -> bool:
         """Where ``mqlab._sendpath`` is built and the primary's connections are not TLS
         (asked once; no answer: not in lanes, and the senders' own connections will say

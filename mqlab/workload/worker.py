@@ -77,9 +77,10 @@ class Worker:
             and all(d.sends_in_lanes() for d in self.drivers.values())
         )
         self.send_path: str | None = None
-        if spec.role == "sender":
-            path = next(iter(self.drivers.values())).send_path() if self.drivers else "python"
-            self.send_path = f"{path}-lanes" if self.in_lanes else path
+        if spec.role == "sender":  # lanes are always compiled (mqlab._sendpath)
+            driver = next(iter(self.drivers.values()), None)
+            per_thread = driver.send_path() if driver is not None else "python"
+            self.send_path = "compiled-lanes" if self.in_lanes else per_thread
         self.started_ms = now_ms()
         self.recorder = IntervalRecorder(
             self.out, spec.role, spec.worker_id, spec.run_id, self.started_ms
