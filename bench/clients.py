@@ -64,13 +64,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from mqlab import clock, typed
-from mqlab.clusters.base import LocalCluster
-from mqlab.clusters.local import cluster_class
-from mqlab.drivers import registry
-from mqlab.drivers.base import Driver, Endpoints
-from mqlab.drivers.redis import FIELD
+from mqlab.archive import codecs, layout
+from mqlab.brokers import registry
+from mqlab.brokers.base import Driver, Endpoints
+from mqlab.brokers.cluster import LocalCluster
+from mqlab.brokers.local import cluster_class
+from mqlab.brokers.redis.driver import FIELD
 from mqlab.errors import MqlabError
-from mqlab.results.archive import codecs, layout
 from mqlab.scenario import PROJECT_PROFILES, Profile, Workload, load_profile
 from mqlab.workload import envelope
 from mqlab.workload.spec import WorkerSpec
@@ -525,7 +525,7 @@ def pgbench_path(cluster: LocalCluster) -> str:
 
 def preload(driver: Any, rows: int, message_bytes: int) -> None:
     """``rows`` mqlab messages (sender 0, seqs 0..) in the driver's table, in one COPY."""
-    from mqlab.drivers import postgres as pg
+    from mqlab.brokers.postgres import driver as pg
 
     pool = envelope.PayloadPool(message_bytes, seed=7)
     conn = pg.connect(driver.endpoints, pg.primary(driver.endpoints), driver.settings)
@@ -545,7 +545,7 @@ def preload(driver: Any, rows: int, message_bytes: int) -> None:
 
 def stored_lengths(driver: Any) -> list[int]:
     """The payload lengths of a few of the table's rows."""
-    from mqlab.drivers import postgres as pg
+    from mqlab.brokers.postgres import driver as pg
 
     conn = pg.connect(driver.endpoints, pg.primary(driver.endpoints), driver.settings)
     try:
@@ -564,7 +564,7 @@ def table_rows(driver: Any) -> int:
 def postgres_pairs(
     cluster: LocalCluster, profile: Profile, s: Setup, jobs: int
 ) -> list[Comparison]:
-    from mqlab.drivers import postgres as pg
+    from mqlab.brokers.postgres import driver as pg
 
     tool = pgbench_path(cluster)
     cls = registry.driver_class("postgres")
@@ -657,7 +657,7 @@ def check_tools(brokers: Sequence[str]) -> None:
     if "redis" in brokers and shutil.which("redis-benchmark") is None:
         raise BenchError(f"redis-benchmark not found: {TOOLS['redis-benchmark']}")
     if "postgres" in brokers:
-        from mqlab.clusters import postgres as pgcluster
+        from mqlab.brokers.postgres import cluster as pgcluster
 
         wheel = pgcluster._wheel_dir()
         if shutil.which("pgbench") is None and (

@@ -21,7 +21,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from mqlab.results.archive.codecs import new_histogram
+from mqlab.archive.codecs import new_histogram
 from mqlab.workload import envelope
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats
 

@@ -9,7 +9,7 @@ node twice, the same threads in total, each time on a fresh stream:
 - reference: 1 worker process x ``--threads`` threads (``processes_per_node = 1``);
 - contender: ``--processes`` worker processes x ``--threads / --processes`` threads each.
 
-The workers are started from the specs a run makes (``mqlab.run.worker_specs``: ids,
+The workers are started from the specs a run makes (``mqlab.run.execute.worker_specs``: ids,
 sender ids, seeds) and as a local run starts them (``python -m mqlab.workload.worker``);
 all start on one ``go``. Each process's rate is its confirmed messages over its whole
 one-second intervals within the measured window; a side's msgs/s is the sum over its
@@ -36,21 +36,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.clients, run as a file
 from bench.clients import BenchError, WorkerProcess, proc_cpu_s, window_count  # noqa: E402
-from mqlab import clock, run
-from mqlab.clusters.base import LocalCluster
-from mqlab.clusters.local import cluster_class
-from mqlab.drivers import registry
+from mqlab import clock
+from mqlab.brokers import registry
+from mqlab.brokers.cluster import LocalCluster
+from mqlab.brokers.local import cluster_class
 from mqlab.errors import MqlabError
-from mqlab.fleet.hosts import LocalHost
-from mqlab.fleet.placement import Placement
-from mqlab.scenario import (
-    PROJECT_PROFILES,
-    Clients,
-    Cluster,
-    Scenario,
-    Workload,
-    load_profile,
-)
+from mqlab.hosts.host import LocalHost
+from mqlab.labs.placement import Placement
+from mqlab.run import execute as run
+from mqlab.scenario import PROJECT_PROFILES, Clients, Cluster, Scenario, Workload, load_profile
 
 PROFILE = "redis-async"
 

@@ -24,11 +24,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from mqlab.results.archive.formats import FORMAT_VERSION
-from mqlab.results.archive.layout import METRICS
-from mqlab.results.report.query import EXAMPLES, run_query
-from mqlab.results.summary.catalog import update_catalog
-from mqlab.results.summary.tables import SCHEMAS
+from mqlab.analysis.catalog import update_catalog
+from mqlab.analysis.tables import SCHEMAS
+from mqlab.archive.formats import FORMAT_VERSION
+from mqlab.archive.layout import METRICS
+from mqlab.report.query import EXAMPLES, run_query
 
 GOAL_MS = 200.0
 WINDOWS = 10  # one-minute windows per run

@@ -30,8 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from mqlab.clusters import local
-from mqlab.drivers import registry
+from mqlab.brokers import local, registry
 from mqlab.scenario import PROJECT_PROFILES, load_profile
 from mqlab.workload import envelope
 

@@ -1,6 +1,6 @@
 """Benchmark: time to a healthy local 3-node cluster, per broker, against its goal.
 
-For each broker: mqlab's own launcher (``mqlab.clusters``, as ``mqlab cluster up`` and the
+For each broker: mqlab's own launcher (``mqlab.brokers``, as ``mqlab cluster up`` and the
 tests start it) brings up a 3-node cluster on loopback; the time is from ``start()`` to
 its return, which is when the launcher's health check passed (replication proven, not
 just open ports). The cluster is then stopped (that time is shown too). The launcher's
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mqlab.clusters.local import cluster_class
+from mqlab.brokers.local import cluster_class
 from mqlab.errors import MqlabError
 
 ELAPSED = re.compile(r" \(\d+ s\)$")  # a progress message's own elapsed-time suffix

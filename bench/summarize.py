@@ -5,7 +5,7 @@ intervals for one hour; every log a worker writes: 3 per sender, 2 per receiver,
 120 interval logs x 3,600 = 432,000 interval histograms, of which the senders'
 ``send_failed_us`` ones are empty), summarizes it with ``local[2]``, and prints wall time
 and histograms per second. Reference run in the same invocation: the in-process summary
-``mqlab run`` writes (:func:`mqlab.results.summary.job.summarize_run`: the same partial
+``mqlab run`` writes (:func:`mqlab.analysis.job.summarize_run`: the same partial
 and final steps in one process) on the same archive.
 Goal: the Spark job under 60 s on a 2-core machine.
 
@@ -81,7 +81,7 @@ def main() -> None:
             f"{'met' if job < GOAL_S else 'NOT met'}"
         )
         if not args.no_reference:
-            from mqlab.results.summary.job import summarize_run
+            from mqlab.analysis.job import summarize_run
 
             t = time.perf_counter()
             local = summarize_run(run.run_dir)

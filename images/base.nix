@@ -9,24 +9,24 @@
 #   and mounted at mqlab.node.dataDir before the broker starts.
 # - Node identity: mqlab-node.service reads EC2 user data (docs/node-bootstrap.md)
 #   into /run/mqlab/node.json and node.env; broker services render their
-#   configuration from it (images/scripts/mqlab_node.py over mqlab/nodeconf).
+#   configuration from it (images/scripts/mqlab_node.py over mqlab/brokers).
 # - /etc/mqlab/broker.json names the broker, its version and the flake and
 #   nixpkgs revisions, for mqlab's run manifest.
 { config, lib, pkgs, modulesPath, mqlabProvenance, ... }:
 let
   cfg = config.mqlab.node;
-  # the boot script and mqlab.nodeconf (every broker's node configuration, the
+  # the boot script and mqlab.brokers.nodeconf (every broker's node configuration, the
   # same code local clusters render with) side by side: mqlab_node.py imports
-  # mqlab.nodeconf from its own directory (a namespace package: no mqlab/__init__.py)
+  # mqlab.brokers.nodeconf from its own directory (a namespace package: no mqlab/__init__.py)
   nodeconfSrc = builtins.path {
     name = "mqlab-nodeconf";
-    path = ../mqlab/nodeconf;
+    path = ../mqlab/brokers;
     filter = path: type: baseNameOf path != "__pycache__" && !(lib.hasSuffix ".pyc" path);
   };
   nodeToolDir = pkgs.runCommand "mqlab-node-tool" { } ''
     mkdir -p $out/mqlab
     cp ${./scripts/mqlab_node.py} $out/mqlab_node.py
-    cp -r ${nodeconfSrc} $out/mqlab/nodeconf
+    cp -r ${nodeconfSrc} $out/mqlab/brokers
   '';
   nodeTool = pkgs.writeShellScript "mqlab-node" ''
     exec ${pkgs.python3}/bin/python3 ${nodeToolDir}/mqlab_node.py "$@"

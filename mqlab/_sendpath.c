@@ -9,7 +9,7 @@
  *   redis_batch(fd, template, spec, n, first_seq, sent_ns) -> (status, integer, message)
  *
  * One batch (a fixed-rate sender's): spec (made once per sender and stream key, see
- * mqlab.drivers.redis) is little endian i64 prefix_len, i64 frame, u32 magic, u32
+ * mqlab.brokers.redis.driver) is little endian i64 prefix_len, i64 frame, u32 magic, u32
  * version, u32 sender, u32 commands in the trailer (0 or 1), then the trailer's bytes
  * (the WAIT command, or nothing). Writes the headers of messages first_seq .. first_seq
  * + n - 1 at prefix_len + i * frame of template (mqlab.workload.envelope.Framed's wire
@@ -39,7 +39,7 @@
  *   pg_lanes(lanes, until_ns, wall_offset_ns, timeout_ns) -> [(done, outcome), ...]
  *
  * redis_lanes for PostgreSQL: each batch runs the INSERT of its size, prepared through
- * libpq beforehand (mqlab.drivers.postgres), in the extended query protocol on the
+ * libpq beforehand (mqlab.brokers.postgres.driver), in the extended query protocol on the
  * connection's socket: Bind (every message a binary parameter), Execute, Sync; it is done
  * at ReadyForQuery, once its implicit transaction committed (with the profile's
  * synchronous_commit, confirmed by the standbys). run_spec is (statement name before the

@@ -5,7 +5,7 @@ from typing import Any
 def redis_batch(
     fd: int,
     template: Any,  # a writable buffer: the batch's wire bytes (envelope.Framed)
-    spec: bytes,  # SPEC (mqlab.drivers.redis) then the trailer
+    spec: bytes,  # SPEC (mqlab.brokers.redis.driver) then the trailer
     n: int,
     first_seq: int,
     sent_ns: int,

@@ -2,7 +2,7 @@
 
 End-to-end latency subtracts a send stamp taken on the sender's host from a receive
 stamp taken on the receiver's host, so both are wall clock (``time.time_ns()``), and the
-coordinator measures each host's offset (:mod:`mqlab.fleet.clocks`) to correct them.
+coordinator measures each host's offset (:mod:`mqlab.hosts.clocks`) to correct them.
 Monotonic clocks (durations within one process) do not come through here.
 
 !!! TESTS ONLY !!!  ``MQLAB_TEST_CLOCK_SKEW_MS`` (a float, in milliseconds; absent: 0)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from mqlab import clock
-from mqlab.results.archive import codecs
+from mqlab.archive import codecs
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PROC = Path("/proc")

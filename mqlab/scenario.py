@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mqlab import typed
-from mqlab.drivers import registry
+from mqlab.brokers import registry
 from mqlab.errors import ScenarioError
 from mqlab.typed import spec
 
@@ -175,7 +175,7 @@ class Reference:
     """The published experiment a scenario reproduces (``[reference]``): its rows are put
     next to the scenario's runs by ``mqlab compare --reference`` and the report."""
 
-    set: str = spec(help="a published data set under mqlab/reference/ (e.g. mqperf-2021)")
+    set: str = spec(help="a published data set under mqlab/published/data/ (e.g. mqperf-2021)")
     experiment: str = spec(help="the set's experiment this scenario reproduces")
 
 
@@ -477,7 +477,7 @@ def _build_one(
         reference=reference,
     )
     if cluster.target == "aws":
-        from mqlab.infra.validate import validate_aws
+        from mqlab.labs.aws.validate import validate_aws
 
         validate_aws(scenario)
     return scenario
@@ -487,7 +487,7 @@ def _reference(table: Any, path: Path) -> Reference | None:
     """``[reference]``: a known published data set and one of its experiments."""
     if table is None:
         return None
-    from mqlab.results.report import published
+    from mqlab.published import base as published
 
     if not isinstance(table, dict):
         raise ScenarioError(path, "reference", "expected a table", "write [reference]")

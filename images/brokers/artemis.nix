@@ -1,6 +1,6 @@
 # ActiveMQ Artemis: node 0 the live server, nodes 1 and 2 its backups (HA policy
 # "replication", one group; the live server replicates to one backup at a time, the other
-# waits), a static cluster connection (mqlab.nodeconf.artemis renders broker.xml).
+# waits), a static cluster connection (mqlab.brokers.artemis.node renders broker.xml).
 # Journal as mqperf 2021 ran Artemis 2.15 (its "configuration changes": journal-type
 # MAPPED; journal-datasync, journal-sync-non-transactional and journal-sync-transactional
 # false): a message counts as stored once it is in the live server's journal and the

@@ -1,5 +1,5 @@
 # EventStoreDB (KurrentDB's name before 25.0; nixpkgs has no kurrentdb): a 3-node
-# cluster found by gossip seeds (the peers' IPs, mqlab/nodeconf/eventstore.py). A write
+# cluster found by gossip seeds (the peers' IPs, mqlab/brokers/eventstore/node.py). A write
 # is acknowledged once a majority of the nodes has it (the server's fixed quorum rule:
 # 2 of 3); the nodes flush their log to disk (UnsafeDisableFlushToDisk = false, the
 # default, stated here so the image says it).

@@ -13,7 +13,7 @@ let pg = pkgs.postgresql_17; in
     settings = {
       wal_level = "replica";
       synchronous_commit = "remote_write";
-      # STANDBYS is replaced at boot by the standbys' application names (s1, s2: mqlab/nodeconf/postgres.py)
+      # STANDBYS is replaced at boot by the standbys' application names (s1, s2: mqlab/brokers/postgres/node.py)
       synchronous_standby_names = "ANY 1 (STANDBYS)";
       max_wal_senders = 10;
       max_replication_slots = 10;

@@ -7,8 +7,8 @@ mqlab_node.py bootstrap --broker B [--user-data-file F | --imds URL] --out /run/
 mqlab_node.py render --node /run/mqlab/node.json --image /etc/mqlab/broker.json --out DIR
     writes the broker's config files for this node: the durability settings
     baked into the image plus node index, own IP and peers' IPs, rendered by
-    mqlab.nodeconf, the one home of every broker's node configuration (local
-    clusters render with it too). The image ships mqlab/nodeconf next to this
+    mqlab.brokers.nodeconf, the one home of every broker's node configuration (local
+    clusters render with it too). The image ships mqlab/brokers next to this
     script (images/base.nix); in the repository it sits two directories up.
 """
 
@@ -23,19 +23,19 @@ from pathlib import Path
 
 
 def _nodeconf_home() -> Path:
-    """The directory holding mqlab/nodeconf: next to this script on the image,
+    """The directory holding mqlab/brokers: next to this script on the image,
     the repository root (two levels up) in a checkout."""
     here = Path(__file__).absolute().parent
     for home in (here, here.parent.parent):
-        if (home / "mqlab" / "nodeconf" / "__init__.py").is_file():
+        if (home / "mqlab" / "brokers" / "nodeconf.py").is_file():
             return home
-    raise SystemExit(f"mqlab-node: mqlab/nodeconf not found next to {here} or two levels up")
+    raise SystemExit(f"mqlab-node: mqlab/brokers not found next to {here} or two levels up")
 
 
 if str(_nodeconf_home()) not in sys.path:
     sys.path.insert(0, str(_nodeconf_home()))
 
-from mqlab import nodeconf  # noqa: E402
+from mqlab.brokers import nodeconf  # noqa: E402
 
 FORMAT_VERSION = 1
 ROLES = ("broker", "sender", "receiver")
@@ -117,7 +117,7 @@ def node_env(node: dict) -> str:
 
 
 def render(node: dict, image: dict) -> dict[str, str]:
-    """File name -> content for this node's broker configuration (mqlab.nodeconf)."""
+    """File name -> content for this node's broker configuration (mqlab.brokers.nodeconf)."""
     broker = image["broker"]
     if broker not in nodeconf.BROKERS:
         raise UserDataError(f"no render recipe for broker {broker!r}")

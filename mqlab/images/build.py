@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from mqlab.drivers.registry import self_hosted_brokers
+from mqlab.brokers.registry import self_hosted_brokers
 from mqlab.errors import MqlabError
 
 LOG = logging.getLogger(__name__)

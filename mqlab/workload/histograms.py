@@ -3,7 +3,7 @@
 The pure-Python ``record_value`` costs ~1.4 us a call, so values are recorded
 in bulk: bucket indices are computed with numpy and added into the histogram's
 counts array in place. The histogram's shape is the archive's
-(:func:`mqlab.results.archive.codecs.new_histogram`).
+(:func:`mqlab.archive.codecs.new_histogram`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from mqlab.results.archive.codecs import HIGHEST_US, new_histogram
+from mqlab.archive.codecs import HIGHEST_US, new_histogram
 
 _EMPTY_MIN = HdrHistogram(1, 2, 1).min_value  # sys.maxsize, as hdrh starts
 

@@ -4,7 +4,7 @@ Worker threads append to their own :class:`SenderStats` / :class:`ReceiverStats`
 (an uncontended lock per batch). Once per wall-clock second the worker's
 :class:`IntervalRecorder` swaps every thread's buffers and turns them, in bulk,
 into HdrHistogram interval-log lines, a ``counts.csv`` row and delivery records.
-The file formats are the archive's (:mod:`mqlab.results.archive`).
+The file formats are the archive's (:mod:`mqlab.archive`).
 
 End-to-end latency is the receive stamp (this host's wall clock) minus the header's
 stamp (the sender host's wall clock), minus the clock correction of that sender id
@@ -27,10 +27,10 @@ import numpy as np
 from pyroaring import BitMap64
 
 from mqlab import clock, cpu
-from mqlab.results.archive import codecs, layout
-from mqlab.results.archive.codecs import COUNT_FIELDS
-from mqlab.results.archive.hlog import IntervalLogWriter
-from mqlab.results.archive.records import DeliveryRecord, ReceivedSender, SentSender
+from mqlab.archive import codecs, layout
+from mqlab.archive.codecs import COUNT_FIELDS
+from mqlab.archive.hlog import IntervalLogWriter
+from mqlab.archive.records import DeliveryRecord, ReceivedSender, SentSender
 from mqlab.workload import envelope
 from mqlab.workload.histograms import BulkHistogram
 from mqlab.workload.schedules import Schedule
@@ -364,7 +364,7 @@ class IntervalRecorder:
     def correct_clocks(self, corrections_us: Mapping[str, int]) -> None:
         """Receivers: sender id (a string, as the worker spec has it) -> µs to subtract
         from that sender's end-to-end latencies (this host's clock offset minus the sender
-        host's, :func:`mqlab.fleet.clocks.corrections_us`); a sender id not listed: 0.
+        host's, :func:`mqlab.hosts.clocks.corrections_us`); a sender id not listed: 0.
         A corrected latency below 0 is recorded as 0 and counted (``below_zero``)."""
         pairs = sorted((int(k), int(v)) for k, v in corrections_us.items() if int(v))
         self._corr_ids = np.array([k for k, _ in pairs], dtype=np.uint32)

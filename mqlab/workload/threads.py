@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mqlab import clock
-from mqlab.drivers.base import Driver, Lane, Sender
+from mqlab.brokers.base import Driver, Lane, Sender
 from mqlab.scenario import Workload
 from mqlab.workload import envelope
 from mqlab.workload.recorder import ReceiverStats, SenderStats

@@ -2,7 +2,7 @@
 
 ``python -m mqlab.workload.worker SPEC.json`` — the same entry point runs locally and
 on remote hosts (from the shipped bundle); the coordinator attaches to its stdin and
-stdout through ``mqlab.fleet.hosts`` in both cases.
+stdout through ``mqlab.hosts.host`` in both cases.
 
 Commands (stdin, one per line): ``go`` is the common start of every sender (sent once
 all workers are ready); ``receivers-stop`` ends the receivers' drain; ``stop`` ends the
@@ -26,15 +26,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from mqlab import clock, cpu, typed
-from mqlab.drivers import registry
-from mqlab.drivers.base import Driver, Endpoints
-from mqlab.results.archive import layout
-from mqlab.results.archive.records import (
-    WorkerRecord,
-    write_delivery,
-    write_sent,
-    write_worker,
-)
+from mqlab.archive import layout
+from mqlab.archive.records import WorkerRecord, write_delivery, write_sent, write_worker
+from mqlab.brokers import registry
+from mqlab.brokers.base import Driver, Endpoints
 from mqlab.scenario import Workload
 from mqlab.workload import envelope
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats, now_ms

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.clusters import local
-from mqlab.clusters.base import LocalCluster
+from mqlab.brokers import local
+from mqlab.brokers.cluster import LocalCluster
 
 
 def ctrl_c_able() -> None:
@@ -107,7 +107,7 @@ def run_under_faults(
     in this process; the run's result."""
     import json
 
-    from mqlab import run as run_mod
+    from mqlab.run import execute as run_mod
 
     def table(d: dict[str, Any]) -> str:
         return "".join(f"{k} = {json.dumps(v)}\n" for k, v in d.items())

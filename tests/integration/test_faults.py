@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.clusters import process
-from mqlab.clusters.nats import NatsCluster
-from mqlab.results.archive.formats import read_json
-from mqlab.results.report import markdown, plots
+from mqlab.archive.formats import read_json
+from mqlab.brokers.nats.cluster import NatsCluster
+from mqlab.hosts import process
+from mqlab.report import markdown, plots
 from tests.integration.conftest import run_under_faults
 
 pytestmark = pytest.mark.integration
@@ -97,7 +97,7 @@ def test_a_run_through_a_pause_and_a_crash_of_every_node_loses_nothing(
     assert sum(c["sent"] for c in costs) > 0 and all(c["sent"] is not None for c in costs)
     assert [c["lost"] for c in costs] == [0, 0, 0], costs
     # outages are whole seconds of this run's timeline, never past the senders' last try
-    from mqlab.results.summary import catalog
+    from mqlab.analysis import catalog
 
     timeline = catalog.read_run_table(result.run_dir, "timeline").to_pylist()
     tried = [r["second_ms"] for r in timeline if r["confirmed"] or r["failed"]]
@@ -141,8 +141,8 @@ def _jsz_leader(cluster: NatsCluster, stream: str) -> set[str]:
 def test_kill_leader_kills_the_node_leading_the_stream(tmp_path: Path, state_dir: Path) -> None:
     import time
 
-    from mqlab.drivers.nats import NatsDriver, Settings
-    from mqlab.nodeconf import nats as natsconf
+    from mqlab.brokers.nats import node as natsconf
+    from mqlab.brokers.nats.driver import NatsDriver, Settings
 
     cluster = NatsCluster(tmp_path / "nats", 3)
     cluster.start()

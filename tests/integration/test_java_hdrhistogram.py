@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mqlab.results.archive.codecs import new_histogram
-from mqlab.results.archive.hlog import IntervalLogWriter
+from mqlab.archive.codecs import new_histogram
+from mqlab.archive.hlog import IntervalLogWriter
 from mqlab.workload.histograms import BulkHistogram
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.results.archive.formats import read_json
+from mqlab.archive.formats import read_json
 from tests.integration.conftest import run_under_faults
 
 pytestmark = pytest.mark.integration

@@ -17,8 +17,8 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
-from mqlab.results.archive.formats import read_json
-from mqlab.results.archive.layout import RunInfo, list_runs
+from mqlab.archive.formats import read_json
+from mqlab.archive.layout import RunInfo, list_runs
 from tests.fixtures import reference
 from tests.integration.conftest import SharedLab, ctrl_c_able, processes_mentioning
 

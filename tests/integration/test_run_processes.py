@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from pyroaring import BitMap64
 
-from mqlab.results.archive import codecs, records
-from mqlab.results.archive.formats import read_json
-from mqlab.results.summary.catalog import read_run_table
+from mqlab.analysis.catalog import read_run_table
+from mqlab.archive import codecs, records
+from mqlab.archive.formats import read_json
 from tests.integration.conftest import SharedLab
 from tests.integration.test_run import check_archive, run_scenario
 

@@ -22,12 +22,12 @@ import psycopg
 import pytest
 import redis
 
-from mqlab.clusters.base import LocalCluster
-from mqlab.results.archive import records
-from mqlab.results.archive.formats import read_json
-from mqlab.results.archive.layout import list_runs
-from mqlab.results.report.markdown import report_run
-from mqlab.results.summary.catalog import read_run_table
+from mqlab.analysis.catalog import read_run_table
+from mqlab.archive import records
+from mqlab.archive.formats import read_json
+from mqlab.archive.layout import list_runs
+from mqlab.brokers.cluster import LocalCluster
+from mqlab.report.markdown import report_run
 from tests.integration.conftest import SharedLab
 from tests.integration.test_run import check_archive, mqlab
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.results.archive.formats import read_json
-from mqlab.results.archive.layout import list_runs
-from mqlab.results.summary import saturation
+from mqlab.analysis import saturation
+from mqlab.archive.formats import read_json
+from mqlab.archive.layout import list_runs
 from tests.fixtures import reference
 from tests.integration.conftest import SharedLab
 from tests.integration.test_run import check_archive, mqlab, run_scenario

@@ -1,4 +1,4 @@
-"""Pure logic of the ActiveMQ 5 stand-in's launcher (mqlab.clusters.artemis): each node's
+"""Pure logic of the ActiveMQ 5 stand-in's launcher (mqlab.brokers.artemis.cluster): each node's
 activemq.xml and command line. Starting the real brokers, failover included, is
 tests/integration/clusters/test_artemis_standin.py."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.clusters import artemis as standin
+from mqlab.brokers.artemis import cluster as standin
 from mqlab.errors import ClusterError
-from mqlab.fleet.hosts import SshHost
+from mqlab.hosts.host import SshHost
 
 AMQ = "{http://activemq.apache.org/schema/core}"
 

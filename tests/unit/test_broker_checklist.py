@@ -9,8 +9,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from mqlab import nodeconf
-from mqlab.drivers import registry
+from mqlab.brokers import nodeconf, registry
 from tests.integration.drivers.targets import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +34,7 @@ def _python_deps() -> dict[str, str]:
 
 def test_every_driven_broker_has_its_driver_module() -> None:
     for b in DRIVEN:
-        module = importlib.import_module(f"mqlab.drivers.{b.driver_module}")
+        module = importlib.import_module(f"mqlab.brokers.{b.driver_module}.driver")
         assert module.DRIVER is registry.driver_class(b.name), b.name
         assert module.DRIVER.client_libraries, f"{b.name}: name the client library"
 
@@ -48,7 +47,7 @@ def test_every_local_broker_has_a_launcher_a_contract_target_and_a_short_scenari
         if raw.get("cluster", {}).get("target", "local") == "local" and "profile" in raw:
             local_scenarios.setdefault(profiles[raw["profile"]], []).append(p.name)
     for b in LOCAL:
-        module = importlib.import_module(f"mqlab.clusters.{b.local_cluster}")
+        module = importlib.import_module(f"mqlab.brokers.{b.local_cluster}.cluster")
         assert module.CLUSTER.broker, b.name
         same = {
             o.name
@@ -115,7 +114,7 @@ def test_self_hosted_brokers_have_an_image_and_a_node_configuration() -> None:
     assert set(nodeconf.BROKERS) == hosted
     assert set(nodeconf.STANDARD_PORTS) == hosted
     for b in hosted:
-        assert (ROOT / "mqlab" / "nodeconf" / f"{b}.py").is_file(), b
+        assert (ROOT / "mqlab" / "brokers" / b / "node.py").is_file(), b
 
 
 def test_driver_client_libraries_are_in_the_worker_closure_and_pinned() -> None:
@@ -133,10 +132,10 @@ def test_driver_client_libraries_are_in_the_worker_closure_and_pinned() -> None:
 def test_the_checklist_names_each_place() -> None:
     text = (ROOT / "CONTRIBUTING.md").read_text()
     for place in [
-        "mqlab/drivers/registry.py",
-        "mqlab/drivers/",
-        "mqlab/clusters/",
-        "mqlab/nodeconf/",
+        "mqlab/brokers/registry.py",
+        "mqlab/brokers/",
+        "mqlab/brokers/",
+        "mqlab/brokers/",
         "images/brokers/",
         "scenarios/profiles/",
         "scenarios/",
@@ -145,7 +144,7 @@ def test_the_checklist_names_each_place() -> None:
         "nix/python-deps.nix",
         "pyproject.toml",
         "scripts/apt-packages.txt",
-        "mqlab/results/report/reference.py",
+        "mqlab/published/reference.py",
         "scenarios/aws/",
         "tests/unit/drivers/",
     ]:
@@ -155,11 +154,11 @@ def test_the_checklist_names_each_place() -> None:
 def test_every_launcher_is_built_the_way_the_run_builds_it(tmp_path: Path) -> None:
     """run.ClusterPool builds every launcher as cls(workdir, nodes, hosts or None)."""
     from mqlab.errors import ClusterError
-    from mqlab.fleet.hosts import LocalHost, SshHost
+    from mqlab.hosts.host import LocalHost, SshHost
 
     remote = [SshHost(f"broker-{i}", f"10.9.9.{i + 10}", root="/tmp/x") for i in range(3)]
     for b in LOCAL:
-        cls = importlib.import_module(f"mqlab.clusters.{b.local_cluster}").CLUSTER
+        cls = importlib.import_module(f"mqlab.brokers.{b.local_cluster}.cluster").CLUSTER
         assert cls(tmp_path / b.name, 3, None).nodes >= 1, b.name
         assert all(h.is_local for h in cls(tmp_path / b.name, 3, [LocalHost()] * 3).hosts)
         try:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from mqlab import cli
-from mqlab.fleet import cli as lab_cli
-from mqlab.infra import cli as infra_cli
+from mqlab.cli import fleet as lab_cli
+from mqlab.cli import infra as infra_cli
 
 
 def test_phase_lines_name_no_source_file() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mqlab import cpu
-from mqlab.results.archive import codecs
+from mqlab.archive import codecs
 
 
 def _stat(

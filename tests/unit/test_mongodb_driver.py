@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.drivers import mongodb as mg
-from mqlab.drivers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers.mongodb import driver as mg
 from mqlab.errors import DriverError, ScenarioError
 from mqlab.typed import build
 

@@ -1,4 +1,4 @@
-"""Pure logic of the mongoeco stand-in's launcher (mqlab.clusters.mongodb): the search for a
+"""Pure logic of the mongoeco stand-in's launcher (mqlab.brokers.mongodb.cluster): the search for a
 Python >= 3.13, its one-line error, the pinned venv recipe and its cache. Starting the
 real server is tests/integration/clusters/test_mongodb_standin.py."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.clusters import mongodb as standin
-from mqlab.clusters import tools
+from mqlab.brokers import tools
+from mqlab.brokers.mongodb import cluster as standin
 from mqlab.errors import ClusterError
 
 

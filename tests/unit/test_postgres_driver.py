@@ -15,7 +15,9 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from mqlab.clusters.postgres import (
+from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers.postgres import driver as pg
+from mqlab.brokers.postgres.cluster import (
     ServerUser,
     cache_name,
     pick_server_user,
@@ -23,9 +25,7 @@ from mqlab.clusters.postgres import (
     sync_standby_names,
     unreachable_dir,
 )
-from mqlab.drivers import postgres as pg
-from mqlab.drivers.base import Delivery, Endpoints, NodeEndpoint
-from mqlab.drivers.postgres import (
+from mqlab.brokers.postgres.driver import (
     MAX_IDENT,
     PostgresDriver,
     Settings,

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from mqlab.clusters.postgres import PostgresCluster
-from mqlab.fleet.hosts import LocalHost
+from mqlab.brokers.postgres.cluster import PostgresCluster
+from mqlab.hosts.host import LocalHost
 
 
 def _node(tmp_path: Path) -> SimpleNamespace:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from mqlab import run
 from mqlab.errors import ClusterError
+from mqlab.run import execute as run
 
 
 class Electing:

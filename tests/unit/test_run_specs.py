@@ -1,4 +1,4 @@
-"""The worker processes a run starts (mqlab/run.py ``client_processes`` and ``worker_specs``):
+"""The worker processes a run starts (mqlab/run/execute.py ``client_processes``, ``worker_specs``):
 how many per client node, their ids, sender ids and seeds, the receivers' clock
 corrections by sender id. Expected values are written out by hand or computed here from
 the documented scheme, not with the code under test."""
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from mqlab import run as run_mod
 from mqlab.errors import FleetError
-from mqlab.fleet.hosts import LocalHost, Result
-from mqlab.fleet.placement import Placement
+from mqlab.hosts.host import LocalHost, Result
+from mqlab.labs.placement import Placement
+from mqlab.run import execute as run_mod
 from mqlab.scenario import Scenario, load_scenario
 from mqlab.workload.spec import WorkerSpec, queue_names
 from mqlab.workload.worker import Worker

@@ -1,4 +1,4 @@
-"""What the broker still held after the receivers stopped (mqlab/run.py
+"""What the broker still held after the receivers stopped (mqlab/run/execute.py
 ``_check_undrained``), over one queue or several: the sum, each queue's own figures, and
 a queue the broker did not answer for. The drivers here are stand-ins that answer
 ``remaining()`` with set figures; expected values are written out by hand."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mqlab import run as run_mod
-from mqlab.drivers.base import Remaining
-from mqlab.results.archive import records
+from mqlab.archive import records
+from mqlab.brokers.base import Remaining
+from mqlab.run import execute as run_mod
 from mqlab.workload import envelope
 
 

@@ -14,7 +14,7 @@ from mqlab.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = ROOT / "scenarios" / "seeds"
-REFERENCE = ROOT / "mqlab" / "reference"
+REFERENCE = ROOT / "mqlab" / "published" / "data"
 
 # mqperf 2021 system (the CSV's) -> the files reproducing its tables
 FILES_2021 = {

@@ -1,5 +1,5 @@
 output "inventory" {
-  description = "Everything mqlab needs to reach the lab; read by mqlab.infra.inventory (format_version 1)."
+  description = "Everything mqlab needs to reach the lab; read by mqlab.labs.aws.inventory (format_version 1)."
   value = {
     format_version = 1
     lab_id         = var.lab_id

@@ -1,7 +1,7 @@
 """The MongoDB wire stand-in: mongoeco under the Python >= 3.13 of its own venv, started,
 probed and stopped by mqlab; and what it accepts of the profiles' write concern.
 
-Needs a Python >= 3.13 interpreter on this machine (found as mqlab.clusters.mongodb says,
+Needs a Python >= 3.13 interpreter on this machine (found as mqlab.brokers.mongodb.cluster says,
 or ``$MQLAB_PYTHON313``): without one these tests fail with the launcher's one-line
 message, they are never skipped."""
 
@@ -17,9 +17,9 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
-from mqlab.clusters import process
-from mqlab.clusters.mongodb import MONGOECO_VERSION, MongoCluster
-from mqlab.drivers.mongodb import MongoDriver, Settings
+from mqlab.brokers.mongodb.cluster import MONGOECO_VERSION, MongoCluster
+from mqlab.brokers.mongodb.driver import MongoDriver, Settings
+from mqlab.hosts import process
 from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 

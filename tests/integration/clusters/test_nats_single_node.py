@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.clusters.nats import NatsCluster
-from mqlab.drivers.nats import NatsDriver, NatsSettings
+from mqlab.brokers.nats.cluster import NatsCluster
+from mqlab.brokers.nats.driver import NatsDriver, NatsSettings
 from mqlab.workload import envelope
 
 pytestmark = pytest.mark.integration

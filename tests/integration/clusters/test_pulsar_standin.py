@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.clusters import process
-from mqlab.clusters.pulsar import PulsarCluster
-from mqlab.drivers.pulsar import PulsarDriver, Settings
+from mqlab.brokers.pulsar.cluster import PulsarCluster
+from mqlab.brokers.pulsar.driver import PulsarDriver, Settings
+from mqlab.hosts import process
 from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 

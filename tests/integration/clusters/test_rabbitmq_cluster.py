@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqlab.clusters import process
-from mqlab.clusters.rabbitmq import RabbitmqCluster, node_name
-from mqlab.drivers.rabbitmq import RabbitmqDriver, Settings
+from mqlab.brokers.rabbitmq.cluster import RabbitmqCluster, node_name
+from mqlab.brokers.rabbitmq.driver import RabbitmqDriver, Settings
+from mqlab.hosts import process
 from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 

@@ -13,11 +13,11 @@ from typing import TypeVar
 import pytest
 import redis
 
-from mqlab.clusters import process
-from mqlab.clusters.redis import RedisCluster
-from mqlab.drivers.base import Delivery, Receiver, Sender
-from mqlab.drivers.redis import RedisDriver, Settings
+from mqlab.brokers.base import Delivery, Receiver, Sender
+from mqlab.brokers.redis.cluster import RedisCluster
+from mqlab.brokers.redis.driver import RedisDriver, Settings
 from mqlab.errors import DriverError
+from mqlab.hosts import process
 from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 

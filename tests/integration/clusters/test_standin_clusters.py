@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from mqlab.brokers.base import Delivery
+from mqlab.brokers.cluster import LocalCluster
+from mqlab.brokers.kafka.cluster import KafkaCluster
+from mqlab.brokers.local import cluster_class
+from mqlab.brokers.sqs.cluster import SqsCluster
+from mqlab.brokers.sqs.driver import Settings as SqsSettings
+from mqlab.brokers.sqs.driver import SqsDriver
 from mqlab.cli import main
-from mqlab.clusters import process
-from mqlab.clusters.base import LocalCluster
-from mqlab.clusters.kafka import KafkaCluster
-from mqlab.clusters.local import cluster_class
-from mqlab.clusters.sqs import SqsCluster
-from mqlab.drivers.base import Delivery
-from mqlab.drivers.sqs import Settings as SqsSettings
-from mqlab.drivers.sqs import SqsDriver
+from mqlab.hosts import process
 from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 

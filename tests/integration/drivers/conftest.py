@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.drivers import registry
-from mqlab.drivers.base import Driver
+from mqlab.brokers import registry
+from mqlab.brokers.base import Driver
 from tests.integration.conftest import SharedLab
 from tests.integration.drivers.targets import TARGETS, Target
 

@@ -31,25 +31,25 @@ class Target:
 
 
 def _nats() -> Any:
-    from mqlab.drivers.nats import Settings
+    from mqlab.brokers.nats.driver import Settings
 
     return Settings(ack_wait_s=2.0)
 
 
 def _postgres() -> Any:
-    from mqlab.drivers.postgres import Settings
+    from mqlab.brokers.postgres.driver import Settings
 
     return Settings(visibility_timeout_s=2.0, poll_interval_s=0.05, commit_timeout_s=10.0)
 
 
 def _redis() -> Any:
-    from mqlab.drivers.redis import Settings
+    from mqlab.brokers.redis.driver import Settings
 
     return Settings(visibility_timeout_s=2.0, reclaim_interval_s=0.5, wait_replicas=1)
 
 
 def _redis_keep() -> Any:
-    from mqlab.drivers.redis import Settings
+    from mqlab.brokers.redis.driver import Settings
 
     return Settings(
         streams=3, delete_on_ack=False, visibility_timeout_s=2.0, reclaim_interval_s=0.5
@@ -57,13 +57,13 @@ def _redis_keep() -> Any:
 
 
 def _rabbitmq() -> Any:
-    from mqlab.drivers.rabbitmq import Settings
+    from mqlab.brokers.rabbitmq.driver import Settings
 
     return Settings()
 
 
 def _kafka() -> Any:
-    from mqlab.drivers.kafka import Settings
+    from mqlab.brokers.kafka.driver import Settings
 
     return Settings(
         replicas=1,
@@ -75,13 +75,13 @@ def _kafka() -> Any:
 
 
 def _mongodb() -> Any:
-    from mqlab.drivers.mongodb import Settings
+    from mqlab.brokers.mongodb.driver import Settings
 
     return Settings(visibility_timeout_s=2.0, poll_interval_s=0.05, op_timeout_s=10.0)
 
 
 def _pulsar() -> Any:
-    from mqlab.drivers.pulsar import Settings
+    from mqlab.brokers.pulsar.driver import Settings
 
     return Settings(
         ensemble_size=1, write_quorum=1, ack_quorum=1, ack_timeout_s=10.0, operation_timeout_s=5
@@ -89,13 +89,13 @@ def _pulsar() -> Any:
 
 
 def _artemis() -> Any:
-    from mqlab.drivers.artemis import Settings
+    from mqlab.brokers.artemis.driver import Settings
 
     return Settings(receipt_timeout_s=10.0)
 
 
 def _sqs() -> Any:
-    from mqlab.drivers.sqs import Settings
+    from mqlab.brokers.sqs.driver import Settings
 
     return Settings(visibility_timeout_s=2)
 

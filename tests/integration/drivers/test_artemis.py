@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.drivers.artemis import ArtemisDriver, Settings
-from mqlab.drivers.base import Delivery
+from mqlab.brokers.artemis.driver import ArtemisDriver, Settings
+from mqlab.brokers.base import Delivery
 from mqlab.errors import DriverError
 from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.drivers import base
-from mqlab.drivers.base import Delivery, Driver, Remaining
+from mqlab.brokers import base
+from mqlab.brokers.base import Delivery, Driver, Remaining
 from mqlab.workload import envelope
 from tests.integration.drivers.targets import Target
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from mqlab.drivers.base import Delivery
-from mqlab.drivers.kafka import KafkaDriver, _bootstrap
+from mqlab.brokers.base import Delivery
+from mqlab.brokers.kafka.driver import KafkaDriver, _bootstrap
 from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab
 from tests.integration.drivers.conftest import driver_on

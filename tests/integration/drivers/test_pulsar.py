@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.clusters.pulsar import PulsarCluster
-from mqlab.drivers import pulsar as pd
-from mqlab.drivers.base import Delivery
+from mqlab.brokers.base import Delivery
+from mqlab.brokers.pulsar import driver as pd
+from mqlab.brokers.pulsar.cluster import PulsarCluster
 from mqlab.errors import DriverError
 from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from redis.sentinel import SentinelConnectionPool
 
-from mqlab.drivers.redis import RedisDriver, close_client
+from mqlab.brokers.redis.driver import RedisDriver, close_client
 from mqlab.errors import DriverError
 from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.clusters import base
-from mqlab.fleet import netns
-from mqlab.infra import inventory
-from mqlab.infra.keys import PRIVATE_NAME
-from mqlab.infra.labs import LabDir, LabRecord
+from mqlab.brokers import cluster as base
+from mqlab.labs import netns
+from mqlab.labs.aws import inventory
+from mqlab.labs.aws.keys import PRIVATE_NAME
+from mqlab.labs.aws.labs import LabDir, LabRecord
 from mqlab.scenario import Scenario
 
 

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from mqlab import run as run_mod
-from mqlab.clusters import base
-from mqlab.clusters.nats import NatsCluster
-from mqlab.fleet import netns
-from mqlab.fleet.placement import hosts_of
-from mqlab.infra.labs import spec_from_scenarios
-from mqlab.results.archive.formats import read_json
+from mqlab.archive.formats import read_json
+from mqlab.brokers import cluster as base
+from mqlab.brokers.nats.cluster import NatsCluster
+from mqlab.labs import netns
+from mqlab.labs.aws.labs import spec_from_scenarios
+from mqlab.labs.placement import hosts_of
+from mqlab.run import execute as run_mod
 from mqlab.scenario import load_scenario
 from tests.integration.conftest import processes_mentioning
 from tests.integration.fleet.awslab import record_live_lab

@@ -1,5 +1,5 @@
 """``target = "aws"`` for a broker whose launcher is a local stand-in: the attach path
-(``mqlab.clusters.image``) checks the nodes the lab's images run and hands them to clients.
+(``mqlab.brokers.image``) checks the nodes the lab's images run and hands them to clients.
 
 As ``test_fleet_aws.py`` does for NATS, a netns lab plays the EC2 lab (its inventory
 written where ``mqlab infra up`` writes a lab's: kind ``aws``, a price, the lab's key) and
@@ -25,14 +25,17 @@ from pathlib import Path
 
 import pytest
 
-from mqlab import run as run_mod
-from mqlab.clusters import base, image, kafka, process
-from mqlab.clusters.process import ProcessRecord
-from mqlab.fleet import netns
-from mqlab.fleet.hosts import Host
-from mqlab.fleet.placement import hosts_of
-from mqlab.infra.labs import spec_from_scenarios
-from mqlab.results.archive.formats import read_json
+from mqlab.archive.formats import read_json
+from mqlab.brokers import cluster as base
+from mqlab.brokers import image
+from mqlab.brokers.kafka import cluster as kafka
+from mqlab.hosts import process
+from mqlab.hosts.host import Host
+from mqlab.hosts.process import ProcessRecord
+from mqlab.labs import netns
+from mqlab.labs.aws.labs import spec_from_scenarios
+from mqlab.labs.placement import hosts_of
+from mqlab.run import execute as run_mod
 from mqlab.scenario import load_scenario
 from tests.integration.conftest import processes_mentioning
 from tests.integration.fleet.awslab import record_live_lab
@@ -132,7 +135,7 @@ def test_attach_health_goes_through_tunnels_and_sees_a_stopped_server(
 ) -> None:
     """The attach class's health on the lab: every node listening and answering through
     an SSH tunnel; once the server is gone, neither."""
-    from mqlab.clusters import local
+    from mqlab.brokers import local
 
     cls = local.attach_class("kafka")
     cluster = cls(tmp_path / "attach", 1, [kafka_lab.host])

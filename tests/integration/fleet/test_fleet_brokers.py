@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from mqlab import nodeconf
-from mqlab import run as run_mod
-from mqlab.clusters import process
-from mqlab.clusters.postgres import PostgresCluster
-from mqlab.fleet import netns
-from mqlab.fleet.placement import hosts_of
-from mqlab.results.archive.formats import read_json
+from mqlab.archive.formats import read_json
+from mqlab.brokers import nodeconf
+from mqlab.brokers.postgres.cluster import PostgresCluster
+from mqlab.hosts import process
+from mqlab.labs import netns
+from mqlab.labs.placement import hosts_of
+from mqlab.run import execute as run_mod
 from tests.integration.conftest import processes_mentioning
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
-from mqlab import run as run_mod
+from mqlab.archive.formats import read_json
+from mqlab.archive.layout import list_runs
 from mqlab.errors import FleetError
-from mqlab.fleet import bundle, netns, placement
-from mqlab.fleet.placement import TEST_SKEW_ENV
-from mqlab.results.archive.formats import read_json
-from mqlab.results.archive.layout import list_runs
+from mqlab.labs import bundle, netns, placement
+from mqlab.labs.placement import TEST_SKEW_ENV
+from mqlab.run import execute as run_mod
 from tests.integration.conftest import ctrl_c_able, processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[3]

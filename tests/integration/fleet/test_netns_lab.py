@@ -22,8 +22,8 @@ import paramiko
 import pytest
 
 from mqlab.errors import FleetError
-from mqlab.fleet import netns
-from mqlab.infra.inventory import Host, Inventory
+from mqlab.labs import netns
+from mqlab.labs.aws.inventory import Host, Inventory
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from mqlab import run as run_mod
-from mqlab.fleet import netns, partitions
-from mqlab.fleet.hosts import Host
-from mqlab.fleet.placement import TEST_SKEW_ENV, hosts_of
-from mqlab.results.archive.formats import read_json
-from mqlab.results.report import plots
+from mqlab.archive.formats import read_json
+from mqlab.faults import partitions
+from mqlab.hosts.host import Host
+from mqlab.labs import netns
+from mqlab.labs.placement import TEST_SKEW_ENV, hosts_of
+from mqlab.report import plots
+from mqlab.run import execute as run_mod
 from tests.integration.conftest import processes_mentioning
 
 pytestmark = [pytest.mark.integration]
@@ -369,8 +370,8 @@ def test_a_slow_link_on_the_postgres_primary_slows_every_commit_by_its_delay(
     """PostgreSQL's primary is node 0; with synchronous standbys a commit's answer leaves
     node 0 after the standby's ack reached it, so 80 ms more on node 0's outbound link is
     80 ms more on every send while it lasts, and nothing before or after."""
-    from mqlab.fleet import linkfaults
-    from mqlab.results.summary import catalog
+    from mqlab.analysis import catalog
+    from mqlab.faults import link as linkfaults
 
     path = tmp_path / "netem.toml"
     path.write_text(NETEM.format(lab=lab.name))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.infra.labs import find_plugin_dir
+from mqlab.labs.aws.labs import find_plugin_dir
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -24,9 +24,9 @@ import boto3
 import pytest
 from click.testing import CliRunner
 
-from mqlab.infra import inventory, lifecycle
-from mqlab.infra.cli import infra
-from mqlab.infra.labs import LabDir, all_labs
+from mqlab.cli.infra import infra
+from mqlab.labs.aws import inventory, lifecycle
+from mqlab.labs.aws.labs import LabDir, all_labs
 from tests.integration.conftest import ctrl_c_able
 
 from .conftest import REPO

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.drivers.registry import self_hosted_brokers
+from mqlab.brokers.registry import self_hosted_brokers
 from mqlab.images.build import ImageError, build_image
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mqlab import nodeconf
-from mqlab.drivers.registry import self_hosted_brokers
+from mqlab.brokers import nodeconf
+from mqlab.brokers.registry import self_hosted_brokers
 
 from .conftest import nix_tool
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from mqlab.results.archive import layout
-from mqlab.results.site import write_site
-from mqlab.results.summary.job import summarize_run
+from mqlab.analysis.job import summarize_run
+from mqlab.archive import layout
+from mqlab.report.site import write_site
 from tests.unit.report.archive import write_tiny_run
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
-from mqlab.cli_data import compare, query, report
+from mqlab.cli.data import compare, query, report
 from spark.summarize import summarize_runs
 from tests.integration.conftest import SharedLab
 

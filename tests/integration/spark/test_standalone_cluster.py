@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from mqlab.results.summary.catalog import catalog_file
-from mqlab.results.summary.job import summarize_run
+from mqlab.analysis.catalog import catalog_file
+from mqlab.analysis.job import summarize_run
 from tests.fixtures.synthetic import SyntheticSpec, write_synthetic_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

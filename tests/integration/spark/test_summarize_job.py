@@ -16,12 +16,12 @@ from click.testing import CliRunner
 from hdrh.histogram import HdrHistogram
 from pyspark.sql import SparkSession
 
-from mqlab.cli_data import query, summarize
-from mqlab.results.archive import layout
-from mqlab.results.summary import partials, plan
-from mqlab.results.summary.catalog import catalog_file, run_file
-from mqlab.results.summary.job import summarize_run
-from mqlab.results.summary.tables import TABLES, as_summary
+from mqlab.analysis import partials, plan
+from mqlab.analysis.catalog import catalog_file, run_file
+from mqlab.analysis.job import summarize_run
+from mqlab.analysis.tables import TABLES, as_summary
+from mqlab.archive import layout
+from mqlab.cli.data import query, summarize
 from spark.summarize import summarize_logs, summarize_runs
 from tests.fixtures import reference
 from tests.fixtures.synthetic import SyntheticSpec, write_synthetic_run

@@ -19,8 +19,8 @@ from bench.clients import (
     summarize_stacks,
     window_count,
 )
-from mqlab.drivers.postgres import claim_sql, insert_sql
-from mqlab.results.archive.codecs import COUNT_FIELDS, CountsRow
+from mqlab.archive.codecs import COUNT_FIELDS, CountsRow
+from mqlab.brokers.postgres.driver import claim_sql, insert_sql
 
 REDIS_CSV = (
     '"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'

@@ -15,11 +15,9 @@ from typing import Any
 
 import pytest
 
-from mqlab import nodeconf
-from mqlab.clusters import image, local
-from mqlab.clusters.base import LocalCluster
-from mqlab.clusters.image import ATTACH, ImageCluster
-from mqlab.drivers import registry
+from mqlab.brokers import image, local, nodeconf, registry
+from mqlab.brokers.cluster import LocalCluster
+from mqlab.brokers.image import ATTACH, ImageCluster
 from mqlab.errors import ClusterError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -352,8 +350,8 @@ def test_the_run_attaches_to_an_aws_lab_with_the_attach_class(
 ) -> None:
     """run.ClusterPool on a placement whose images run the brokers: the attach class,
     attached, through the placement's tunnels; closing the pool leaves the nodes alone."""
-    from mqlab.fleet.placement import Placement
-    from mqlab.run import ClusterPool, Observer
+    from mqlab.labs.placement import Placement
+    from mqlab.run.execute import ClusterPool, Observer
     from mqlab.scenario import load_scenario
 
     monkeypatch.setenv("MQLAB_STATE_DIR", str(tmp_path / "state"))

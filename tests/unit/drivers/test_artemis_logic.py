@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from mqlab import typed
-from mqlab.drivers import artemis as ad
-from mqlab.drivers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers.artemis import driver as ad
+from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
 from mqlab.errors import DriverError, ScenarioError
 
 ARTEMIS = "ActiveMQ-Artemis/2.27.1 ActiveMQ Artemis Messaging Engine"

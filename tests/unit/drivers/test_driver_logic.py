@@ -17,9 +17,13 @@ from nats.js import api
 from pika import spec as amqp
 
 from mqlab import typed
-from mqlab.drivers import base, kafka, rabbitmq, redis, sqs
-from mqlab.drivers import nats as nats_driver
-from mqlab.drivers.base import Endpoints, NodeEndpoint
+from mqlab.brokers import base
+from mqlab.brokers.base import Endpoints, NodeEndpoint
+from mqlab.brokers.kafka import driver as kafka
+from mqlab.brokers.nats import driver as nats_driver
+from mqlab.brokers.rabbitmq import driver as rabbitmq
+from mqlab.brokers.redis import driver as redis
+from mqlab.brokers.sqs import driver as sqs
 from mqlab.errors import DriverError, ScenarioError
 from mqlab.workload import envelope
 
@@ -304,7 +308,7 @@ def test_identified_payloads_keep_the_whole_mqlab_header() -> None:
 def test_redelivery_timeout_follows_the_settings(
     module: str, settings: dict[str, Any], expected_s: float
 ) -> None:
-    mod = importlib.import_module(f"mqlab.drivers.{module}")
+    mod = importlib.import_module(f"mqlab.brokers.{module}.driver")
     endpoints = Endpoints(module, (NodeEndpoint(0, "127.0.0.1", 9),))
     driver = mod.DRIVER(mod.DRIVER.Settings(**settings), endpoints, "q")
     assert driver.redelivery_timeout_s == pytest.approx(expected_s)

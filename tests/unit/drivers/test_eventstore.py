@@ -33,8 +33,8 @@ from kurrentdbclient.exceptions import (
     ServiceUnavailableError,
 )
 
-from mqlab.drivers import eventstore as es
-from mqlab.drivers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers.eventstore import driver as es
 from mqlab.errors import DriverError, ScenarioError
 from mqlab.scenario import load_profile
 from mqlab.typed import build

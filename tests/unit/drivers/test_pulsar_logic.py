@@ -13,8 +13,8 @@ import pulsar
 import pytest
 
 from mqlab import typed
-from mqlab.drivers import pulsar as pd
-from mqlab.drivers.base import Endpoints, NodeEndpoint, Remaining
+from mqlab.brokers.base import Endpoints, NodeEndpoint, Remaining
+from mqlab.brokers.pulsar import driver as pd
 from mqlab.errors import DriverError, ScenarioError
 
 PAGE = """\

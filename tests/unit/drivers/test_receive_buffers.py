@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from mqlab.drivers import nats as nats_driver
-from mqlab.drivers import redis as redis_driver
-from mqlab.drivers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers.nats import driver as nats_driver
+from mqlab.brokers.redis import driver as redis_driver
 from mqlab.errors import DriverError
 
 # --- NATS ---------------------------------------------------------------------------

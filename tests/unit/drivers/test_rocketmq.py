@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from mqlab.drivers import registry
-from mqlab.drivers import rocketmq as rm
-from mqlab.drivers import rocketmq_admin as admin
-from mqlab.drivers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers import registry
+from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers.rocketmq import admin
+from mqlab.brokers.rocketmq import driver as rm
 from mqlab.errors import DriverError, ScenarioError
 from mqlab.typed import build
 
@@ -124,7 +124,7 @@ def test_the_client_library_is_not_imported_with_the_driver_module() -> None:
 
     code = (
         "import sys\n"
-        "from mqlab.drivers import rocketmq\n"
+        "from mqlab.brokers.rocketmq import driver as rocketmq\n"
         "from mqlab.scenario import load_scenario\n"
         "from pathlib import Path\n"
         "load_scenario(Path('scenarios/aws/rocketmq-short-aws.toml'))\n"

@@ -19,8 +19,8 @@ import hiredis
 import pytest
 import redis
 
-from mqlab.drivers import redis as redis_driver
-from mqlab.drivers.base import Endpoints, Lane, NodeEndpoint
+from mqlab.brokers.base import Endpoints, Lane, NodeEndpoint
+from mqlab.brokers.redis import driver as redis_driver
 from mqlab.errors import DriverError
 from mqlab.workload import envelope
 

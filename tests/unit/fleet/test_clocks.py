@@ -16,8 +16,8 @@ import pytest
 
 from mqlab import clock
 from mqlab.errors import FleetError
-from mqlab.fleet import clocks
-from mqlab.fleet.clocks import ClockEstimate
+from mqlab.hosts import clocks
+from mqlab.hosts.clocks import ClockEstimate
 
 MS = 1_000_000  # ns
 
@@ -139,7 +139,7 @@ def _responder(skew_ms: str | None) -> subprocess.Popen[bytes]:
     if skew_ms is not None:
         env[clock.SKEW_ENV] = skew_ms
     return subprocess.Popen(
-        [sys.executable, "-m", "mqlab.fleet.clocks"],
+        [sys.executable, "-m", "mqlab.hosts.clocks"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -173,10 +173,10 @@ def test_a_responder_with_a_skewed_clock_is_measured_within_1_ms() -> None:
 
 def test_measure_command_runs_the_responder_and_says_bye() -> None:
     env = {**os.environ, clock.SKEW_ENV: "-12.25"}
-    est = clocks.measure_command([sys.executable, "-m", "mqlab.fleet.clocks"], 20, env)
+    est = clocks.measure_command([sys.executable, "-m", "mqlab.hosts.clocks"], 20, env)
     assert est.offset_ms == pytest.approx(-12.25, abs=1.0) and est.rounds == 20
     plain = {k: v for k, v in os.environ.items() if k != clock.SKEW_ENV}
-    est = clocks.measure_command([sys.executable, "-m", "mqlab.fleet.clocks"], 10, plain)
+    est = clocks.measure_command([sys.executable, "-m", "mqlab.hosts.clocks"], 10, plain)
     assert abs(est.offset_ms) < 1.0  # one kernel clock
     with pytest.raises(FleetError, match="clock offset not measured"):
         clocks.measure_command([sys.executable, "-c", "import sys; sys.exit(3)"], 5)

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from mqlab.analysis import faults
 from mqlab.errors import FleetError
-from mqlab.fleet import linkfaults
-from mqlab.fleet.hosts import Attached, LocalHost, Result
-from mqlab.fleet.linkfaults import VIA_NFQUEUE, VIA_TC, LinkFault
-from mqlab.results.summary import faults
+from mqlab.faults import link as linkfaults
+from mqlab.faults.link import VIA_NFQUEUE, VIA_TC, LinkFault
+from mqlab.hosts.host import Attached, LocalHost, Result
 
 ROUTE = "10.213.0.11 dev eth0 src 10.213.0.10 uid 0 \\    cache"
 NO_NETEM = "Error: Specified qdisc kind is unknown.\n"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.clusters.process import ProcessRecord
 from mqlab.errors import FleetError
-from mqlab.fleet import netns
-from mqlab.fleet.netns import Journal, Netem, Shape
-from mqlab.infra import inventory
+from mqlab.hosts.process import ProcessRecord
+from mqlab.labs import netns
+from mqlab.labs.aws import inventory
+from mqlab.labs.netns import Journal, Netem, Shape
 
 SUBNET = ipaddress.IPv4Network("10.213.7.0/24")
 

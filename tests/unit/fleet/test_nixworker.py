@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from mqlab.errors import FleetError
-from mqlab.fleet import nixworker
-from mqlab.fleet.hosts import Result
+from mqlab.hosts.host import Result
+from mqlab.labs import nixworker
 
 WORKER = "/nix/store/abcd1234abcd1234abcd1234abcd1234-mqlab-worker"
 PY = "/nix/store/ffff0000ffff0000ffff0000ffff0000-python3-3.11.9-env"

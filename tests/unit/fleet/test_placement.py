@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import socket
 
-from mqlab.drivers.base import Endpoints, NodeEndpoint
+from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.errors import FleetError
-from mqlab.fleet.hosts import LocalHost
-from mqlab.fleet.placement import Placement, from_inventory
-from mqlab.infra.inventory import Host, Inventory
+from mqlab.hosts.host import LocalHost
+from mqlab.labs.aws.inventory import Host, Inventory
+from mqlab.labs.placement import Placement, from_inventory
 
 
 def _inventory(kind: str, public: bool) -> Inventory:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from mqlab.analysis import faults
 from mqlab.errors import FleetError
-from mqlab.fleet import powerloss
-from mqlab.fleet.hosts import LocalHost, Result
-from mqlab.results.summary import faults
+from mqlab.faults import powerloss
+from mqlab.hosts.host import LocalHost, Result
 
 
 class Rebooting(LocalHost):

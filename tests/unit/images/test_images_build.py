@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mqlab.drivers.registry import self_hosted_brokers
+from mqlab.brokers.registry import self_hosted_brokers
+from mqlab.cli.images import images
 from mqlab.errors import MqlabError
 from mqlab.images.build import ImageError, build_image, image_names
-from mqlab.images.cli import images
 from mqlab.images.publish import find_disk_image
 
 

@@ -17,7 +17,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from mqlab.drivers.registry import self_hosted_brokers
+from mqlab.brokers.registry import self_hosted_brokers
 
 SCRIPT = Path(__file__).resolve().parents[3] / "images" / "scripts" / "mqlab_node.py"
 PEERS = ["10.0.1.10", "10.0.1.11", "10.0.1.12"]
@@ -96,7 +96,7 @@ def test_render_postgres_primary_and_standby() -> None:
         "synchronous_commit": "remote_write",
     }
     primary = render("postgres", settings, index=0)
-    # one standby naming with local clusters (mqlab.nodeconf.postgres.standby_name)
+    # one standby naming with local clusters (mqlab.brokers.postgres.node.standby_name)
     assert "synchronous_standby_names = 'ANY 1 (s1, s2)'" in primary["postgresql.conf"]
     assert "synchronous_commit = remote_write" in primary["postgresql.conf"]
     assert "listen_addresses = '10.0.1.10'" in primary["postgresql.conf"]
@@ -299,7 +299,7 @@ def test_render_eventstore_conf() -> None:
 
 
 def test_render_eventstore_per_node_ports_and_a_single_node() -> None:
-    from mqlab import nodeconf
+    from mqlab.brokers import nodeconf
 
     ports = {"node": (21131, 21132, 21133), "replication": (11121, 11122, 11123)}
     node = nodeconf.Node("eventstore", 2, ("127.0.0.1",) * 3, ports, "/tmp/es/n2")
@@ -512,14 +512,14 @@ def test_bootstrap_then_render_via_imdsv2(imds: str, tmp_path: Path) -> None:
 
 
 def test_script_runs_as_shipped_next_to_nodeconf(tmp_path: Path) -> None:
-    """images/base.nix's layout: mqlab_node.py with mqlab/nodeconf beside it (no
+    """images/base.nix's layout: mqlab_node.py with mqlab/brokers beside it (no
     mqlab/__init__.py), run by a bare Python (-S: no site-packages)."""
     tool = tmp_path / "tool"
     (tool / "mqlab").mkdir(parents=True)
     shutil.copy(SCRIPT, tool / "mqlab_node.py")
     shutil.copytree(
-        SCRIPT.parents[2] / "mqlab" / "nodeconf",
-        tool / "mqlab" / "nodeconf",
+        SCRIPT.parents[2] / "mqlab" / "brokers",
+        tool / "mqlab" / "brokers",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
     (tmp_path / "node.json").write_text(

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from mqlab.errors import InfraError
-from mqlab.infra.labs import Backend, LabDir, find_plugin_dir, lab_id_for, spec_from_scenarios
+from mqlab.labs.aws.labs import (
+    Backend,
+    LabDir,
+    find_plugin_dir,
+    lab_id_for,
+    spec_from_scenarios,
+)
 from mqlab.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[3]

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from mqlab.cli.infra import infra
 from mqlab.errors import InfraError
-from mqlab.infra import lifecycle
-from mqlab.infra.cli import infra
-from mqlab.infra.labs import LabDir, LabSpec, spec_from_scenarios
+from mqlab.labs.aws import lifecycle
+from mqlab.labs.aws.labs import LabDir, LabSpec, spec_from_scenarios
 from mqlab.scenario import load_scenario
 
 from .conftest import calls

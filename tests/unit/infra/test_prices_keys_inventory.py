@@ -8,9 +8,9 @@ import pytest
 from cryptography.hazmat.primitives.serialization import load_ssh_private_key
 
 from mqlab.errors import InfraError
-from mqlab.infra import inventory
-from mqlab.infra.keys import ensure_key_pair
-from mqlab.infra.prices import NodeGroup, estimate, price_table
+from mqlab.labs.aws import inventory
+from mqlab.labs.aws.keys import ensure_key_pair
+from mqlab.labs.aws.prices import NodeGroup, estimate, price_table
 
 
 def test_price_table_says_when_and_where_from() -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from mqlab.errors import InfraError
-from mqlab.infra.terraform import Terraform, scrub
+from mqlab.labs.aws.terraform import Terraform, scrub
 
 from .conftest import calls
 

@@ -1,8 +1,8 @@
-"""mqlab.nodeconf: one rendering of every broker's node configuration.
+"""mqlab.brokers.nodeconf: one rendering of every broker's node configuration.
 
 The local references below are today's launcher output, copied literally from
-mqlab/clusters/{nats,redis,postgres,rabbitmq}.py (``_prepare``/``_base_backup``)
-before the launchers were switched to mqlab.nodeconf: rendering with every node
+mqlab/brokers/{nats,redis,postgres,rabbitmq}.py (``_prepare``/``_base_backup``)
+before the launchers were switched to mqlab.brokers.nodeconf: rendering with every node
 on 127.0.0.1, per-node ports and ``settings={}`` must give exactly that.
 """
 
@@ -16,8 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from mqlab import nodeconf
-from mqlab.nodeconf import Node, nats, postgres, rabbitmq, redis
+from mqlab.brokers import nodeconf
+from mqlab.brokers.nats import node as nats
+from mqlab.brokers.nodeconf import Node
+from mqlab.brokers.postgres import node as postgres
+from mqlab.brokers.rabbitmq import node as rabbitmq
+from mqlab.brokers.redis import node as redis
 
 ROOT = Path(__file__).resolve().parents[3]
 LOCAL = ("127.0.0.1",) * 3
@@ -58,7 +62,7 @@ NATS_PORTS = {
 
 
 def nats_today(i: int) -> str:
-    """mqlab/clusters/nats.py NatsCluster._prepare, verbatim."""
+    """mqlab/brokers/nats/cluster.py NatsCluster._prepare, verbatim."""
     ports = NATS_PORTS
     node_dir = WORKDIR / f"n{i}"
     routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in ports["cluster"])
@@ -99,7 +103,7 @@ REDIS_PORTS = {"client": [6401, 6402, 6403], "sentinel": [26401, 26402, 26403]}
 
 
 def redis_today(i: int) -> str:
-    """mqlab/clusters/redis.py RedisCluster._prepare, verbatim."""
+    """mqlab/brokers/redis/cluster.py RedisCluster._prepare, verbatim."""
     d = WORKDIR / f"n{i}"
     ports = REDIS_PORTS
     lines = [
@@ -149,7 +153,7 @@ PG_PORTS = {"pg": [5501, 5502, 5503]}
 
 
 def pg_primary_conf_today(nodes: int) -> str:
-    """mqlab/clusters/postgres.py primary_conf + sync_standby_names, verbatim."""
+    """mqlab/brokers/postgres/cluster.py primary_conf + sync_standby_names, verbatim."""
     names = [f"s{i}" for i in range(1, nodes)]
     sync = f"ANY 1 ({', '.join(names)})" if names else ""
     return f"""
@@ -175,7 +179,7 @@ host replication all 127.0.0.1/32 trust
 
 
 def pg_standby_today(index: int) -> str:
-    """mqlab/clusters/postgres.py PostgresCluster._base_backup (auto.conf append), verbatim."""
+    """mqlab/brokers/postgres/cluster.py PostgresCluster._base_backup (auto.conf), verbatim."""
     slot = f"s{index}"
     conninfo = f"host=127.0.0.1 port={PG_PORTS['pg'][0]} user=postgres application_name={slot}"
     return (
@@ -377,7 +381,7 @@ def test_the_package_needs_only_the_stdlib() -> None:
     """The images import it at boot with a bare Python: no site-packages, no other mqlab."""
     code = (
         "import json, sys\n"
-        "from mqlab import nodeconf\n"
+        "from mqlab.brokers import nodeconf\n"
         "for b in nodeconf.BROKERS:\n"
         "    nodeconf.render(nodeconf.Node(b, 1, ('10.0.0.1', '10.0.0.2', '10.0.0.3'),\n"
         "        nodeconf.standard_ports(b, 3), '/d', 'lab',\n"
@@ -399,8 +403,9 @@ def test_the_package_needs_only_the_stdlib() -> None:
         m
         for m in modules
         if m.split(".")[0] not in sys.stdlib_module_names
-        and m not in ("mqlab", "mqlab.nodeconf", "__main__")
-        and not m.startswith("mqlab.nodeconf.")
+        and m not in ("mqlab", "mqlab.brokers", "mqlab.brokers.nodeconf", "__main__")
+        and not (m.startswith("mqlab.brokers.") and m.count(".") == 2)
+        and not (m.startswith("mqlab.brokers.") and m.endswith(".node"))
     ]
     assert foreign == []
-    assert "mqlab.nodeconf.postgres" in modules and "site" not in modules
+    assert "mqlab.brokers.postgres.node" in modules and "site" not in modules

@@ -1,4 +1,4 @@
-"""mqlab.nodeconf.redis: the Redis Sentinel beside every node (``sentinel.conf``), and a
+"""mqlab.brokers.redis.node: the Redis Sentinel beside every node (``sentinel.conf``), and a
 node's ``redis.conf`` as a replica of whichever node is the primary after a failover."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import shlex
 
 import pytest
 
-from mqlab import nodeconf
-from mqlab.nodeconf import Node
-from mqlab.nodeconf import redis as redisconf
+from mqlab.brokers import nodeconf
+from mqlab.brokers.nodeconf import Node
+from mqlab.brokers.redis import node as redisconf
 
 LOCAL = ("127.0.0.1",) * 3
 HOSTS = ("10.0.1.10", "10.0.1.11", "10.0.1.12")

@@ -23,9 +23,9 @@ from typing import Any
 
 from pyroaring import BitMap64
 
-from mqlab.results.archive import codecs, layout, records
-from mqlab.results.archive.formats import write_json
-from mqlab.results.archive.hlog import IntervalLogWriter
+from mqlab.archive import codecs, layout, records
+from mqlab.archive.formats import write_json
+from mqlab.archive.hlog import IntervalLogWriter
 
 START_MS = 1_763_806_925_250  # the senders' go; not on a whole second
 WARMUP_MS = 2_000

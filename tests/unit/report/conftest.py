@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.results.summary.job import summarize_run
+from mqlab.analysis.job import summarize_run
 
 from .archive import START_MS, TinyRun, write_tiny_run
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.results.report import brokers_bench, published
+from mqlab.published import base as published
+from mqlab.published import brokers_bench
 
 # (experiment, system, variant) -> (msgs/s, "Mb/sec", min, p90, p99, p99.9, max), copied by
 # hand from the report (seconds written as ms); None where the block prints nothing

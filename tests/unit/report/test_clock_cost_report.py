@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from mqlab import cli
-from mqlab.fleet.clocks import ClockEstimate, clock_section
-from mqlab.results.archive import layout
-from mqlab.results.archive.formats import write_json
-from mqlab.results.report import listing, markdown
-from mqlab.results.summary.job import summarize_run
+from mqlab.analysis.job import summarize_run
+from mqlab.archive import layout
+from mqlab.archive.formats import write_json
+from mqlab.hosts.clocks import ClockEstimate, clock_section
+from mqlab.report import listing, markdown
 
 from .archive import START_MS, TinyRun, write_tiny_run
 from .conftest import WINDOW_S, Lab

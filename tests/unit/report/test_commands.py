@@ -11,10 +11,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from mqlab import cli, cli_data
-from mqlab.results.archive import layout
-from mqlab.results.report import compare, query
-from mqlab.results.summary.catalog import CATALOG_DIR
+from mqlab import cli
+from mqlab.analysis.catalog import CATALOG_DIR
+from mqlab.archive import layout
+from mqlab.cli import data as cli_data
+from mqlab.report import compare, query
 
 from .archive import START_MS, write_tiny_run
 from .conftest import Lab

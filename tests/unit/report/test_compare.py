@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mqlab.analysis import catalog
 from mqlab.errors import ArchiveError
-from mqlab.results.report import compare
-from mqlab.results.summary import catalog
+from mqlab.report import compare
 
 from .conftest import Lab
 

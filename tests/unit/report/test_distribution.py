@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from mqlab.results.archive import layout
-from mqlab.results.report import distribution, markdown
-from mqlab.results.summary.job import summarize_run
+from mqlab.analysis.job import summarize_run
+from mqlab.archive import layout
+from mqlab.report import distribution, markdown
 from tests.fixtures import reference
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mqlab.results.report import plots
+from mqlab.report import plots
 
 
 def test_each_fault_lasts_until_what_ends_it() -> None:

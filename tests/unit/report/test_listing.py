@@ -1,4 +1,4 @@
-"""What `mqlab ls` lists (mqlab/results/report/listing.py): every run directory, readable
+"""What `mqlab ls` lists (mqlab/report/listing.py): every run directory, readable
 or not, the filters, and each row's cells, checked against hand-written values."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from mqlab.archive import layout
+from mqlab.archive.formats import V1_FIX
+from mqlab.archive.layout import RunInfo
 from mqlab.errors import MqlabError
-from mqlab.results.archive import layout
-from mqlab.results.archive.formats import V1_FIX
-from mqlab.results.archive.layout import RunInfo
-from mqlab.results.report import listing
+from mqlab.report import listing
 
 from .archive import START_MS, write_tiny_run
 from .conftest import Lab

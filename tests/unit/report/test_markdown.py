@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from mqlab.results.archive import layout, records
-from mqlab.results.archive.layout import METRICS
-from mqlab.results.report import markdown
-from mqlab.results.summary import catalog
-from mqlab.results.summary.job import summarize_run
-from mqlab.results.summary.tables import DELIVERY
+from mqlab.analysis import catalog
+from mqlab.analysis.job import summarize_run
+from mqlab.analysis.tables import DELIVERY
+from mqlab.archive import layout, records
+from mqlab.archive.layout import METRICS
+from mqlab.report import markdown
 
 from .archive import BELOW_ZERO, LAG_MS, START_MS, write_tiny_run
 from .conftest import WINDOW_S, Lab

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.results.report import markdown
-from mqlab.results.summary import catalog
+from mqlab.analysis import catalog
+from mqlab.report import markdown
 
 from .conftest import Lab
 

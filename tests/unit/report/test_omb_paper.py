@@ -1,4 +1,4 @@
-"""The OMB paper's data set (mqlab/reference/omb-paper-2023.csv, Maharjan et al., Telecom
+"""The OMB paper's data set (mqlab/published/data/omb-paper-2023.csv, Maharjan et al., Telecom
 2023): its rows as the seed states them, and runs laid out beside them by size and by
 offered rate. Expected values are read off the paper's text by hand (Sections 5, 6.1,
 6.2 and 8); the rate a run offers is computed here again, independently."""
@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from mqlab.results.report import omb_paper, published
-from mqlab.results.report.omb_paper import LATENCY, THROUGHPUT, OmbRow
+from mqlab.published import base as published
+from mqlab.published import omb_paper
+from mqlab.published.omb_paper import LATENCY, THROUGHPUT, OmbRow
 
 
 @pytest.fixture(scope="module")

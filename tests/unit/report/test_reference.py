@@ -1,4 +1,4 @@
-"""The published mqperf 2021 rows (mqlab/reference/mqperf-2021.csv): loaded as published,
+"""The published mqperf 2021 rows (mqlab/published/data/mqperf-2021.csv): loaded as published,
 mapped to mqlab's broker names, matched to a run's threads and nodes, and the notes on
 how a run is measured differently. Expected values are read off the CSV by hand."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.results.report import reference
-from mqlab.results.report.reference import ReferenceRow
+from mqlab.published import reference
+from mqlab.published.reference import ReferenceRow
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +139,8 @@ def test_a_run_whose_scenario_names_mqperf_2021_is_reported_next_to_its_rows(
     from click.testing import CliRunner
 
     from mqlab.cli import main
-    from mqlab.results.report import published
-    from mqlab.results.report.markdown import report_run
+    from mqlab.published import base as published
+    from mqlab.report.markdown import report_run
 
     root = Path(__file__).resolve().parents[3] / "results"
     [src] = sorted(root.glob("*_quickstart_nats-r3_5t-1s-2r"))
@@ -163,7 +163,7 @@ def test_a_run_whose_scenario_names_mqperf_2021_is_reported_next_to_its_rows(
     )
     assert out.exit_code != 0 and "unknown published data set" in out.output
     # the site's run page: mqperf 2021 in its own section (once), another set as blocks
-    from mqlab.results.site import write_site
+    from mqlab.report.site import write_site
 
     site = write_site(str(tmp_path / "results"), str(tmp_path / "site"))
     page = tmp_path / "site" / "runs" / src.name / "index.html"

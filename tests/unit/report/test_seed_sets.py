@@ -1,4 +1,4 @@
-"""The published sets beside mqperf 2021: mqperf 2015 (mqlab/reference/mqperf-2015.csv) and
+"""The published sets beside mqperf 2021: mqperf 2015 (mqlab/published/data/mqperf-2015.csv) and
 Tyler Treat's commit-log latencies (treat-commit-logs.csv). Expected values are read off
 the articles by hand; blocks put a run beside the rows of its broker, nodes and threads
 (2015) or message size (Treat)."""
@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.results.report import mqperf2015, published, treat
+from mqlab.published import base as published
+from mqlab.published import mqperf2015, treat
 
 
 def run(broker: str, threads: int, sn: int, rn: int, **extra: Any) -> dict[str, Any]:

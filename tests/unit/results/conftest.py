@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from mqlab.results.summary import catalog, partials, plan, tables
+from mqlab.analysis import catalog, partials, plan, tables
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
 
 # every edge case the fixture can write, at once

@@ -13,11 +13,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from mqlab.fleet.clocks import ClockEstimate, clock_section
-from mqlab.results.archive import layout, records
-from mqlab.results.archive.formats import write_json
-from mqlab.results.summary import catalog
-from mqlab.results.summary.job import summarize_run
+from mqlab.analysis import catalog
+from mqlab.analysis.job import summarize_run
+from mqlab.archive import layout, records
+from mqlab.archive.formats import write_json
+from mqlab.hosts.clocks import ClockEstimate, clock_section
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
 
 PRICE = 3.06  # USD per hour

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from mqlab.analysis.job import summarize_run
+from mqlab.brokers import registry
 from mqlab.cli import mqperf_columns, mqperf_row
-from mqlab.drivers import registry
-from mqlab.results.summary.job import summarize_run
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "results"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mqlab.results.summary import faults
+from mqlab.analysis import faults
 
 
 def _row(second: int, confirmed: int = 100, received: int = 100, **kw: Any) -> dict[str, Any]:
@@ -107,7 +107,7 @@ def test_a_run_without_gaps_or_faults() -> None:
 
 
 def test_the_report_states_each_fault_and_the_gaps() -> None:
-    from mqlab.results.report import markdown
+    from mqlab.report import markdown
 
     log = [
         {"action": "kill_leader", "node": 2, "at_ms": T0 + 5_300},
@@ -126,10 +126,10 @@ def test_the_messages_of_a_fault_lost_and_recovered_counted_by_hand() -> None:
 
     from pyroaring import BitMap64
 
-    from mqlab.results.archive import codecs
-    from mqlab.results.archive.codecs import encode_bitmap
-    from mqlab.results.summary import partials
-    from mqlab.results.summary.tables import fault_messages
+    from mqlab.analysis import partials
+    from mqlab.analysis.tables import fault_messages
+    from mqlab.archive import codecs
+    from mqlab.archive.codecs import encode_bitmap
 
     def bm(seqs: Any) -> str:
         return encode_bitmap(BitMap64(seqs))
@@ -191,7 +191,7 @@ def test_a_busy_first_second_does_not_hide_the_outage_after_it() -> None:
 
 
 def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
-    from mqlab.results.report import markdown
+    from mqlab.report import markdown
 
     nats = {"broker": "nats", "profile": "nats-r3"}
     redis = {"broker": "redis", "profile": "redis-async"}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.results.archive import hlog
-from mqlab.results.archive.codecs import new_histogram
-from mqlab.results.summary import partials
+from mqlab.analysis import partials
+from mqlab.archive import hlog
+from mqlab.archive.codecs import new_histogram
 from tests.fixtures.synthetic import SyntheticRun
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mqlab.results.archive import layout, records
-from mqlab.results.archive.formats import read_json, write_json
-from mqlab.results.summary import catalog, partials, plan
-from mqlab.results.summary.job import summarize_run
+from mqlab.analysis import catalog, partials, plan
+from mqlab.analysis.job import summarize_run
+from mqlab.archive import layout, records
+from mqlab.archive.formats import read_json, write_json
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
 
 from .conftest import summarize_locally

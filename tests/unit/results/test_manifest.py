@@ -1,4 +1,4 @@
-"""The manifest a run starts with (mqlab/results/archive/manifest.py): its sections, the
+"""The manifest a run starts with (mqlab/archive/manifest.py): its sections, the
 git state, the host facts read from /proc, the clock and lab sections, and nothing
 machine-private. Expected values are written out by hand or read from another source
 than the one the manifest uses."""
@@ -19,7 +19,7 @@ from typing import Any
 import numpy
 import pytest
 
-from mqlab.results.archive import manifest
+from mqlab.archive import manifest
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pyroaring import BitMap64
 
+from mqlab.archive import records
+from mqlab.archive.formats import write_json
 from mqlab.errors import ArchiveError
-from mqlab.results.archive import records
-from mqlab.results.archive.formats import write_json
 
 
 def test_records_round_trip_with_64_bit_seqs(tmp_path: Path) -> None:

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from mqlab.results.archive import codecs, layout
-from mqlab.results.archive.formats import read_json, write_json
-from mqlab.results.archive.records import read_worker, write_worker
-from mqlab.results.report import listing
-from mqlab.results.report.markdown import report_run
-from mqlab.results.summary import saturation
-from mqlab.results.summary.job import summarize_run
+from mqlab.analysis import saturation
+from mqlab.analysis.job import summarize_run
+from mqlab.archive import codecs, layout
+from mqlab.archive.formats import read_json, write_json
+from mqlab.archive.records import read_worker, write_worker
+from mqlab.report import listing
+from mqlab.report.markdown import report_run
 from tests.fixtures import reference
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
 from tests.unit.results.conftest import EDGE_CASES
@@ -145,7 +145,7 @@ def test_a_client_node_over_90_percent_of_its_cores_marks_the_run_client_bound(
     [row] = pq.read_table(run.run_dir.parent / ".catalog" / "runs.parquet").to_pylist()
     assert row["client_bound"] is True and row["receivers_behind"] is False
     # and the site: a flag on the index, the report's section on the run's page
-    from mqlab.results.site import write_site
+    from mqlab.report.site import write_site
 
     built = write_site(run.run_dir.parent, run.run_dir.parent.parent / "site")
     index = built.index.read_text()

@@ -7,15 +7,16 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from mqlab.analysis.catalog import read_run_table
+from mqlab.analysis.job import summarize_run
+from mqlab.analysis.plan import stand_in_of
+from mqlab.archive import layout
+from mqlab.archive.formats import read_json, write_json
 from mqlab.cli import mark_notes, mqperf_columns, mqperf_row
-from mqlab.cli_data import compare
-from mqlab.results.archive import layout
-from mqlab.results.archive.formats import read_json, write_json
-from mqlab.results.report import listing, reference
-from mqlab.results.report.markdown import report_run
-from mqlab.results.summary.catalog import read_run_table
-from mqlab.results.summary.job import summarize_run
-from mqlab.results.summary.plan import stand_in_of
+from mqlab.cli.data import compare
+from mqlab.published import reference
+from mqlab.report import listing
+from mqlab.report.markdown import report_run
 from tests.fixtures.synthetic import SyntheticSpec, write_synthetic_run
 
 TANSU = "tansu, a Kafka API stand-in (one node, memory storage, no replication)"
@@ -74,7 +75,7 @@ def test_a_stand_in_run_is_marked_in_every_place_that_shows_its_figures(tmp_path
     assert res.exit_code == 0, res.output
     assert f"baseline:  {run.run_id} (1 trials; marked stand-in" in res.output
     # the site's index flags it
-    from mqlab.results.site import write_site
+    from mqlab.report.site import write_site
 
     built = write_site(run.run_dir.parent, run.run_dir.parent.parent / "site")
     assert f'title="{TANSU} served, not the real system">stand-in</span>' in (

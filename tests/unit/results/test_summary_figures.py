@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 from hdrh.histogram import HdrHistogram
 
+from mqlab.analysis.figures import figures
+from mqlab.analysis.job import summarize_run
+from mqlab.analysis.tables import DELIVERY, as_summary
+from mqlab.archive import layout
 from mqlab.errors import ArchiveError
-from mqlab.results.archive import layout
-from mqlab.results.summary.figures import figures
-from mqlab.results.summary.job import summarize_run
-from mqlab.results.summary.tables import DELIVERY, as_summary
 from tests.fixtures import reference
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
 

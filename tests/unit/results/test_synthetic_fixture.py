@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.results.archive import codecs, hlog, layout, records
-from mqlab.results.archive.formats import FORMAT_VERSION
+from mqlab.archive import codecs, hlog, layout, records
+from mqlab.archive.formats import FORMAT_VERSION
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.results.site import SiteResult, write_site
+from mqlab.report.site import SiteResult, write_site
 
 from .lab import SiteLab, write_lab
 

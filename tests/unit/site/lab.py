@@ -9,8 +9,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from mqlab.results.archive import layout
-from mqlab.results.summary.job import summarize_run
+from mqlab.analysis.job import summarize_run
+from mqlab.archive import layout
 from tests.unit.report.archive import START_MS, TinyRun, write_tiny_run
 
 REPO = Path(__file__).resolve().parents[3]

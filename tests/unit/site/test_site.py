@@ -15,15 +15,16 @@ from click.testing import CliRunner
 from PIL import Image
 
 from mqlab import cli
-from mqlab.fleet.clocks import ClockEstimate, clock_section
-from mqlab.results.archive import layout
-from mqlab.results.archive.formats import write_json
-from mqlab.results.report import listing, markdown, reference
-from mqlab.results.report.plots import PERCENTILES_PNG, TIMELINE_PNG
-from mqlab.results.site import SiteError, write_site
-from mqlab.results.site.build import MARKER
-from mqlab.results.summary import catalog
-from mqlab.results.summary.job import summarize_run
+from mqlab.analysis import catalog
+from mqlab.analysis.job import summarize_run
+from mqlab.archive import layout
+from mqlab.archive.formats import write_json
+from mqlab.hosts.clocks import ClockEstimate, clock_section
+from mqlab.published import reference
+from mqlab.report import listing, markdown
+from mqlab.report.plots import PERCENTILES_PNG, TIMELINE_PNG
+from mqlab.report.site import SiteError, write_site
+from mqlab.report.site.build import MARKER
 from tests.unit.report.archive import START_MS, write_tiny_run
 
 from .conftest import Built

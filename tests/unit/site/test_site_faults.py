@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.results.archive import layout
-from mqlab.results.site import SiteResult, write_site
+from mqlab.archive import layout
+from mqlab.report.site import SiteResult, write_site
 
 from .conftest import Built
 from .lab import REPO

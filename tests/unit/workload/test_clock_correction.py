@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mqlab.fleet.clocks import corrections_us
-from mqlab.results.archive import hlog
+from mqlab.archive import hlog
+from mqlab.hosts.clocks import corrections_us
 from mqlab.workload import envelope
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats
 

@@ -9,9 +9,9 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
-from mqlab.results.archive.codecs import new_histogram
-from mqlab.results.archive.hlog import IntervalLogWriter
-from mqlab.results.summary.figures import figures as percentiles
+from mqlab.analysis.figures import figures as percentiles
+from mqlab.archive.codecs import new_histogram
+from mqlab.archive.hlog import IntervalLogWriter
 from mqlab.workload.histograms import BulkHistogram
 
 

@@ -13,9 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mqlab.results.archive import codecs, hlog, records
+from mqlab.archive import codecs, hlog, records
 from mqlab.workload import envelope
-from mqlab.workload.recorder import DeliveryTracker, IntervalRecorder, ReceiverStats, SenderStats
+from mqlab.workload.recorder import (
+    DeliveryTracker,
+    IntervalRecorder,
+    ReceiverStats,
+    SenderStats,
+)
 from mqlab.workload.schedules import FixedRate
 
 
@@ -202,7 +207,7 @@ def test_marks_hold_the_first_seq_handed_to_send_in_each_second() -> None:
     rec = s.sent_record()
     assert rec.marks == [[7_000_000, 0], [7_001_000, 6], [7_003_000, 11]]
     assert SenderStats(3).sent_record().marks == []  # none sent: no marks, yet known
-    from mqlab.results.archive import records
+    from mqlab.archive import records
 
     again = records.SentSender.from_json(rec.to_json())
     assert again.marks == rec.marks
@@ -213,7 +218,7 @@ def test_marks_hold_the_first_seq_handed_to_send_in_each_second() -> None:
 
 def test_cpu_csv_has_this_process_s_cpu_on_the_counts_intervals(tmp_path: Path) -> None:
     from mqlab import cpu
-    from mqlab.results.archive import codecs
+    from mqlab.archive import codecs
 
     rec = IntervalRecorder(tmp_path, "sender", "sender-00", "run", 5_000_000)
     before = sum(cpu.self_cpu_us())

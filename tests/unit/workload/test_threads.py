@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mqlab.drivers.base import Lane, Sender
+from mqlab.brokers.base import Lane, Sender
 from mqlab.scenario import Workload
 from mqlab.workload import envelope
 from mqlab.workload.recorder import SenderStats

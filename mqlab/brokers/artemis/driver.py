@@ -1,0 +1,717 @@
+"""ActiveMQ Artemis over STOMP 1.2 (stomp.py); the same driver serves ActiveMQ 5, its local
+stand-in.
+
+Why STOMP and not AMQP 1.0 (python-qpid-proton): STOMP is the protocol that both Artemis
+and the local stand-in speak. Debian's ActiveMQ 5.17 build has no AMQP 1.0 connector, and
+no Artemis can be obtained on these machines. So the one driver that talks to Artemis in
+the cloud is also the one exercised here, for real, against a real broker.
+
+- server: the CONNECTED frame's ``server`` header says which broker answered
+  (``ActiveMQ-Artemis/...`` or ``ActiveMQ/5...``); the destination and the prefetch
+  header follow from it.
+- queue: on Artemis, an anycast address with a queue of the same name, ``<queue>``
+  (SEND ``destination-type: ANYCAST``, SUBSCRIBE ``subscription-type: ANYCAST``). The
+  broker auto-creates both, durable; mqlab's broker.xml (``mqlab.brokers.artemis.node``)
+  keeps them when they are empty. On ActiveMQ 5, the queue destination
+  ``/queue/<queue>``, stored in KahaDB. ``setup`` creates the queue before anything is
+  sent: a SUBSCRIBE whose selector matches nothing, then its UNSUBSCRIBE.
+- send: every message of the batch is a SEND of its own, with ``persistent: true`` and
+  its own ``receipt`` header. The send then waits for all the RECEIPTs together
+  (``receipt_timeout_s``). A broker answers a persistent SEND's receipt once it has
+  stored the message. ActiveMQ 5 (the stand-in) does so after its KahaDB journal write,
+  fsynced. Artemis does so once its journal and the replicating backup have it
+  (synchronous replication). An ERROR frame, a lost connection or the timeout fails the
+  send; its messages may still have been stored (at least once).
+- receive: one subscription per receiver, ``ack: client-individual``. The broker pushes
+  messages ahead of ``receive()`` into the receiver's buffer (``mqlab.brokers.held``),
+  up to ``prefetch`` of them. ActiveMQ 5 counts that in messages
+  (``activemq.prefetchSize``). Artemis counts its ``consumer-window-size`` in bytes, so
+  it gets ``prefetch * window_bytes_per_message``. A message the broker dispatched to a
+  subscription goes to no other subscription until it is acked, or until it returns to
+  the queue when its connection goes. The first message of a ``receive`` waits up to the
+  timeout; the rest of the batch takes only what is already buffered.
+- ack: one ACK frame per delivery (its ``ack`` header). With ``ack_receipts`` (the
+  default), the last ACK of the call carries a receipt, and ``ack()`` waits for it: a
+  broker handles one connection's frames in order, so that receipt says it has handled
+  every ACK of the call. An ack of a delivery this receiver did not hand out, or has
+  acked already, or got on a connection since lost, is refused with DriverError. (The
+  message of a lost connection comes again.)
+- at least once: neither broker has a visibility timeout (``redelivery_timeout_s`` is
+  0). A message dispatched to a subscription and not acked, whether handed out or only
+  prefetched, returns to the queue when the subscriber's connection goes. That happens
+  on the DISCONNECT of ``close()``, on a client process's exit (TCP close), or when the
+  broker misses the client's heart-beats (``heartbeat_s``). ActiveMQ 5 then raises the
+  message's redelivery counter and dispatches it to another consumer, with a
+  ``redelivered: true`` header. Artemis cancels the delivery back to its queue, counts
+  it (delivery count), and its STOMP frames carry ``redelivered: true`` once the count
+  is above 1. The driver never NACKs: on ActiveMQ 5 a NACK is a poison ack that moves
+  the message to the dead-letter queue, and on Artemis a NACK counts toward
+  ``max-delivery-attempts`` (mqlab's broker.xml sets that to -1, no limit).
+- failover: a connection tries every node of the endpoints in order (the failover list).
+  Only the serving broker accepts connections: ActiveMQ 5's waiting slaves open no
+  connector, and an Artemis backup serves no clients until it becomes live. A lost
+  connection fails the call under way. The next call connects again: a sender right
+  away; a receiver subscribes again and drops what it had buffered, since the broker
+  returns those messages to the queue.
+- remaining: ActiveMQ 5 answers through its statistics plugin (``statisticsBrokerPlugin``
+  in the stand-in's activemq.xml). A message sent to
+  ``ActiveMQ.Statistics.Destination.<queue>`` gets a map reply on a temporary queue: the
+  queue's ``size`` (messages stored and not acked, in flight included) and its
+  ``inflightCount``. The map arrives as XML: STOMP's ``jms-map-xml`` transformation, for
+  which the broker needs XStream, Debian's ``libxstream-java``. Artemis answers through
+  its management address (``activemq.management``): the queue's ``messageCount`` and
+  ``deliveringCount`` attributes, replied to a queue of the driver's own. Neither broker
+  reads messages out without dispatching them, so ``identify`` gives no payloads.
+- teardown: on Artemis, the management operation ``destroyQueue``. ActiveMQ 5 cannot
+  remove a queue over STOMP: the (drained) queue stays in the stand-in's store.
+
+What is verified where: everything above runs against ActiveMQ 5.17 here (the contract
+suite, failover, ``artemis-short``). The Artemis-only parts (the anycast headers, the
+byte window, management and ``destroyQueue``) are checked only as the frames the driver
+writes (unit tests). They run against real Artemis only in the cloud path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import stomp
+import stomp.exception
+
+from mqlab.brokers.base import Delivery, Driver, Receiver, Remaining, Sender
+from mqlab.brokers.held import Held
+from mqlab.errors import DriverError
+from mqlab.typed import spec
+
+LOG = logging.getLogger(__name__)
+# stomp.py warns about every node that refuses a connection: during a failover that is
+# every waiting slave, again and again; the driver reports what fails
+logging.getLogger("stomp.py").setLevel(logging.ERROR)
+
+MANAGEMENT_ADDRESS = "activemq.management"  # Artemis's default management address
+STATS_PREFIX = "ActiveMQ.Statistics.Destination."  # ActiveMQ 5's statistics plugin
+# a request with this property gets an empty message after the last map (ActiveMQ 5)
+STATS_END = "ActiveMQ.Statistics.Destination.List.End.With.Null"
+NO_MATCH_SELECTOR = "mqlab_setup_never = 'set'"  # matches no message: setup's SUBSCRIBE
+CONNECT_RETRY_S = 0.2
+CLOSE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    prefetch: int = spec(
+        1000,
+        min=1,
+        max=100_000,
+        help="messages the broker sends each receiver ahead of receive(): ActiveMQ 5's "
+        "activemq.prefetchSize; on Artemis, whose consumer-window-size counts bytes, "
+        "prefetch * window_bytes_per_message",
+    )
+    window_bytes_per_message: int = spec(
+        1048,
+        min=64,
+        help="Artemis only: bytes of consumer window per prefetched message (its size as "
+        "the broker counts it: body, headers and properties)",
+    )
+    receipt_timeout_s: float = spec(
+        30.0,
+        min=0.1,
+        help="a send (or an awaited ack, or a management request) whose "
+        "receipt or reply has not come by then fails",
+    )
+    ack_receipts: bool = spec(
+        True,
+        help="ack() waits for the receipt of the call's last ACK (the broker handled "
+        "them all); False: ack() returns once the ACK frames are written",
+    )
+    heartbeat_s: float = spec(
+        10.0,
+        min=0.0,
+        help="STOMP heart-beats both ways (0: none); the broker returns a "
+        "silent client's unacked messages after missing them",
+    )
+    connect_timeout_s: float = spec(
+        15.0, min=0.1, help="how long a connection tries the nodes in turn (a failover)"
+    )
+
+
+# -- the two brokers -------------------------------------------------------------------
+def is_artemis(server: str) -> bool:
+    """Whether a CONNECTED frame's ``server`` header names Artemis (else ActiveMQ 5)."""
+    return "artemis" in server.lower()
+
+
+def destination(queue: str, artemis: bool) -> str:
+    return queue if artemis else f"/queue/{queue}"
+
+
+def send_headers(artemis: bool) -> dict[str, str]:
+    headers = {"persistent": "true"}
+    if artemis:
+        headers["destination-type"] = "ANYCAST"
+    return headers
+
+
+def subscribe_headers(s: Settings, artemis: bool) -> dict[str, str]:
+    """The SUBSCRIBE headers of a receiver: its routing type and read-ahead window."""
+    if artemis:
+        return {
+            "subscription-type": "ANYCAST",
+            "consumer-window-size": str(s.prefetch * s.window_bytes_per_message),
+        }
+    return {"activemq.prefetchSize": str(s.prefetch)}
+
+
+def parse_stats_map(body: bytes) -> dict[str, Any]:
+    """A statistics reply of ActiveMQ 5 in STOMP's ``jms-map-xml`` form, as a dict."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError as e:
+        raise DriverError(f"artemis: unreadable statistics reply {body[:80]!r}: {e}") from e
+    if root.tag != "map":
+        raise DriverError(f"artemis: a statistics reply is no map: {body[:80]!r}")
+    out: dict[str, Any] = {}
+    for entry in root.findall("entry"):
+        parts = list(entry)
+        if len(parts) != 2 or parts[0].text is None:
+            continue
+        kind, text = parts[1].tag, parts[1].text or ""
+        if kind in ("long", "int", "short", "byte"):
+            out[parts[0].text] = int(text)
+        elif kind in ("double", "float"):
+            out[parts[0].text] = float(text)
+        else:
+            out[parts[0].text] = text
+    return out
+
+
+def stats_end(body: bytes) -> bool:
+    """Whether a statistics reply is the end marker: an empty map (``<map/>``). A body
+    that is no map at all ends the replies too (and fails in ``parse_stats_map``)."""
+    try:
+        return not parse_stats_map(body)
+    except DriverError:
+        return True
+
+
+def management_result(headers: dict[str, str], body: bytes) -> Any:
+    """The result of an Artemis management reply (its body is a JSON array)."""
+    text = body.decode(errors="replace").strip()
+    if headers.get("_AMQ_OperationSucceeded", "").lower() != "true":
+        raise DriverError(f"artemis: management request failed: {text[:300]}")
+    try:
+        value = json.loads(text) if text else None
+    except ValueError as e:
+        raise DriverError(f"artemis: unreadable management reply {text[:100]!r}") from e
+    return value[0] if isinstance(value, list) and value else value
+
+
+# -- one connection --------------------------------------------------------------------
+class Link(stomp.ConnectionListener):
+    """One STOMP 1.2 connection to whichever node of the endpoints serves, and what came
+    on it. stomp.py calls the ``on_*`` methods from its receiver thread; they notify
+    ``cond`` (which a receiver shares, so that it also wakes when the connection goes)."""
+
+    def __init__(
+        self,
+        conn: Any,
+        cond: threading.Condition,
+        on_message: Callable[[Any], None] | None,
+    ) -> None:
+        self.conn = conn
+        self.cond = cond
+        self.on_message_cb = on_message
+        self.receipts: set[str] = set()  # receipt ids answered, not yet waited for
+        self.failed: dict[str, str] = {}  # receipt id -> the ERROR frame's message
+        self.errors: list[str] = []  # ERROR frames without a receipt id
+        self.lost = False
+        self.server = ""
+        self.numbers = itertools.count()
+
+    # stomp.py's receiver thread
+    def on_connected(self, frame: Any) -> None:
+        self.server = str(frame.headers.get("server", ""))
+
+    def on_message(self, frame: Any) -> None:
+        if self.on_message_cb is not None:
+            self.on_message_cb(frame)
+
+    def on_receipt(self, frame: Any) -> None:
+        with self.cond:
+            self.receipts.add(str(frame.headers.get("receipt-id")))
+            self.cond.notify_all()
+
+    def on_error(self, frame: Any) -> None:
+        text = str(frame.headers.get("message", "")) or bytes(frame.body or b"")[:200].decode(
+            errors="replace"
+        )
+        with self.cond:
+            rid = frame.headers.get("receipt-id")
+            if rid is not None:
+                self.failed[str(rid)] = text
+            else:
+                self.errors.append(text)
+            self.cond.notify_all()
+
+    def on_disconnected(self) -> None:
+        with self.cond:
+            self.lost = True
+            self.cond.notify_all()
+
+    def on_heartbeat_timeout(self) -> None:
+        LOG.warning("artemis: no heart-beat from the broker: the connection is given up")
+        self.on_disconnected()
+
+    # the caller's thread
+    @property
+    def artemis(self) -> bool:
+        return is_artemis(self.server)
+
+    def receipt_id(self) -> str:
+        return f"r{next(self.numbers)}"
+
+    def frame(self, write: Callable[[], None], what: str) -> None:
+        """Write a frame (``write`` calls stomp.py); a closed connection is a DriverError."""
+        if self.lost:
+            raise DriverError(f"artemis: {what}: the connection is lost")
+        try:
+            write()
+        except (stomp.exception.StompException, OSError) as e:
+            with self.cond:
+                self.lost = True
+            raise DriverError(f"artemis: {what}: {type(e).__name__}: {e}") from e
+
+    def wait(self, ids: Sequence[str], timeout_s: float, what: str) -> None:
+        """Until every receipt of ``ids`` came; DriverError on an ERROR frame, a lost
+        connection or the timeout."""
+        deadline = time.monotonic() + timeout_s
+        want = set(ids)
+        with self.cond:
+            while True:
+                failed = [self.failed.pop(i) for i in list(want) if i in self.failed]
+                if failed or self.errors:
+                    errors, self.errors = self.errors, []
+                    raise DriverError(
+                        f"artemis: {what}: the broker answered ERROR: {(failed + errors)[:3]}"
+                    )
+                want -= self.receipts
+                self.receipts -= set(ids)
+                if not want:
+                    return
+                if self.lost:
+                    raise DriverError(
+                        f"artemis: {what}: connection lost with {len(want)} of "
+                        f"{len(ids)} receipts missing"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DriverError(
+                        f"artemis: {what}: {len(want)} of {len(ids)} receipts missing after "
+                        f"{timeout_s} s"
+                    )
+                self.cond.wait(left)
+
+    def close(self) -> None:
+        """DISCONNECT (the broker then returns what this connection held unacked) and wait
+        a while for the broker to close the socket; close it ourselves after that."""
+        if not self.lost:
+            try:
+                self.conn.disconnect()  # with a receipt; stomp.py closes the socket on it
+            except (stomp.exception.StompException, OSError) as e:
+                LOG.debug("artemis: DISCONNECT: %s", e)
+            deadline = time.monotonic() + CLOSE_TIMEOUT_S
+            with self.cond:
+                while not self.lost and time.monotonic() < deadline:
+                    self.cond.wait(max(0.0, deadline - time.monotonic()))
+        if not self.lost:
+            LOG.debug("artemis: no answer to DISCONNECT: closing the socket")
+            try:
+                self.conn.transport.disconnect_socket()
+            except (stomp.exception.StompException, OSError) as e:
+                LOG.debug("artemis: closing the socket: %s", e)
+
+
+def connect(
+    hosts: list[tuple[str, int]],
+    s: Settings,
+    cond: threading.Condition | None = None,
+    on_message: Callable[[Any], None] | None = None,
+    timeout_s: float | None = None,
+    text_bodies: bool = False,
+) -> Link:
+    """A Link to the first node of ``hosts`` that accepts a STOMP connection, tried in turn
+    until ``timeout_s`` (``connect_timeout_s``). ``text_bodies``: frames go without an
+    automatic content-length (Artemis maps such a frame to a text message)."""
+    deadline = time.monotonic() + (s.connect_timeout_s if timeout_s is None else timeout_s)
+    heartbeat_ms = int(s.heartbeat_s * 1000)
+    last: Exception | None = None
+    while True:
+        conn = stomp.Connection12(
+            hosts,
+            auto_decode=False,
+            heartbeats=(heartbeat_ms, heartbeat_ms),
+            reconnect_attempts_max=1,
+            timeout=min(5.0, max(0.5, deadline - time.monotonic())),
+            auto_content_length=not text_bodies,
+        )
+        link = Link(conn, cond or threading.Condition(), on_message)
+        conn.set_listener("mqlab", link)
+        try:
+            conn.connect(wait=True)
+            return link
+        except (stomp.exception.StompException, OSError) as e:
+            last = e
+            with contextlib.suppress(stomp.exception.StompException, OSError):
+                conn.disconnect()
+        if time.monotonic() + CONNECT_RETRY_S > deadline:
+            where = ", ".join(f"{h}:{p}" for h, p in hosts)
+            raise DriverError(f"artemis: no node accepts a STOMP connection ({where}): {last!r}")
+        time.sleep(CONNECT_RETRY_S)
+
+
+# -- clients ---------------------------------------------------------------------------
+class StompSender(Sender):
+    def __init__(self, driver: ArtemisDriver):
+        self.driver = driver
+        self.link = driver.connect()
+
+    def send(self, batch: Sequence[bytes]) -> None:
+        if self.link.lost:  # the node went: connect to whichever serves now
+            self.link.close()
+            self.link = self.driver.connect()
+        link = self.link
+        dest = destination(self.driver.queue, link.artemis)
+        base = send_headers(link.artemis)
+        ids = []
+        for m in batch:
+            rid = link.receipt_id()
+            ids.append(rid)
+            link.frame(
+                functools.partial(link.conn.send, dest, m, headers={**base, "receipt": rid}),
+                "send",
+            )
+        link.wait(ids, self.driver.settings.receipt_timeout_s, "send")
+
+    def close(self) -> None:
+        self.link.close()
+
+
+class StompReceiver(Receiver):
+    """A client-individual subscription whose broker pushes up to ``prefetch`` messages
+    into ``held``, handed out by ``receive`` (module docstring)."""
+
+    def __init__(self, driver: ArtemisDriver):
+        self.driver = driver
+        self.cond = threading.Condition()
+        self.held = Held(math.inf)  # no visibility timeout: a held message never goes stale
+        self.generation = 0  # which connection deliveries came on (part of their handle)
+        self.sub_id = f"mqlab-{uuid.uuid4().hex[:10]}"
+        self.closed = False
+        self.link = self._subscribe()
+
+    def _arrived(self, generation: int, frame: Any) -> None:
+        """stomp.py's receiver thread: a MESSAGE of this receiver's subscription."""
+        ack_id = frame.headers.get("ack") or frame.headers.get("message-id")
+        delivery = Delivery(
+            bytes(frame.body or b""),
+            (generation, str(ack_id)),
+            frame.headers.get("redelivered", "false").lower() == "true",
+        )
+        with self.cond:
+            if generation == self.generation:
+                self.held.add([delivery], time.monotonic())
+                self.cond.notify_all()
+
+    def _subscribe(self) -> Link:
+        with self.cond:
+            self.generation += 1
+            generation = self.generation
+            dropped = self.held.drop()  # the broker returns them to the queue
+        if dropped:
+            LOG.info("artemis: connection lost: %d buffered messages dropped", len(dropped))
+        link = self.driver.connect(self.cond, lambda f: self._arrived(generation, f))
+        rid = link.receipt_id()
+        headers = {**subscribe_headers(self.driver.settings, link.artemis), "receipt": rid}
+        dest = destination(self.driver.queue, link.artemis)
+        try:
+            link.frame(
+                lambda: link.conn.subscribe(
+                    dest, id=self.sub_id, ack="client-individual", headers=headers
+                ),
+                "subscribe",
+            )
+            link.wait([rid], self.driver.settings.receipt_timeout_s, "subscribe")
+        except DriverError:
+            link.close()
+            raise
+        return link
+
+    def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
+        if self.link.lost:
+            self.link.close()
+            self.link = self._subscribe()
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while not len(self.held) and not self.link.lost:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                self.cond.wait(left)
+            return self.held.take(max_messages)
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        with self.cond:
+            ok, refused = self.held.acked(deliveries)
+            link, generation = self.link, self.generation
+        # a lost connection's deliveries cannot be acked (the next receive connects anew)
+        current = [d for d in ok if d.handle[0] == generation and not link.lost]
+        stale = len(ok) - len(current)
+        if current:
+            s = self.driver.settings
+            last_rid = link.receipt_id() if s.ack_receipts else None
+            for i, d in enumerate(current):
+                rid = last_rid if i == len(current) - 1 else None
+                link.frame(functools.partial(link.conn.ack, d.handle[1], receipt=rid), "ack")
+            if last_rid is not None:
+                link.wait([last_rid], s.receipt_timeout_s, "ack")
+        if refused or stale:
+            raise DriverError(
+                f"artemis: {refused} of {len(deliveries)} deliveries were not handed out by "
+                f"this receiver or were acked already, {stale} came on a connection since "
+                "lost (they come again): not acked"
+            )
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.link.close()  # the ACKs written before it are handled first
+
+
+# -- the driver ------------------------------------------------------------------------
+class ArtemisDriver(Driver):
+    name = "artemis"
+    Settings = Settings
+    client_libraries = ("stomp-py",)
+    identifies_remaining = False
+
+    def __init__(self, settings: Any, endpoints: Any, queue: str):
+        super().__init__(settings, endpoints, queue)
+        self.hosts = [(n.host, n.port) for n in endpoints.nodes]
+
+    def connect(
+        self,
+        cond: threading.Condition | None = None,
+        on_message: Callable[[Any], None] | None = None,
+        text_bodies: bool = False,
+    ) -> Link:
+        return connect(self.hosts, self.settings, cond, on_message, text_bodies=text_bodies)
+
+    def _request(
+        self,
+        build: Callable[[str], list[tuple[str, bytes, dict[str, str]]]],
+        what: str,
+        *,
+        is_end: Callable[[bytes], bool] | None = None,
+        text_bodies: bool = False,
+    ) -> list[list[tuple[dict[str, str], bytes]]]:
+        """Subscribe a reply destination of its own, then SEND the frames ``build(reply_to)``
+        gives one at a time, each once the reply to the one before came: one reply each,
+        or replies up to the one whose body ``is_end`` (left out). The replies, per frame."""
+        s: Settings = self.settings
+        cond = threading.Condition()
+        got: list[tuple[dict[str, str], bytes]] = []
+
+        def arrived(frame: Any) -> None:
+            with cond:
+                got.append((dict(frame.headers), bytes(frame.body or b"")))
+                cond.notify_all()
+
+        def answered(start: int) -> bool:
+            if is_end is not None:
+                return any(is_end(body) for _, body in got[start:])
+            return len(got) > start
+
+        link = self.connect(cond, arrived, text_bodies=text_bodies)
+        try:
+            if link.artemis:
+                reply_to = f"mqlab.reply.{uuid.uuid4().hex[:12]}"
+                sub = {"subscription-type": "ANYCAST"}
+            else:
+                reply_to = f"/temp-queue/mqlab-reply-{uuid.uuid4().hex[:12]}"
+                sub = {}
+            rid = link.receipt_id()
+            link.frame(
+                lambda: link.conn.subscribe(
+                    reply_to, id="reply", ack="auto", headers={**sub, "receipt": rid}
+                ),
+                what,
+            )
+            link.wait([rid], s.receipt_timeout_s, what)
+            out = []
+            for dest, body, headers in build(reply_to):
+                with cond:
+                    start = len(got)
+                link.frame(functools.partial(link.conn.send, dest, body, headers=headers), what)
+                deadline = time.monotonic() + s.receipt_timeout_s
+                with cond:
+                    while not answered(start):
+                        left = deadline - time.monotonic()
+                        if link.lost or left <= 0:
+                            raise DriverError(
+                                f"artemis: {what}: no reply within {s.receipt_timeout_s} s"
+                                + (" (connection lost)" if link.lost else "")
+                            )
+                        cond.wait(left)
+                    out.append([(h, b) for h, b in got[start:] if is_end is None or not is_end(b)])
+            return out
+        finally:
+            link.close()
+
+    def setup(self) -> None:
+        """The queue, made before anything is sent: a SUBSCRIBE (selector matching nothing)
+        and its UNSUBSCRIBE. Calling it again changes nothing."""
+        s: Settings = self.settings
+        link = self.connect()
+        try:
+            rid = link.receipt_id()
+            headers = {"selector": NO_MATCH_SELECTOR, "receipt": rid}
+            if link.artemis:
+                headers["subscription-type"] = "ANYCAST"
+            dest = destination(self.queue, link.artemis)
+            link.frame(
+                lambda: link.conn.subscribe(
+                    dest, id="setup", ack="client-individual", headers=headers
+                ),
+                "setup",
+            )
+            link.wait([rid], s.receipt_timeout_s, f"setup of {dest}")
+            rid = link.receipt_id()
+            link.frame(lambda: link.conn.unsubscribe("setup", headers={"receipt": rid}), "setup")
+            link.wait([rid], s.receipt_timeout_s, f"setup of {dest}")
+        finally:
+            link.close()
+
+    def teardown(self) -> None:
+        link = self.connect()
+        artemis = link.artemis
+        link.close()
+        if not artemis:
+            LOG.debug("artemis: ActiveMQ 5 cannot remove queue %s over STOMP: it stays", self.queue)
+            return
+
+        def build(reply_to: str) -> list[tuple[str, bytes, dict[str, str]]]:
+            return [
+                management_frame(
+                    "broker", reply_to, operation="destroyQueue", params=[self.queue, True, True]
+                )
+            ]
+
+        try:
+            [[(headers, body)]] = self._request(
+                build, f"destroyQueue {self.queue}", text_bodies=True
+            )
+            management_result(headers, body)
+        except DriverError as e:
+            LOG.debug("artemis: teardown of %s: %s", self.queue, e)
+
+    def sender(self) -> Sender:
+        return StompSender(self)
+
+    def receiver(self) -> Receiver:
+        return StompReceiver(self)
+
+    @property
+    def redelivery_timeout_s(self) -> float:
+        return 0.0  # only a closed connection returns unacked messages
+
+    def remaining(self, identify: bool = False) -> Remaining:
+        """Messages stored and not acked (in flight included) and, as ``in_flight``, those
+        dispatched to subscriptions and not acked (module docstring)."""
+        probe = self.connect()
+        artemis = probe.artemis
+        probe.close()
+        if artemis:
+            return self._artemis_remaining()
+        return self._activemq_remaining()
+
+    def _activemq_remaining(self) -> Remaining:
+        def build(reply_to: str) -> list[tuple[str, bytes, dict[str, str]]]:
+            headers = {"reply-to": reply_to, STATS_END: "true"}
+            return [(f"/queue/{STATS_PREFIX}{self.queue}", b"", headers)]
+
+        [replies] = self._request(build, f"statistics of {self.queue}", is_end=stats_end)
+        for _headers, body in replies:
+            stats = parse_stats_map(body)
+            if stats.get("destinationName") == f"queue://{self.queue}":
+                return Remaining(int(stats["size"]), None, int(stats.get("inflightCount", 0)))
+        raise DriverError(
+            f"artemis: the broker has no statistics for queue {self.queue} (no such queue, or "
+            "no statisticsBrokerPlugin)"
+        )
+
+    def _artemis_remaining(self) -> Remaining:
+        def build(reply_to: str) -> list[tuple[str, bytes, dict[str, str]]]:
+            return [
+                management_frame(f"queue.{self.queue}", reply_to, attribute=a)
+                for a in ("messageCount", "deliveringCount")
+            ]
+
+        [[count], [delivering]] = self._request(
+            build, f"management of {self.queue}", text_bodies=True
+        )
+        try:
+            return Remaining(
+                int(management_result(*count)), None, int(management_result(*delivering))
+            )
+        except (TypeError, ValueError) as e:
+            raise DriverError(f"artemis: management replies without counts: {e}") from e
+
+    def server_versions(self) -> list[str]:
+        """The ``server`` header of every node that accepts a connection (a waiting
+        ActiveMQ 5 slave or Artemis backup does not)."""
+        out = []
+        for host, port in self.hosts:
+            try:
+                link = connect([(host, port)], self.settings, timeout_s=2.0)
+            except DriverError:
+                LOG.debug("artemis: no STOMP connection to %s:%s", host, port)
+                continue
+            out.append(f"{link.server or '?'} ({host}:{port})")
+            link.close()
+        return out
+
+
+def management_frame(
+    resource: str,
+    reply_to: str,
+    *,
+    attribute: str | None = None,
+    operation: str | None = None,
+    params: list[Any] | None = None,
+) -> tuple[str, bytes, dict[str, str]]:
+    """A SEND to Artemis's management address: read ``attribute`` of ``resource`` or invoke
+    ``operation`` with ``params`` (a JSON array in the body); the reply goes to
+    ``reply_to``."""
+    headers = {"_AMQ_ResourceName": resource, "reply-to": reply_to}
+    if attribute is not None:
+        headers["_AMQ_Attribute"] = attribute
+    if operation is not None:
+        headers["_AMQ_OperationName"] = operation
+    body = json.dumps(params or []).encode() if operation is not None else b""
+    return MANAGEMENT_ADDRESS, body, headers
+
+
+DRIVER = ArtemisDriver

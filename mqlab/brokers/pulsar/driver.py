@@ -1,0 +1,525 @@
+"""Apache Pulsar (pulsar-client): one persistent topic, one shared subscription.
+
+- setup: the durable shared subscription ``<queue>-workers`` on
+  ``persistent://public/default/<queue>``, made before anything is sent (Pulsar keeps
+  messages only for the subscriptions that exist). Where the endpoints name the admin REST
+  API (a real Pulsar cluster), setup first creates the topic and sets the namespace's
+  persistence: ``ensemble_size``, ``write_quorum`` and ``ack_quorum`` bookies. The
+  pulsar-lite stand-in has no admin API and keeps one copy: it refuses any other value
+  than 1/1/1 (the ``pulsar-standin`` profile).
+- send: ``send_async`` every message of the batch, ``flush``, then wait until every
+  callback came: a send returns once the broker persisted the whole batch (on real
+  Pulsar: ``ack_quorum`` bookies have fsynced each entry); a callback with an error, or
+  none within ``send_timeout_s``, fails the send. Callbacks carry their batch's number,
+  so a late one of an earlier (failed) batch never counts for the current one.
+- receive: a shared-subscription consumer whose receiver queue (``prefetch``) the broker
+  fills ahead of ``receive()``, which hands messages out from that local buffer: the first
+  waits up to the timeout, the rest of the batch only take what is already there. The
+  broker dispatches a message to one consumer's queue at a time, so it is hidden from the
+  others until it is acked or comes again.
+- ack: individual acks (``acknowledge`` per message); the client groups them and writes
+  them within 100 ms, and ``close`` writes what is left. ``ack`` returning means the acks
+  were handed to the client, not that the broker confirmed them. The driver does not
+  track what it handed out: an ack of a message not handed out is up to the broker.
+- redelivery (at least once): the client's ack timeout (``ack_timeout_s``, at least 10 s
+  in pulsar-client) asks the broker to deliver a received-but-unacked message again,
+  counted from ``receive()`` (not from its arrival in the receiver queue); a consumer
+  that closes or dies returns everything it held, queue included, to the subscription at
+  once. A delivery is flagged redelivered when the broker's redelivery count is above 0.
+- remaining: where the endpoints name the admin REST API (real Pulsar), the topic stats'
+  backlog of the subscription (ready plus delivered-but-unacked) and, as ``in_flight``,
+  its unacked count (including what open consumers hold in their receiver queues).
+  pulsar-lite has no admin API: its Prometheus page gives messages stored on the topic
+  minus the subscription's distinct acks (live counters, exact while the server has not
+  restarted since ``setup``; ``in_flight`` unknown), else its backlog gauge, an upper
+  bound recomputed every ``stats_period_s`` and there only once a consumer subscribed
+  again after the restart (see :func:`lite_remaining`). Messages cannot be read without
+  consuming them (``identify`` gives no payloads).
+- pulsar-lite refuses a subscribe whose consumer id another connection already uses on
+  the subscription; receivers on the stand-in start at a random id and try again with
+  the next one (see :func:`spread_consumer_id`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import random
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar
+
+from mqlab.brokers.base import Delivery, Driver, Receiver, Remaining, Sender
+from mqlab.errors import DriverError
+from mqlab.typed import spec
+
+LOG = logging.getLogger(__name__)
+
+TENANT_NAMESPACE = "public/default"
+MIN_ACK_TIMEOUT_S = 10.0  # pulsar-client refuses a shorter ack timeout
+ACK_GROUPING_S = 0.3  # pulsar-client writes grouped acks within 100 ms
+HTTP_TIMEOUT_S = 10.0
+# the stand-in's consumer-id workaround (see spread_consumer_id)
+ID_SPREAD_TOPIC = f"persistent://{TENANT_NAMESPACE}/mqlab-consumer-ids"
+STANDIN_ID_SPREAD = 256  # a receiver's client starts at a random consumer id below this
+STANDIN_SUBSCRIBE_TRIES = 8
+
+
+def client_logger() -> Any:
+    """Where pulsar-client logs (warnings and errors): to stderr, never stdout (its default;
+    a worker's stdout carries its events). Not through a Python logger: with one, the
+    client's threads log into a finalizing interpreter at exit and the process sometimes
+    aborts ("terminate called without an active exception", exit -6; seen in pulsar-short
+    here, and apache/pulsar-client-python issue 256)."""
+    return pulsar.FileLogger(pulsar.LoggerLevel.Warn, "/dev/stderr")
+
+
+@dataclass(frozen=True)
+class Settings:
+    ensemble_size: int = spec(3, min=1, max=15, help="bookies each ledger is striped over")
+    write_quorum: int = spec(3, min=1, max=15, help="bookies each entry is written to")
+    ack_quorum: int = spec(2, min=1, max=15, help="bookies that must confirm each entry")
+    prefetch: int = spec(
+        1000,
+        min=1,
+        max=100_000,
+        help="the consumer's receiver queue: messages the broker sends each receiver "
+        "ahead of receive() (pulsar-client's default is 1000)",
+    )
+    ack_timeout_s: float = spec(
+        30.0,
+        min=MIN_ACK_TIMEOUT_S,
+        help="a received message not acked this long is delivered again (client-side)",
+    )
+    send_timeout_s: float = spec(30.0, min=1.0)
+    operation_timeout_s: int = spec(30, min=1, help="pulsar-client's timeout for lookups etc.")
+
+
+def topic_name(queue: str) -> str:
+    return f"persistent://{TENANT_NAMESPACE}/{queue}"
+
+
+def service_url(endpoints: Any) -> str:
+    return "pulsar://" + ",".join(f"{n.host}:{n.port}" for n in endpoints.nodes)
+
+
+#: pulsar-lite's Prometheus series mqlab reads: name -> key in parse_metrics' result
+LITE_SERIES = {
+    "pulsar_in_messages_total": "in",  # per topic: messages stored (a live counter)
+    "pulsar_lite_subscription_acked_messages_total": "acked",  # distinct acks (live)
+    "pulsar_subscription_back_log": "backlog",  # recomputed every stats period
+    "pulsar_subscription_unacked_messages": "unacked",  # ditto
+    "process_start_time_seconds": "started",
+}
+
+
+def parse_metrics(text: str, topic: str, subscription: str) -> dict[str, float]:
+    """The series of ``LITE_SERIES`` for ``topic`` (its short name) and ``subscription``
+    from a Prometheus text page, by their short keys; series not on the page are left out.
+    A per-topic series matches any subscription label; a series without labels, any."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, _, labels_text = head.partition("{")
+        key = LITE_SERIES.get(name)
+        if key is None:
+            continue
+        labels = {}
+        for part in labels_text.rstrip("}").split(","):
+            k, sep, v = part.partition("=")
+            if sep:
+                labels[k.strip()] = v.strip().strip('"')
+        if labels.get("topic", topic) != topic:
+            continue
+        if labels.get("subscription", subscription) != subscription:
+            continue
+        try:
+            found[key] = float(value)
+        except ValueError:
+            continue
+    return found
+
+
+def lite_remaining(stats: dict[str, float], started: float | None) -> Remaining | None:
+    """What pulsar-lite holds for the subscription, from ``parse_metrics``.
+
+    Its backlog gauge counts every entry after the first unacked one, acked or not (an
+    ack out of order leaves a hole it does not subtract), so the count is messages stored
+    on the topic minus distinct acks of the subscription: exact while both live counters
+    cover the subscription's whole life, i.e. the server has not restarted since
+    ``setup`` (``started``, its process start time then). Otherwise (or without the
+    counters) the backlog gauge: at least the true count. ``in_flight`` is the unacked
+    gauge (delivered to open consumers, receiver queues included) when the gauges are
+    used, else None. None if the page has neither."""
+    same_server = started is not None and stats.get("started") == started
+    if same_server and "in" in stats and "acked" in stats:
+        return Remaining(max(0, int(stats["in"] - stats["acked"])), None, None)
+    if "backlog" not in stats:
+        return None
+    return Remaining(int(stats["backlog"]), None, int(stats.get("unacked", 0)))
+
+
+def parse_topic_stats(stats: dict[str, Any], subscription: str) -> tuple[int, int] | None:
+    """(backlog, unacked) of ``subscription`` from the admin API's topic stats."""
+    sub = stats.get("subscriptions", {}).get(subscription)
+    if sub is None:
+        return None
+    return int(sub.get("msgBacklog", 0)), int(sub.get("unackedMessages", 0))
+
+
+def _http(method: str, url: str, body: Any = None) -> str:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
+        return str(resp.read().decode())
+
+
+def spread_consumer_id(client: pulsar.Client, n: int) -> None:
+    """Use up ``n`` of ``client``'s consumer ids (a short-lived reader each).
+
+    pulsar-lite (0.2) keys a subscription's consumers by the client's consumer id alone,
+    not by connection: a second connection subscribing with an id in use is refused (the
+    broker drops that connection, and the subscribe times out). Every client numbers its
+    consumers from 0, so receivers of separate clients would all ask for id 0; a random
+    start makes that rare, and a refused subscribe is tried again with the next id. Real
+    Pulsar keys consumers per connection and needs none of this."""
+    for _ in range(n):
+        client.create_reader(ID_SPREAD_TOPIC, pulsar.MessageId.earliest).close()
+
+
+def _client(driver: PulsarDriver) -> pulsar.Client:
+    s: Settings = driver.settings
+    try:
+        return pulsar.Client(
+            service_url(driver.endpoints),
+            operation_timeout_seconds=s.operation_timeout_s,
+            logger=client_logger(),
+        )
+    except (pulsar.PulsarException, ValueError) as e:
+        raise DriverError(f"pulsar: cannot make a client for {driver.endpoints}: {e}") from e
+
+
+class PulsarSender(Sender):
+    def __init__(self, driver: PulsarDriver):
+        s: Settings = driver.settings
+        self.timeout = s.send_timeout_s
+        self.client = _client(driver)
+        self.done = threading.Condition()
+        self.batch = 0  # number of the batch being sent
+        self.waiting = 0  # its callbacks still to come
+        self.errors: list[str] = []  # its failed messages
+        try:
+            self.producer = self.client.create_producer(
+                driver.topic,
+                send_timeout_millis=int(s.send_timeout_s * 1000),
+                block_if_queue_full=True,
+                batching_enabled=False,  # one entry per message: acked and redelivered alone
+            )
+        except pulsar.PulsarException as e:
+            self.client.close()
+            raise DriverError(f"pulsar: cannot create a producer on {driver.topic}: {e}") from e
+
+    def _sent(self, batch: int, result: Any, _msg_id: Any) -> None:
+        """pulsar-client's callback (its own thread); it must not raise."""
+        with self.done:
+            if batch != self.batch:  # that send failed already (timed out)
+                level = logging.DEBUG if result == pulsar.Result.Ok else logging.WARNING
+                LOG.log(level, "pulsar: late send callback of batch %d: %s", batch, result)
+                return
+            self.waiting -= 1
+            if result != pulsar.Result.Ok:
+                self.errors.append(str(result))
+            self.done.notify_all()
+
+    def send(self, batch: Sequence[bytes]) -> None:
+        with self.done:
+            self.batch += 1
+            self.waiting, self.errors = len(batch), []
+            callback = functools.partial(self._sent, self.batch)
+        try:
+            for m in batch:
+                self.producer.send_async(m, callback)
+            self.producer.flush()
+        except pulsar.PulsarException as e:
+            with self.done:
+                self.batch += 1  # callbacks still to come are late ones now
+            raise DriverError(f"pulsar: send failed: {e}") from e
+        deadline = time.monotonic() + self.timeout
+        with self.done:
+            while self.waiting and not self.errors:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.done.wait(left)
+            waiting, errors = self.waiting, self.errors
+            if waiting or errors:
+                self.batch += 1
+        if waiting or errors:
+            raise DriverError(
+                f"pulsar: {waiting} of {len(batch)} messages unconfirmed after "
+                f"{self.timeout} s, errors: {errors[:3]}"
+            )
+
+    def close(self) -> None:
+        with contextlib.suppress(pulsar.PulsarException):
+            self.producer.close()
+        with contextlib.suppress(pulsar.PulsarException):
+            self.client.close()
+
+
+class PulsarReceiver(Receiver):
+    def __init__(self, driver: PulsarDriver):
+        s: Settings = driver.settings
+        self.client = _client(driver)
+        try:
+            self.consumer = driver.subscribe(
+                self.client,
+                receiver_queue_size=s.prefetch,
+                unacked_messages_timeout_ms=int(s.ack_timeout_s * 1000),
+            )
+        except (pulsar.PulsarException, ValueError) as e:
+            self.client.close()
+            raise DriverError(
+                f"pulsar: cannot subscribe {driver.subscription} to {driver.topic}: {e}"
+            ) from e
+
+    def _one(self, timeout_ms: int) -> Delivery | None:
+        try:
+            m = self.consumer.receive(timeout_ms)
+        except pulsar.Timeout:
+            return None
+        except pulsar.PulsarException as e:
+            raise DriverError(f"pulsar: receive failed: {e}") from e
+        return Delivery(m.data(), m.message_id(), m.redelivery_count() > 0)
+
+    def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
+        first = self._one(max(0, int(timeout_s * 1000)))
+        if first is None:
+            return []
+        out = [first]
+        while len(out) < max_messages:  # the rest: only what the receiver queue holds
+            more = self._one(0)
+            if more is None:
+                break
+            out.append(more)
+        return out
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        try:
+            for d in deliveries:
+                self.consumer.acknowledge(d.handle)
+        except pulsar.PulsarException as e:
+            raise DriverError(f"pulsar: ack failed: {e}") from e
+
+    def close(self) -> None:
+        with contextlib.suppress(pulsar.PulsarException):
+            self.consumer.close()  # writes the acks still grouped in the client
+        with contextlib.suppress(pulsar.PulsarException):
+            self.client.close()
+
+
+class PulsarDriver(Driver):
+    name = "pulsar"
+    Settings = Settings
+    client_libraries = ("pulsar-client",)
+    identifies_remaining = False
+
+    def __init__(self, settings: Any, endpoints: Any, queue: str):
+        super().__init__(settings, endpoints, queue)
+        self.topic = topic_name(queue)
+        self.subscription = f"{queue}-workers"
+        extra = endpoints.extra
+        self.admin: list[str] = list(extra.get("admin_urls") or [])
+        self.metrics_url: str | None = extra.get("metrics_url")
+        self.stats_period_s = float(extra.get("stats_period_s", 0.0))
+        self.stand_in = bool(extra.get("stand_in", False))
+        self.lite_started: float | None = None  # pulsar-lite's start time at setup
+
+    # -- admin REST (real Pulsar) -----------------------------------------------------
+    def _admin(self, method: str, path: str, body: Any = None) -> str:
+        """``method`` on the first admin URL that answers; HTTP errors are raised."""
+        last: Exception | None = None
+        for base in self.admin:
+            try:
+                return _http(method, base.rstrip("/") + path, body)
+            except urllib.error.HTTPError:
+                raise
+            except OSError as e:  # that broker is down: try the next one
+                last = e
+        raise DriverError(f"pulsar: no admin API answers ({', '.join(self.admin)}): {last}")
+
+    def _topic_path(self) -> str:
+        return f"/admin/v2/persistent/{TENANT_NAMESPACE}/{urllib.parse.quote(self.queue)}"
+
+    def setup(self) -> None:
+        s: Settings = self.settings
+        copies = (s.ensemble_size, s.write_quorum, s.ack_quorum)
+        if not s.ack_quorum <= s.write_quorum <= s.ensemble_size:
+            raise DriverError(
+                f"pulsar: ack quorum {s.ack_quorum} <= write quorum {s.write_quorum} <= "
+                f"ensemble {s.ensemble_size} does not hold"
+            )
+        if self.admin:
+            persistence = {
+                "bookkeeperEnsemble": s.ensemble_size,
+                "bookkeeperWriteQuorum": s.write_quorum,
+                "bookkeeperAckQuorum": s.ack_quorum,
+                "managedLedgerMaxMarkDeleteRate": 0.0,
+            }
+            try:
+                self._admin(
+                    "POST", f"/admin/v2/namespaces/{TENANT_NAMESPACE}/persistence", persistence
+                )
+            except urllib.error.HTTPError as e:
+                raise DriverError(
+                    f"pulsar: cannot set {TENANT_NAMESPACE}'s persistence: {e}"
+                ) from e
+            try:
+                self._admin("PUT", self._topic_path())
+            except urllib.error.HTTPError as e:
+                if e.code != 409:  # 409: the topic exists
+                    raise DriverError(f"pulsar: cannot create {self.topic}: {e}") from e
+        elif copies != (1, 1, 1):
+            raise DriverError(
+                f"pulsar: this server keeps one copy of each message (no admin API to set "
+                f"ensemble/write/ack quorum {copies}); use 1/1/1 (profile pulsar-standin)"
+            )
+        if self.metrics_url and not self.admin:  # pulsar-lite: its counters start here
+            self.lite_started = self._lite_stats().get("started")
+            # its start time is in whole seconds: a server started again within the
+            # second it first started would look like the same one, so setup returns
+            # only once that second is over (at most 1 s, on a server that young)
+            if self.lite_started is not None:
+                young_s = self.lite_started + 1 - time.time()
+                if young_s > 0:
+                    time.sleep(young_s)
+        client = _client(self)
+        try:  # the durable subscription: from now on the topic keeps what is sent
+            self.subscribe(client).close()
+        except pulsar.PulsarException as e:
+            raise DriverError(f"pulsar: cannot subscribe to {self.topic}: {e}") from e
+        finally:
+            client.close()
+
+    def subscribe(self, client: pulsar.Client, **options: Any) -> pulsar.Consumer:
+        """A consumer of the shared subscription. On the stand-in, from a random consumer
+        id on, and again with the next id while pulsar-lite refuses one in use (see
+        :func:`spread_consumer_id`)."""
+        tries = STANDIN_SUBSCRIBE_TRIES if self.stand_in else 1
+        if self.stand_in:
+            spread_consumer_id(client, random.randrange(STANDIN_ID_SPREAD))
+        attempt = 1
+        while True:
+            try:
+                return client.subscribe(
+                    self.topic,
+                    self.subscription,
+                    consumer_type=pulsar.ConsumerType.Shared,
+                    initial_position=pulsar.InitialPosition.Earliest,
+                    **options,
+                )
+            except pulsar.Timeout:
+                if attempt >= tries:
+                    raise
+                attempt += 1
+                LOG.info("pulsar: subscribe timed out (a consumer id in use?): again")
+
+    def teardown(self) -> None:
+        client = _client(self)
+        try:
+            self.subscribe(client).unsubscribe()
+        except pulsar.PulsarException as e:
+            LOG.debug("pulsar: unsubscribe %s: %s", self.subscription, e)
+        finally:
+            client.close()
+        if self.admin:
+            try:
+                self._admin("DELETE", self._topic_path() + "?force=true")
+            except (urllib.error.HTTPError, DriverError) as e:
+                LOG.debug("pulsar: delete %s: %s", self.topic, e)
+
+    @property
+    def redelivery_timeout_s(self) -> float:
+        s: Settings = self.settings
+        return s.ack_timeout_s
+
+    def remaining(self, identify: bool = False) -> Remaining:
+        """The subscription's backlog and unacked count (see the module docstring)."""
+        if self.admin:
+            try:
+                stats = json.loads(self._admin("GET", self._topic_path() + "/stats"))
+            except (urllib.error.HTTPError, ValueError) as e:
+                raise DriverError(f"pulsar: no stats for {self.topic}: {e}") from e
+            found = parse_topic_stats(stats, self.subscription)
+        elif self.metrics_url:
+            return self._lite_remaining()
+        else:
+            raise DriverError("pulsar: the endpoints name neither an admin API nor metrics")
+        if found is None:
+            raise DriverError(f"pulsar: no stats for subscription {self.subscription}")
+        backlog, unacked = found
+        return Remaining(backlog, None, unacked)
+
+    def _lite_stats(self) -> dict[str, float]:
+        assert self.metrics_url is not None
+        try:
+            page = _http("GET", self.metrics_url)
+        except OSError as e:
+            raise DriverError(f"pulsar: cannot read {self.metrics_url}: {e}") from e
+        return parse_metrics(page, self.queue, self.subscription)
+
+    def _lite_remaining(self) -> Remaining:
+        """pulsar-lite: see :func:`lite_remaining`."""
+        time.sleep(ACK_GROUPING_S)  # acks the client still groups reach the server
+        rem = lite_remaining(self._lite_stats(), self.lite_started)
+        if rem is not None and rem.in_flight is None:
+            return rem
+        LOG.warning(
+            "pulsar: pulsar-lite restarted since setup (or its counters are missing): "
+            "remaining() reads its backlog gauge, which counts acked messages after the "
+            "first unacked one too"
+        )
+        time.sleep(self.stats_period_s)  # a gauge snapshot from after now
+        rem = lite_remaining(self._lite_stats(), None)
+        if rem is None:  # a restarted pulsar-lite loads a subscription when one subscribes
+            raise DriverError(
+                f"pulsar: no stats for subscription {self.subscription} (after a restart "
+                "pulsar-lite has it only once a consumer subscribed again): count unknown"
+            )
+        return rem
+
+    def sender(self) -> Sender:
+        return PulsarSender(self)
+
+    def receiver(self) -> Receiver:
+        return PulsarReceiver(self)
+
+    def server_versions(self) -> list[str]:
+        server = self.endpoints.extra.get("server")
+        if server:
+            return [str(server)]
+        out = []
+        for base in self.admin:
+            try:
+                version = _http("GET", base.rstrip("/") + "/admin/v2/brokers/version")
+            except OSError as e:
+                LOG.debug("pulsar: version of %s: %s", base, e)
+                continue
+            out.append(f"Apache Pulsar {version.strip().strip(chr(34))} ({base})")
+        return out
+
+
+DRIVER = PulsarDriver

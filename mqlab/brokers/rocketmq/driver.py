@@ -1,0 +1,372 @@
+"""Apache RocketMQ 5.x through its gRPC proxy: the official ``rocketmq-python-client``
+(import name ``rocketmq``), one topic per run and one consumer group reading it.
+
+- topic and group: ``topic_name(queue)`` with ``queues`` read and write queues, message
+  type NORMAL; the group is ``<topic>-workers`` (a broker creates a subscription group on
+  its first use). ``setup`` creates the topic on every node's broker and waits until a
+  name server routes it; ``teardown`` deletes it from the brokers and the name servers.
+  Both speak RocketMQ's remoting protocol (``mqlab.brokers.rocketmq.admin``): the gRPC
+  client has no admin calls and the proxy does not create topics on first use.
+- send: every message of the batch goes to ``Producer.send_async`` at once, then all
+  their futures are awaited (at most ``send_timeout_s``). A future resolves when the broker
+  answered SEND_OK; with the DLedger profile that is once a majority of the group's
+  brokers appended the message to their Raft log. Any failed or unconfirmed message fails
+  the batch (DriverError). The client library itself retries a failed send (3 attempts):
+  a message stored by an attempt whose answer was lost can be stored twice (mqlab counts
+  duplicates).
+- receive: one ``SimpleConsumer.receive`` (a ReceiveMessage call: the broker group the
+  client picks, here the one DLedger group, pops up to ``max_messages`` of the topic's
+  messages, at most 32) with ``invisible_duration_s``:
+  the broker hides those messages from every consumer of the group for that long, and
+  delivers again every one not acked by then (at least once). Nothing is read ahead: what a
+  call returns is handed out at once. A call with nothing to pop long-polls for
+  ``long_poll_s`` (the proxy raises shorter polls to its minimum, 5 s by default), so an
+  idle ``receive`` can return later than ``timeout_s``; a message that arrives meanwhile
+  is returned when it arrives. A delivery is flagged redelivered when its
+  ``delivery_attempt`` is above 1. A message whose body fails the client's checksum is not
+  handed out (logged; its invisible duration runs out and it comes again).
+- ack: ``SimpleConsumer.ack`` of each delivery in turn, one AckMessage call each, awaited:
+  ``ack`` returning means the broker confirmed every ack. (Not the async form: in client
+  5.1.2 ``SimpleConsumer.ack_async`` returns no future to wait on.) An ack the broker
+  refuses (its receipt handle expired: the message is visible again) or that fails is
+  reported with DriverError once the others were tried; its message comes again. A
+  delivery this receiver did not hand out, or acked already, is not acked (DriverError,
+  after acking the others).
+- close: the consumer shuts down; its unacked deliveries come again once their invisible
+  duration ends (a closed connection does not return them earlier).
+- remaining: not known (``remaining`` raises DriverError). The gRPC client has no
+  offset or admin query; the protocol's GetOffset and QueryOffset calls are not served by
+  the 5.3 proxy; and a pop consumer's committed offset would not count messages popped
+  and not acked, nor those put back for redelivery. mqlab's drain then runs to its
+  deadline and the run's undrained count (and so ``lost``) is recorded as unknown.
+- ``redelivery_timeout_s`` is ``invisible_duration_s``.
+
+Endpoints: one node per RocketMQ node, ``host``/``port`` its proxy's gRPC port (what
+senders and receivers use); ``extra`` per node: ``broker`` (the broker's remoting port)
+and ``namesrv`` (its name server's port), used by setup and teardown.
+
+The client library is imported on first use, not with this module (loading a profile
+needs none of it): at import it configures a logger writing to ~/logs/rocketmq_python/;
+mqlab sends that logger's records to its own logging instead (warnings and worse).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import logging
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mqlab.brokers.base import Delivery, Driver, Endpoints, Receiver, Remaining, Sender
+from mqlab.brokers.rocketmq import admin
+from mqlab.errors import DriverError
+from mqlab.typed import spec
+
+LOG = logging.getLogger(__name__)
+CLIENT_LOGGER = "rocketmq-python-client"
+MAX_RECEIVE_BATCH = 32  # the broker pops at most 32 messages per call
+MAX_TOPIC = 127  # RocketMQ's longest topic name
+_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9_-]+$")
+ROUTE_POLL_S = 0.2
+REMAINING_UNKNOWN = (
+    "rocketmq: what the topic still holds cannot be asked: the gRPC client has no offset "
+    "or admin query, and a pop consumer's offset does not count unacked or redelivered "
+    "messages"
+)
+_import_lock = threading.Lock()
+_client_module: Any = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    queues: int = spec(8, min=1, max=1024, help="read and write queues of the run's topic")
+    invisible_duration_s: int = spec(
+        30,
+        min=10,
+        max=43_200,
+        help="how long a received message stays hidden before it is delivered again "
+        "(the proxy accepts 10 s to 12 h)",
+    )
+    long_poll_s: int = spec(
+        5, min=5, max=20, help="how long a receive waits on the proxy when nothing is there"
+    )
+    request_timeout_s: int = spec(3, min=1, max=60, help="the client's per-call timeout")
+    send_timeout_s: float = spec(30.0, min=0.1, help="a batch not confirmed by then fails")
+    admin_timeout_s: float = spec(10.0, min=0.1, help="creating and deleting the topic")
+
+
+def topic_name(queue: str) -> str:
+    """The run's topic: ``queue`` itself when RocketMQ accepts it, else a safe name with a
+    hash of ``queue`` (so that different queues never share a topic)."""
+    if _TOPIC_CHARS.match(queue) and len(queue) <= MAX_TOPIC:
+        return queue
+    digest = hashlib.sha256(queue.encode()).hexdigest()[:12]
+    safe = re.sub(r"[^a-zA-Z0-9_-]", "_", queue)[: MAX_TOPIC - len(digest) - 3]
+    return f"q_{safe}_{digest}"
+
+
+def group_name(topic: str) -> str:
+    return f"{topic}-workers"
+
+
+def access_point(endpoints: Endpoints) -> str:
+    """The proxies' gRPC addresses as the client takes them (``host:port;host:port``)."""
+    if not endpoints.nodes:
+        raise DriverError("rocketmq: no node to connect to")
+    return ";".join(f"{n.host}:{n.port}" for n in endpoints.nodes)
+
+
+def admin_addresses(endpoints: Endpoints, port: str) -> list[tuple[str, int]]:
+    """Every node's ``port`` (``broker`` or ``namesrv``) from the endpoints' extras."""
+    out = []
+    for n in endpoints.nodes:
+        if port not in n.extra:
+            raise DriverError(f"rocketmq: node {n.index} has no {port} port in its endpoints")
+        out.append((n.host, int(n.extra[port])))
+    return out
+
+
+def describe(e: BaseException) -> str:
+    """An exception of the client library in one line: its class and message."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def delivery(message: Any) -> Delivery:
+    """A received message as mqlab hands it out: its body, the message itself (for its
+    ack), redelivered when the broker counts more than one delivery attempt."""
+    attempt = message.delivery_attempt or 1
+    return Delivery(bytes(message.body), message, attempt > 1)
+
+
+def ack_key(message: Any) -> tuple[str, str]:
+    """One delivery of a message: its id and the receipt handle of that delivery."""
+    return (str(message.message_id), str(message.receipt_handle))
+
+
+def client() -> Any:
+    """The client library, imported once; its file logger replaced by mqlab's logging."""
+    global _client_module
+    with _import_lock:
+        if _client_module is None:
+            import rocketmq
+
+            lg = logging.getLogger(CLIENT_LOGGER)
+            for h in list(lg.handlers):
+                lg.removeHandler(h)
+                h.close()
+            lg.setLevel(logging.WARNING)
+            lg.propagate = True
+            _client_module = rocketmq
+    return _client_module
+
+
+class RocketmqSender(Sender):
+    def __init__(self, driver: RocketmqDriver, producer: Any):
+        self.producer = producer
+        self.topic = driver.topic
+        self.timeout_s = driver.settings.send_timeout_s
+        self.new_message = driver.new_message
+
+    def send(self, batch: Sequence[bytes]) -> None:
+        futures = []
+        try:
+            for payload in batch:
+                futures.append(self.producer.send_async(self.new_message(payload)))
+        except Exception as e:
+            raise DriverError(f"rocketmq: send failed: {describe(e)}") from e
+        done, pending = concurrent.futures.wait(futures, timeout=self.timeout_s)
+        failed = [e for e in (f.exception() for f in done) if e is not None]
+        if pending or failed:
+            first = f": {describe(failed[0])}" if failed else ""
+            raise DriverError(
+                f"rocketmq: {len(failed)} of {len(batch)} messages failed and {len(pending)} "
+                f"were unconfirmed after {self.timeout_s:g} s{first}"
+            )
+
+    def close(self) -> None:
+        _shutdown(self.producer)
+
+
+class RocketmqReceiver(Receiver):
+    def __init__(self, driver: RocketmqDriver, consumer: Any):
+        self.consumer = consumer
+        self.invisible_s = driver.settings.invisible_duration_s
+        self.out: Counter[tuple[str, str]] = Counter()  # handed out, unacked -> how often
+
+    def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
+        batch = max(1, min(max_messages, MAX_RECEIVE_BATCH))
+        try:
+            messages = self.consumer.receive(batch, self.invisible_s)
+        except Exception as e:
+            raise DriverError(f"rocketmq: receive failed: {describe(e)}") from e
+        out = []
+        for m in messages or []:
+            if m.corrupted:
+                LOG.warning("rocketmq: %s fails its checksum: not handed out", m.message_id)
+                continue
+            d = delivery(m)
+            self.out[ack_key(m)] += 1
+            out.append(d)
+        return out
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        refused = 0
+        failures: list[BaseException] = []
+        for d in deliveries:
+            key = ack_key(d.handle)
+            if self.out[key] <= 0:
+                refused += 1
+                continue
+            try:
+                self.consumer.ack(d.handle)
+            except Exception as e:  # noqa: BLE001 - reported below, after the others
+                failures.append(e)
+                continue
+            self.out[key] -= 1
+            if not self.out[key]:
+                del self.out[key]
+        if failures:
+            raise DriverError(
+                f"rocketmq: {len(failures)} of {len(deliveries)} acks failed "
+                f"(their messages come again): {describe(failures[0])}"
+            )
+        if refused:
+            raise DriverError(
+                f"rocketmq: {refused} of {len(deliveries)} deliveries were not handed out "
+                "by this receiver or were acked already: not acked"
+            )
+
+    def close(self) -> None:
+        _shutdown(self.consumer)
+
+
+def _shutdown(c: Any) -> None:
+    try:
+        c.shutdown()
+    except Exception as e:  # noqa: BLE001 - closing: nothing left to do about it
+        LOG.debug("rocketmq: shutdown: %s", describe(e))
+
+
+class RocketmqDriver(Driver):
+    name = "rocketmq"
+    Settings = Settings
+    client_libraries = ("rocketmq-python-client", "grpcio", "protobuf")
+
+    def __init__(self, settings: Any, endpoints: Any, queue: str):
+        super().__init__(settings, endpoints, queue)
+        self.topic = topic_name(queue)
+        self.group = group_name(self.topic)
+
+    # -- the client library (replaced in unit tests) -------------------------------------
+    def configuration(self) -> Any:
+        rmq = client()
+        return rmq.ClientConfiguration(
+            access_point(self.endpoints),
+            rmq.Credentials(),
+            request_timeout=self.settings.request_timeout_s,
+        )
+
+    def new_message(self, payload: bytes) -> Any:
+        m = client().Message()
+        m.topic = self.topic
+        m.body = payload
+        return m
+
+    def new_producer(self) -> Any:
+        return client().Producer(self.configuration(), topics=[self.topic])
+
+    def new_consumer(self) -> Any:
+        rmq = client()
+        return rmq.SimpleConsumer(
+            self.configuration(),
+            self.group,
+            subscription={self.topic: rmq.FilterExpression()},
+            await_duration=self.settings.long_poll_s,
+        )
+
+    def _started(self, make: Any, what: str) -> Any:
+        try:
+            c = make()
+            c.startup()
+        except Exception as e:
+            raise DriverError(
+                f"rocketmq: cannot start a {what} on {access_point(self.endpoints)}: {describe(e)}"
+            ) from e
+        return c
+
+    def sender(self) -> Sender:
+        return RocketmqSender(self, self._started(self.new_producer, "producer"))
+
+    def receiver(self) -> Receiver:
+        return RocketmqReceiver(self, self._started(self.new_consumer, "simple consumer"))
+
+    # -- the topic -----------------------------------------------------------------------
+    def setup(self) -> None:
+        """Create the topic on every node's broker (a broker that refuses is logged while
+        another accepts: DLedger followers hold the topic by the leader's sync too), then
+        wait until a name server routes it. Creating it again changes nothing."""
+        s: Settings = self.settings
+        errors = []
+        for broker in admin_addresses(self.endpoints, "broker"):
+            try:
+                admin.create_topic(broker, self.topic, s.queues, s.admin_timeout_s)
+            except DriverError as e:
+                errors.append(e)
+                LOG.warning("%s", e)
+        if len(errors) == len(self.endpoints.nodes):
+            raise DriverError(f"rocketmq: no broker created topic {self.topic}: {errors[0]}")
+        deadline = time.monotonic() + s.admin_timeout_s
+        namesrvs = admin_addresses(self.endpoints, "namesrv")
+        while True:
+            for ns in namesrvs:
+                try:
+                    if admin.topic_routed(ns, self.topic, s.admin_timeout_s):
+                        return
+                except DriverError as e:
+                    LOG.debug("%s", e)
+            if time.monotonic() > deadline:
+                raise DriverError(
+                    f"rocketmq: no name server routes topic {self.topic} "
+                    f"{s.admin_timeout_s:g} s after it was created"
+                )
+            time.sleep(ROUTE_POLL_S)
+
+    def teardown(self) -> None:
+        """Delete the topic from every broker, then its route from every name server;
+        what is gone already or unreachable is logged."""
+        s: Settings = self.settings
+        for broker in admin_addresses(self.endpoints, "broker"):
+            try:
+                admin.delete_topic(broker, self.topic, s.admin_timeout_s)
+            except DriverError as e:
+                LOG.debug("%s", e)
+        for ns in admin_addresses(self.endpoints, "namesrv"):
+            try:
+                admin.delete_route(ns, self.topic, s.admin_timeout_s)
+            except DriverError as e:
+                LOG.debug("%s", e)
+
+    def remaining(self, identify: bool = False) -> Remaining:
+        """Not known (module docstring): raises DriverError."""
+        raise DriverError(REMAINING_UNKNOWN)
+
+    @property
+    def redelivery_timeout_s(self) -> float:
+        return float(self.settings.invisible_duration_s)
+
+    def server_versions(self) -> list[str]:
+        """The gRPC protocol reports no server version: the launcher's, else each proxy."""
+        server = self.endpoints.extra.get("server")
+        if server:
+            return [str(server)]
+        return [f"RocketMQ proxy {n.host}:{n.port}" for n in self.endpoints.nodes]
+
+
+DRIVER = RocketmqDriver

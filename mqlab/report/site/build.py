@@ -1,0 +1,80 @@
+"""Write the site: ``index.html``, ``compare.html``, ``site.css``, ``site.js`` and
+``runs/<run id>/index.html`` with the run's plots (drawn by the report's plotting code)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from mqlab.report import compare, plots
+from mqlab.report.site import pages
+from mqlab.report.site.gather import SiteError, gather
+
+LOG = logging.getLogger(__name__)
+
+MARKER = ".mqlab-site"  # marks a folder this command wrote, so it may rewrite it
+ASSETS = ("site.css", "site.js")
+
+__all__ = ["SiteError", "SiteResult", "write_site"]
+
+
+@dataclass(frozen=True)
+class SiteResult:
+    index: Path
+    runs: int
+    warnings: list[str]  # one line per run archive left out
+
+
+def _prepare(out: Path) -> None:
+    """Make ``out`` ready: new, empty, or written by this command before (its run pages
+    are then removed, so runs gone from the results are gone from the site)."""
+    if out.exists() and not out.is_dir():
+        raise SiteError(f"{out}: exists and is not a directory (give another --out DIR)")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise SiteError(
+            f"{out}: not empty and not written by `mqlab site` (no {MARKER} in it); "
+            "give another --out DIR or empty it"
+        )
+    if (out / "runs").is_dir():
+        shutil.rmtree(out / "runs")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("written by `mqlab site`, which rewrites this folder\n")
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+def write_site(results_dir: Path | str, out_dir: Path | str) -> SiteResult:
+    """Write the site of every readable run under ``results_dir`` into ``out_dir``.
+    Raises :class:`SiteError` (one line) when there is nothing to show or ``out_dir``
+    cannot be used; an unreadable run is left out with a warning line."""
+    found = gather(results_dir)
+    out = Path(out_dir)
+    _prepare(out)
+    for name in ASSETS:
+        text = resources.files("mqlab.report.site").joinpath(name).read_text(encoding="utf-8")
+        _write(out / name, text)
+
+    summarized = [r.run for r in found.runs if r.run is not None]
+    matches = {m.run["run_id"]: m for m in compare.against_reference(summarized, pages.REFERENCE)}
+    for r in found.runs:
+        run_dir = out / "runs" / r.run_id
+        run_dir.mkdir(parents=True)
+        images: list[str] = []
+        if r.run is not None:
+            images = plots.plot_run(
+                r.run,
+                r.tables.get("latency", []),
+                r.tables.get("timeline", []),
+                run_dir,
+                (r.listed.info.manifest or {}).get("faults") or [],
+            )
+        _write(run_dir / "index.html", pages.run_page(r, images, matches.get(r.run_id)))
+    _write(out / "compare.html", pages.compare_page(found.runs, matches))
+    index = out / "index.html"
+    _write(index, pages.index_page(found.runs, str(results_dir), found.warnings))
+    return SiteResult(index, len(found.runs), found.warnings)
