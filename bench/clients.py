@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from mqlab import clock, typed
+from mqlab import clock, envelope, typed
 from mqlab.archive import codecs, layout
 from mqlab.brokers import registry
 from mqlab.brokers.base import Driver, Endpoints
@@ -72,7 +72,6 @@ from mqlab.brokers.local import cluster_class
 from mqlab.brokers.redis.driver import FIELD
 from mqlab.errors import MqlabError
 from mqlab.scenario import PROJECT_PROFILES, Profile, Workload, load_profile
-from mqlab.workload import envelope
 from mqlab.workload.spec import WorkerSpec
 
 GOAL_RATIO = 0.8

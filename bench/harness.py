@@ -21,8 +21,8 @@ import time
 from collections import deque
 from pathlib import Path
 
+from mqlab import envelope
 from mqlab.archive.codecs import new_histogram
-from mqlab.workload import envelope
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats
 
 

@@ -30,9 +30,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from mqlab import envelope
 from mqlab.brokers import local, registry
 from mqlab.scenario import PROJECT_PROFILES, load_profile
-from mqlab.workload import envelope
 
 PROFILES = {"nats": "nats-r3", "redis": "redis-wait1"}
 SEND_BATCH = 500  # messages per send() while preloading

@@ -12,7 +12,7 @@
  * mqlab.brokers.redis.driver) is little endian i64 prefix_len, i64 frame, u32 magic, u32
  * version, u32 sender, u32 commands in the trailer (0 or 1), then the trailer's bytes
  * (the WAIT command, or nothing). Writes the headers of messages first_seq .. first_seq
- * + n - 1 at prefix_len + i * frame of template (mqlab.workload.envelope.Framed's wire
+ * + n - 1 at prefix_len + i * frame of template (mqlab.envelope.Framed's wire
  * bytes), sends template[:n * frame] then the trailer on the blocking socket fd (its
  * SO_SNDTIMEO / SO_RCVTIMEO bound each call), then reads n + trailer commands' RESP
  * replies.

@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
+from mqlab import envelope
 from mqlab.errors import DriverError
-from mqlab.workload import envelope
 
 IDENTIFY_CAP = 1_000_000  # remaining(identify=True) returns at most this many payloads
 IDENTIFY_PREFIX_BYTES = 24  # ...each cut to its first bytes: the mqlab message header
@@ -159,7 +159,7 @@ class Sender(ABC):
     ) -> None:
         """:meth:`send` of ``envelope.encode_batch(sender, first_seq, n, sent_ns, pool)``:
         the workers' hot path. A driver may write those messages straight into its wire
-        bytes instead (:class:`mqlab.workload.envelope.Framed`); what the broker gets
+        bytes instead (:class:`mqlab.envelope.Framed`); what the broker gets
         must be the same messages."""
         self.send(envelope.encode_batch(sender, first_seq, n, sent_ns, pool))
 

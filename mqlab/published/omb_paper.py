@@ -23,11 +23,11 @@ from importlib import resources
 from typing import Any
 
 from mqlab.archive import layout
+from mqlab.envelope import HEADER_BYTES as MIN_MESSAGE_BYTES
 from mqlab.errors import ArchiveError
 from mqlab.published import base as published
 from mqlab.published.base import Block, register
 from mqlab.published.reference import measurement_notes
-from mqlab.workload.envelope import HEADER_BYTES as MIN_MESSAGE_BYTES
 
 NAME = "omb-paper-2023"
 CSV = f"{NAME}.csv"

@@ -41,7 +41,7 @@ from typing import Any, TypeAlias
 
 from pyroaring import BitMap64
 
-from mqlab import cpu, typed
+from mqlab import cpu, envelope, typed
 from mqlab import scenario as scenario_mod
 from mqlab.analysis.job import summarize_run
 from mqlab.analysis.tables import FAILED
@@ -60,7 +60,6 @@ from mqlab.hosts.host import Attached, Host
 from mqlab.labs.placement import Placement, for_scenario
 from mqlab.scenario import Scenario
 from mqlab.signals import sigterm_as_interrupt
-from mqlab.workload import envelope
 from mqlab.workload.spec import WorkerSpec, processes, queue_names
 
 LOG = logging.getLogger(__name__)

@@ -26,12 +26,11 @@ from typing import TextIO
 import numpy as np
 from pyroaring import BitMap64
 
-from mqlab import clock, cpu
+from mqlab import clock, cpu, envelope
 from mqlab.archive import codecs, layout
 from mqlab.archive.codecs import COUNT_FIELDS
 from mqlab.archive.hlog import IntervalLogWriter
 from mqlab.archive.records import DeliveryRecord, ReceivedSender, SentSender
-from mqlab.workload import envelope
 from mqlab.workload.histograms import BulkHistogram
 from mqlab.workload.schedules import Schedule
 

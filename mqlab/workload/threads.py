@@ -10,10 +10,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mqlab import clock
+from mqlab import clock, envelope
 from mqlab.brokers.base import Driver, Lane, Sender
 from mqlab.scenario import Workload
-from mqlab.workload import envelope
 from mqlab.workload.recorder import ReceiverStats, SenderStats
 from mqlab.workload.schedules import ClosedLoop, Schedule, make_schedule
 

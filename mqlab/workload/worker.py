@@ -25,13 +25,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from mqlab import clock, cpu, typed
+from mqlab import clock, cpu, envelope, typed
 from mqlab.archive import layout
 from mqlab.archive.records import WorkerRecord, write_delivery, write_sent, write_worker
 from mqlab.brokers import registry
 from mqlab.brokers.base import Driver, Endpoints
 from mqlab.scenario import Workload
-from mqlab.workload import envelope
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats, now_ms
 from mqlab.workload.spec import WorkerSpec, queue_of
 from mqlab.workload.threads import run_receiver, run_sender, run_sender_lanes

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mqlab import envelope
 from mqlab.archive import records
 from mqlab.brokers.base import Remaining
 from mqlab.run import execute as run_mod
-from mqlab.workload import envelope
 
 
 class Answers:

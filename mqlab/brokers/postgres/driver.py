@@ -55,6 +55,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import pq, sql
 
+from mqlab import envelope
 from mqlab.brokers import compiled
 from mqlab.brokers.base import (
     IDENTIFY_PREFIX_BYTES,
@@ -69,7 +70,6 @@ from mqlab.brokers.base import (
 )
 from mqlab.errors import DriverError
 from mqlab.typed import spec
-from mqlab.workload import envelope
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -77,6 +77,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from mqlab import envelope
 from mqlab.brokers import compiled
 from mqlab.brokers.base import (
     IDENTIFY_PREFIX_BYTES,
@@ -91,7 +92,6 @@ from mqlab.brokers.base import (
 from mqlab.brokers.held import Held
 from mqlab.errors import DriverError
 from mqlab.typed import spec
-from mqlab.workload import envelope
 
 LOG = logging.getLogger(__name__)
 FIELD = b"m"

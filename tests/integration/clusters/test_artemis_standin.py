@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from mqlab import envelope
 from mqlab.brokers.artemis.cluster import ArtemisCluster
 from mqlab.brokers.artemis.driver import ArtemisDriver, Settings
 from mqlab.brokers.base import Delivery
 from mqlab.errors import DriverError
 from mqlab.hosts import process
-from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 
 pytestmark = pytest.mark.integration

@@ -17,10 +17,10 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
+from mqlab import envelope
 from mqlab.brokers.mongodb.cluster import MONGOECO_VERSION, MongoCluster
 from mqlab.brokers.mongodb.driver import MongoDriver, Settings
 from mqlab.hosts import process
-from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from mqlab import envelope
 from mqlab.brokers.nats.cluster import NatsCluster
 from mqlab.brokers.nats.driver import NatsDriver, NatsSettings
-from mqlab.workload import envelope
 
 pytestmark = pytest.mark.integration
 

@@ -12,12 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from mqlab import envelope
 from mqlab.brokers.base import Lane
 from mqlab.brokers.postgres.cluster import PostgresCluster, server_children
 from mqlab.brokers.postgres.driver import PostgresDriver, PostgresSender, Settings
 from mqlab.errors import DriverError
 from mqlab.hosts import process
-from mqlab.workload import envelope
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from mqlab import envelope
 from mqlab.brokers.pulsar.cluster import PulsarCluster
 from mqlab.brokers.pulsar.driver import PulsarDriver, Settings
 from mqlab.hosts import process
-from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 
 pytestmark = pytest.mark.integration

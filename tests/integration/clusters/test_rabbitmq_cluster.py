@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from mqlab import envelope
 from mqlab.brokers.rabbitmq.cluster import RabbitmqCluster, node_name
 from mqlab.brokers.rabbitmq.driver import RabbitmqDriver, Settings
 from mqlab.hosts import process
-from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -13,12 +13,12 @@ from typing import TypeVar
 import pytest
 import redis
 
+from mqlab import envelope
 from mqlab.brokers.base import Delivery, Receiver, Sender
 from mqlab.brokers.redis.cluster import RedisCluster
 from mqlab.brokers.redis.driver import RedisDriver, Settings
 from mqlab.errors import DriverError
 from mqlab.hosts import process
-from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 
 pytestmark = pytest.mark.integration

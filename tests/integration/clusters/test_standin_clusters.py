@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from mqlab import envelope
 from mqlab.brokers.base import Delivery
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.brokers.kafka.cluster import KafkaCluster
@@ -19,7 +20,6 @@ from mqlab.brokers.sqs.driver import Settings as SqsSettings
 from mqlab.brokers.sqs.driver import SqsDriver
 from mqlab.cli import main
 from mqlab.hosts import process
-from mqlab.workload import envelope
 from tests.integration.clusters.group_procs import in_groups
 
 pytestmark = pytest.mark.integration

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from mqlab import envelope
 from mqlab.brokers.artemis.driver import ArtemisDriver, Settings
 from mqlab.brokers.base import Delivery
 from mqlab.errors import DriverError
-from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab
 from tests.integration.drivers.test_contract import _messages
 

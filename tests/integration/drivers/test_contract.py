@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from mqlab import envelope
 from mqlab.brokers import base
 from mqlab.brokers.base import Delivery, Driver, Remaining
-from mqlab.workload import envelope
 from tests.integration.drivers.targets import Target
 
 pytestmark = pytest.mark.integration

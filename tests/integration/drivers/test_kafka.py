@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from mqlab import envelope
 from mqlab.brokers.base import Delivery
 from mqlab.brokers.kafka.driver import KafkaDriver, _bootstrap
-from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab
 from tests.integration.drivers.conftest import driver_on
 from tests.integration.drivers.test_contract import _messages

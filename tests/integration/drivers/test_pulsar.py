@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from mqlab import envelope
 from mqlab.brokers.base import Delivery
 from mqlab.brokers.pulsar import driver as pd
 from mqlab.brokers.pulsar.cluster import PulsarCluster
 from mqlab.errors import DriverError
-from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab
 from tests.integration.drivers.conftest import driver_on
 from tests.integration.drivers.test_contract import _messages

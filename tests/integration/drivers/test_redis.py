@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from redis.sentinel import SentinelConnectionPool
 
+from mqlab import envelope
 from mqlab.brokers.redis.driver import RedisDriver, close_client
 from mqlab.errors import DriverError
-from mqlab.workload import envelope
 from tests.integration.conftest import SharedLab
 from tests.integration.drivers.conftest import driver_on
 from tests.integration.drivers.targets import TARGETS

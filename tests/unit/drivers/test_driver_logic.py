@@ -16,7 +16,7 @@ import pytest
 from nats.js import api
 from pika import spec as amqp
 
-from mqlab import typed
+from mqlab import envelope, typed
 from mqlab.brokers import base
 from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.brokers.kafka import driver as kafka
@@ -25,7 +25,6 @@ from mqlab.brokers.rabbitmq import driver as rabbitmq
 from mqlab.brokers.redis import driver as redis
 from mqlab.brokers.sqs import driver as sqs
 from mqlab.errors import DriverError, ScenarioError
-from mqlab.workload import envelope
 
 
 def test_kafka_commits_only_the_contiguous_acked_prefix() -> None:

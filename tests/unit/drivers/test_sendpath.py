@@ -19,10 +19,10 @@ import hiredis
 import pytest
 import redis
 
+from mqlab import envelope
 from mqlab.brokers.base import Endpoints, Lane, NodeEndpoint
 from mqlab.brokers.redis import driver as redis_driver
 from mqlab.errors import DriverError
-from mqlab.workload import envelope
 
 sendpath: Any = redis_driver._sendpath  # None when the install did not build it
 MAGIC, VERSION = envelope.MAGIC, envelope.VERSION

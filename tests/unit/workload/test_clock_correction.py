@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mqlab import envelope
 from mqlab.archive import hlog
 from mqlab.hosts.clocks import corrections_us
-from mqlab.workload import envelope
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats
 
 T_NS = 1_763_806_925 * 10**9  # true time of the sends

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mqlab import envelope
 from mqlab.archive import codecs, hlog, records
-from mqlab.workload import envelope
 from mqlab.workload.recorder import (
     DeliveryTracker,
     IntervalRecorder,

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from mqlab import envelope
 from mqlab.brokers.base import Lane, Sender
 from mqlab.scenario import Workload
-from mqlab.workload import envelope
 from mqlab.workload.recorder import SenderStats
 from mqlab.workload.threads import BatchSizes, _Lane, _ran, run_sender, run_sender_lanes
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mqlab.workload import envelope
+from mqlab import envelope
 
 
 def test_header_round_trip_and_padding() -> None:
