@@ -22,7 +22,7 @@ from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.brokers.kafka import driver as kafka
 from mqlab.brokers.nats import driver as nats_driver
 from mqlab.brokers.rabbitmq import driver as rabbitmq
-from mqlab.brokers.redis import driver as redis
+from mqlab.brokers.redis import streams
 from mqlab.brokers.sqs import driver as sqs
 from mqlab.errors import DriverError, ScenarioError
 
@@ -260,15 +260,15 @@ def test_rabbitmq_a_confirm_timeout_drops_the_channel_and_the_next_send_reconnec
 
 
 def test_redis_read_plan_never_exceeds_max_messages() -> None:
-    keys = redis.key_names("q", 100)
+    keys = streams.key_names("q", 100)
     assert keys[0] == b"q:0" and len(keys) == 100
-    assert redis.key_names("q", 1) == [b"q"]
+    assert streams.key_names("q", 1) == [b"q"]
     for n_keys in (1, 3, 100):
         for max_messages in (1, 2, 7, 10, 250):
-            chosen, count = redis.read_plan(keys[:n_keys], 5, max_messages)
+            chosen, count = streams.read_plan(keys[:n_keys], 5, max_messages)
             assert 1 <= len(chosen) <= n_keys and count >= 1
             assert len(chosen) * count <= max_messages
-    chosen, _ = redis.read_plan(keys[:3], 2, 2)
+    chosen, _ = streams.read_plan(keys[:3], 2, 2)
     assert chosen == [b"q:2", b"q:0"]  # rotates from the start offset
 
 

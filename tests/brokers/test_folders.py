@@ -30,11 +30,12 @@ def _profiles() -> dict[str, str]:
 
 
 def _scenarios(target: str) -> dict[str, list[Path]]:
-    """broker -> the scenarios (every folder of scenarios/) of that cluster target."""
+    """broker -> the scenarios of that cluster target (every folder of scenarios/ but the
+    profiles and the published sets' seeds)."""
     profiles = _profiles()
     out: dict[str, list[Path]] = {}
     for p in sorted((ROOT / "scenarios").rglob("*.toml")):
-        if "profiles" in p.parts:
+        if "profiles" in p.parts or "seeds" in p.parts:
             continue
         raw = tomllib.loads(p.read_text())
         listed = raw.get("profile")

@@ -14,8 +14,11 @@ from typing import Any
 import pytest
 
 from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
+from mqlab.brokers.held import Held
 from mqlab.brokers.nats import driver as nats_driver
+from mqlab.brokers.nats import receiver as nats_receiver
 from mqlab.brokers.redis import driver as redis_driver
+from mqlab.brokers.redis import wire as redis_wire
 from mqlab.errors import DriverError
 
 # --- NATS ---------------------------------------------------------------------------
@@ -38,7 +41,7 @@ def _delivery(seq: int, delivered: int = 1) -> Delivery:
 
 
 def test_nats_held_hands_out_at_most_max_in_order_keeping_redelivered_flags() -> None:
-    held = nats_driver.Held(hold_s=10, key=lambda d: d.handle.reply)
+    held = Held(hold_s=10, key=lambda d: d.handle.reply)
     for seq in range(5):
         held.add([_delivery(seq, delivered=1 + seq % 2)], now=0)
     first = held.take(2)
@@ -49,7 +52,7 @@ def test_nats_held_hands_out_at_most_max_in_order_keeping_redelivered_flags() ->
 
 
 def test_nats_held_messages_cannot_be_acked_nor_acked_twice() -> None:
-    held = nats_driver.Held(hold_s=10, key=lambda d: d.handle.reply)
+    held = Held(hold_s=10, key=lambda d: d.handle.reply)
     for seq in range(3):
         held.add([_delivery(seq)], now=0)
     [given] = held.take(1)
@@ -61,7 +64,7 @@ def test_nats_held_messages_cannot_be_acked_nor_acked_twice() -> None:
 
 
 def test_nats_held_longer_than_the_hold_time_is_not_handed_out() -> None:
-    held = nats_driver.Held(hold_s=5, key=lambda d: d.handle.reply)
+    held = Held(hold_s=5, key=lambda d: d.handle.reply)
     held.add([_delivery(0)], now=0)
     held.add([_delivery(1)], now=4)
     assert not held.has_stale(5) and held.has_stale(5.1)
@@ -72,7 +75,7 @@ def test_nats_held_longer_than_the_hold_time_is_not_handed_out() -> None:
 
 
 def test_nats_credit_asks_once_half_empty_and_counts_what_requests_still_bring() -> None:
-    c = nats_driver.Credit()
+    c = nats_receiver.Credit()
     assert c.wanted(held=0, capacity=256) == 256
     c.asked("r1", 256, deadline=10)
     assert c.wanted(held=0, capacity=256) == 0  # 256 due
@@ -90,7 +93,7 @@ def test_nats_credit_asks_once_half_empty_and_counts_what_requests_still_bring()
 
 
 def test_nats_credit_gives_up_on_requests_whose_end_it_never_hears_of() -> None:
-    c = nats_driver.Credit()
+    c = nats_receiver.Credit()
     c.asked("r1", 100, deadline=10)
     c.asked("r2", 50, deadline=20)
     c.ended("r3", pending=7)  # a request given up on before: ignored
@@ -281,7 +284,7 @@ def test_nats_prefetch_0_is_the_fetch_per_receive_path(monkeypatch: pytest.Monke
     endpoints = Endpoints("nats", (NodeEndpoint(0, "127.0.0.1", 9),))
     driver = nats_driver.NatsDriver(nats_driver.Settings(prefetch=0), endpoints, "q")
     r = driver.receiver()
-    assert isinstance(r, nats_driver.NatsFetchReceiver)
+    assert isinstance(r, nats_receiver.NatsFetchReceiver)
     r.close()
 
 
@@ -293,7 +296,7 @@ def _entry(seq: int) -> Delivery:
 
 
 def test_redis_held_hands_out_at_most_max_and_accepts_one_ack_per_hand_out() -> None:
-    held = redis_driver.Held(hold_s=10)
+    held = Held(hold_s=10)
     held.add([_entry(i) for i in range(4)], now=0)
     got = held.take(3)
     assert [d.payload for d in got] == [b"e0", b"e1", b"e2"]
@@ -389,7 +392,7 @@ def test_redis_prefetch_0_reads_at_most_the_batch_and_waits_for_its_acks() -> No
     endpoints = Endpoints("redis", (NodeEndpoint(0, "127.0.0.1", 9),))
     driver = redis_driver.RedisDriver(redis_driver.Settings(prefetch=0), endpoints, "q")
     r: Any = driver.receiver()
-    assert isinstance(r.io, redis_driver._Calls)  # every command its own round trip
+    assert isinstance(r.io, redis_wire.Calls)  # every command its own round trip
     fake = _FakeStreams(10)
     r.io = fake
     assert len(r.receive(3, 1)) == 3 and len(r.receive(3, 1)) == 3
@@ -434,7 +437,7 @@ def _wire(replies: list[Any]) -> tuple[Any, _FakeConnection]:
         connection_pool=SimpleNamespace(get_connection=get_connection, release=lambda c: None),
         parse_response=parse_response,
     )
-    return redis_driver._Wire(r), conn
+    return redis_wire.Wire(r), conn
 
 
 def test_redis_wire_writes_at_once_and_reads_the_replies_in_order(

@@ -22,9 +22,11 @@ import redis
 from mqlab import envelope
 from mqlab.brokers.base import Endpoints, Lane, NodeEndpoint
 from mqlab.brokers.redis import driver as redis_driver
+from mqlab.brokers.redis import sender as redis_sender
+from mqlab.brokers.redis import wire as redis_wire
 from mqlab.errors import DriverError
 
-sendpath: Any = redis_driver._sendpath  # None when the install did not build it
+sendpath: Any = redis_sender._sendpath  # None when the install did not build it
 MAGIC, VERSION = envelope.MAGIC, envelope.VERSION
 
 
@@ -73,7 +75,7 @@ def _framed(size: int = 200) -> envelope.Framed:
 
 def _spec(f: envelope.Framed, sender: int, trailer: bytes = b"") -> bytes:
     extra = 1 if trailer else 0
-    return redis_driver.SPEC.pack(f.prefix_len, f.frame, MAGIC, VERSION, sender, extra) + trailer
+    return redis_sender.SPEC.pack(f.prefix_len, f.frame, MAGIC, VERSION, sender, extra) + trailer
 
 
 def _call(
@@ -170,7 +172,7 @@ def test_a_batch_larger_than_its_template_is_refused(pair: tuple[socket.socket, 
 
 
 # -- the Redis sender on either path --------------------------------------------------------
-class _PairWire(redis_driver._SendWire):
+class _PairWire(redis_wire.SendWire):
     """The sender's wire with a socket pair's end as its connection."""
 
     def __init__(self, sock: socket.socket):
@@ -186,10 +188,10 @@ class _PairWire(redis_driver._SendWire):
         self.sock, self.fd = None, -1
 
 
-def _sender(wait: int, streams: int = 1) -> redis_driver.RedisSender:
+def _sender(wait: int, streams: int = 1) -> redis_sender.RedisSender:
     settings = redis_driver.Settings(streams=streams, wait_replicas=wait)
     endpoints = Endpoints("redis", (NodeEndpoint(0, "127.0.0.1", 1),))
-    s = redis_driver.RedisSender(redis_driver.RedisDriver(settings, endpoints, "q"))
+    s = redis_sender.RedisSender(redis_driver.RedisDriver(settings, endpoints, "q"))
     s.next_key = 0
     return s
 
@@ -199,7 +201,7 @@ def test_the_sender_writes_the_same_bytes_on_either_path(
     pair: tuple[socket.socket, Peer], monkeypatch: pytest.MonkeyPatch, compiled: bool
 ) -> None:
     if not compiled:
-        monkeypatch.setattr(redis_driver, "_sendpath", None)
+        monkeypatch.setattr(redis_sender, "_sendpath", None)
     sock, peer = pair
     pool = envelope.PayloadPool(300, pool_size=4, seed=9)
     s = _sender(wait=1, streams=2)
@@ -234,7 +236,7 @@ def test_the_sender_fails_a_batch_in_one_line_on_either_path(
     match: str,
 ) -> None:
     if not compiled:
-        monkeypatch.setattr(redis_driver, "_sendpath", None)
+        monkeypatch.setattr(redis_sender, "_sendpath", None)
     sock, peer = pair
     s = _sender(wait=1)
     s.wire = _PairWire(sock)
@@ -291,7 +293,7 @@ def _lanes(
     sizes: list[int],
     wait: int = 1,
     streams: int = 1,
-) -> tuple[list[redis_driver.RedisSender], list[Responder], envelope.PayloadPool]:
+) -> tuple[list[redis_sender.RedisSender], list[Responder], envelope.PayloadPool]:
     pool = envelope.PayloadPool(300, pool_size=4, seed=9)
     senders, peers = [], []
     for a, b in pairs:
@@ -305,7 +307,7 @@ def _lanes(
 
 
 def _expected(
-    s: redis_driver.RedisSender,
+    s: redis_sender.RedisSender,
     sender: int,
     first: int,
     sizes: list[int],
@@ -335,7 +337,7 @@ def test_lanes_send_each_senders_batches_and_record_when_each_went_and_came(
     records = [array.array("q", bytes(16 * len(sizes))) for _ in senders]
     lanes = [Lane(s, 10 + j, 100 * j, runs, records[j]) for j, s in enumerate(senders)]
     before = time.monotonic_ns()
-    out = redis_driver.RedisSender.send_lanes(lanes, before + 10**10, 7_000, pool)
+    out = redis_sender.RedisSender.send_lanes(lanes, before + 10**10, 7_000, pool)
     after = time.monotonic_ns()
     assert out == [(4, None)] * 3
     for j, (s, p) in enumerate(zip(senders, peers, strict=True)):
@@ -360,7 +362,7 @@ def test_a_failing_lane_stops_alone_and_says_why(
         p.thread.start()
     records = [array.array("q", bytes(16 * len(sizes))) for _ in senders]
     lanes = [Lane(s, j, 0, array.array("q", sizes), records[j]) for j, s in enumerate(senders)]
-    out = redis_driver.RedisSender.send_lanes(lanes, 2**62, 0, pool)
+    out = redis_sender.RedisSender.send_lanes(lanes, 2**62, 0, pool)
     (done0, e0), (done1, e1), (done2, e2) = out
     assert done0 == 1 and isinstance(e0, DriverError)
     assert str(e0) == "redis: send failed: WRONGTYPE Operation against a key"
@@ -385,7 +387,7 @@ def test_a_silent_lane_times_out_while_the_others_go_on(
     records = [array.array("q", bytes(16 * len(sizes))) for _ in senders]
     lanes = [Lane(s, j, 0, array.array("q", sizes), records[j]) for j, s in enumerate(senders)]
     t0 = time.monotonic()
-    out = redis_driver.RedisSender.send_lanes(lanes, 2**62, 0, pool)
+    out = redis_sender.RedisSender.send_lanes(lanes, 2**62, 0, pool)
     assert 0.25 < time.monotonic() - t0 < 3
     assert out[0][0] == 0 and str(out[0][1]) == "redis: send failed: no reply within 0.3 s"
     assert out[1] == (3, None) and out[2] == (3, None)
@@ -398,7 +400,7 @@ def test_no_batch_starts_at_or_after_the_run_s_end(
     peers[0].thread.start()
     records = array.array("q", bytes(32))
     lane = Lane(senders[0], 0, 0, array.array("q", [1, 1]), records)
-    assert redis_driver.RedisSender.send_lanes([lane], time.monotonic_ns(), 0, pool) == [(0, None)]
+    assert redis_sender.RedisSender.send_lanes([lane], time.monotonic_ns(), 0, pool) == [(0, None)]
     assert peers[0].got == b""
 
 

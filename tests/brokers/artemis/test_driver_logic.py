@@ -15,6 +15,7 @@ import pytest
 
 from mqlab import typed
 from mqlab.brokers.artemis import driver as ad
+from mqlab.brokers.artemis import wire
 from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
 from mqlab.errors import DriverError, ScenarioError
 
@@ -31,7 +32,7 @@ STATS = b"""<map>
 
 
 def test_the_server_header_names_the_broker() -> None:
-    assert ad.is_artemis(ARTEMIS) and not ad.is_artemis(CLASSIC) and not ad.is_artemis("")
+    assert wire.is_artemis(ARTEMIS) and not wire.is_artemis(CLASSIC) and not wire.is_artemis("")
 
 
 def test_artemis_gets_an_anycast_queue_and_activemq_a_queue_destination() -> None:
@@ -167,7 +168,7 @@ def test_a_batch_is_one_send_per_message_each_with_its_receipt(server: str) -> N
     assert [f["body"] for f in sends] == [b"a", b"b", b"c"]
     assert len({f["headers"]["receipt"] for f in sends}) == 3
     assert all(f["headers"]["persistent"] == "true" for f in sends)
-    assert {f["destination"] for f in sends} == {ad.destination("q", ad.is_artemis(server))}
+    assert {f["destination"] for f in sends} == {ad.destination("q", wire.is_artemis(server))}
 
 
 def test_a_send_fails_on_an_error_receipt_on_silence_and_on_a_broken_connection() -> None:
@@ -215,9 +216,9 @@ def test_the_receiver_subscribes_client_individual_with_its_read_ahead(server: s
     driver.receiver()
     [sub] = _frames(driver.links[0], "SUBSCRIBE")
     assert sub["ack"] == "client-individual"
-    assert sub["destination"] == ad.destination("q", ad.is_artemis(server))
+    assert sub["destination"] == ad.destination("q", wire.is_artemis(server))
     window = sub["headers"].get("consumer-window-size") or sub["headers"]["activemq.prefetchSize"]
-    assert int(window) == (7 * 1048 if ad.is_artemis(server) else 7)
+    assert int(window) == (7 * 1048 if wire.is_artemis(server) else 7)
 
 
 def test_receive_hands_out_what_was_pushed_and_acks_only_what_it_handed_out() -> None:

@@ -35,6 +35,7 @@ from kurrentdbclient.exceptions import (
 
 from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
 from mqlab.brokers.eventstore import driver as es
+from mqlab.brokers.eventstore import events as es_events
 from mqlab.errors import DriverError, ScenarioError
 from mqlab.scenario import load_profile
 from mqlab.typed import build
@@ -112,14 +113,14 @@ def test_a_batch_becomes_one_event_per_message_each_with_its_own_id() -> None:
     events = es.new_events([b"a", bytearray(b"bc"), b""])
     assert [e.data for e in events] == [b"a", b"bc", b""]
     assert all(type(e.data) is bytes for e in events)
-    assert {e.type for e in events} == {es.EVENT_TYPE}
+    assert {e.type for e in events} == {es_events.EVENT_TYPE}
     assert {e.content_type for e in events} == {"application/octet-stream"}
     assert len({e.id for e in events}) == 3
 
 
 def _event(n: int, retry_count: int | None = 0, link: RecordedEvent | None = None) -> Any:
     return RecordedEvent(
-        type=es.EVENT_TYPE,
+        type=es_events.EVENT_TYPE,
         data=f"m{n}".encode(),
         metadata=b"",
         content_type="application/octet-stream",

@@ -17,19 +17,16 @@ from psycopg import pq
 
 from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
 from mqlab.brokers.postgres import driver as pg
-from mqlab.brokers.postgres.cluster import (
+from mqlab.brokers.postgres.binaries import (
     ServerUser,
     cache_name,
     pick_server_user,
-    primary_conf,
-    sync_standby_names,
     unreachable_dir,
 )
-from mqlab.brokers.postgres.driver import (
+from mqlab.brokers.postgres.cluster import primary_conf, sync_standby_names
+from mqlab.brokers.postgres.database import (
     MAX_IDENT,
-    PostgresDriver,
     Settings,
-    _Watchdog,
     backoff,
     claim_sql,
     insert_prepared_sql,
@@ -38,6 +35,7 @@ from mqlab.brokers.postgres.driver import (
     schema_sql,
     table_name,
 )
+from mqlab.brokers.postgres.driver import PostgresDriver, _Watchdog
 from mqlab.errors import DriverError, ScenarioError
 from mqlab.typed import build
 
