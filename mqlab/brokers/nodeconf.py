@@ -7,8 +7,10 @@ launchers (``mqlab/brokers``: every node on 127.0.0.1, ports differ per node) an
 the images' boot script (``images/scripts/mqlab_node.py``: one node per host, the
 broker's standard ports) both call it, so the two cannot drift apart.
 
-STDLIB ONLY, and no import of the rest of mqlab: the images import this package
-at boot with a bare Python (``images/base.nix`` ships it next to the script).
+STDLIB ONLY, and no import of the rest of mqlab but the broker folders' descriptors
+(``mqlab.brokers.descriptor``: which brokers exist, their standard ports) and their
+``node.py`` modules: the images import this package at boot with a bare Python
+(``images/base.nix`` ships it next to the script).
 """
 
 from __future__ import annotations
@@ -19,57 +21,38 @@ import importlib
 import json
 import uuid
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-#: brokers with a render recipe: one module of this package each
-BROKERS = (
-    "artemis",
-    "eventstore",
-    "kafka",
-    "mongodb",
-    "nats",
-    "postgres",
-    "pulsar",
-    "rabbitmq",
-    "redis",
-    "redpanda",
-    "rocketmq",
-)
-
-#: every broker's standard ports (port name -> number), as on a host of its own
-STANDARD_PORTS: dict[str, dict[str, int]] = {
-    "artemis": {"core": 61616, "console": 8161},
-    "eventstore": {"node": 2113, "replication": 1112},
-    "kafka": {"kafka": 9092, "controller": 9093},
-    "mongodb": {"mongo": 27017},
-    "nats": {"client": 4222, "cluster": 6222, "http": 8222},
-    "postgres": {"pg": 5432},
-    "pulsar": {
-        "broker": 6650,
-        "http": 8080,
-        "zk": 2181,
-        "zk_peer": 2888,
-        "zk_election": 3888,
-        "bookie": 3181,
-    },
-    "rabbitmq": {"amqp": 5672, "dist": 25672, "epmd": 4369, "management": 15672},
-    "redis": {"client": 6379, "sentinel": 26379},
-    "redpanda": {"kafka": 9092, "rpc": 33145, "admin": 9644},
-    "rocketmq": {
-        "namesrv": 9876,
-        "broker": 10911,
-        "broker_vip": 10909,
-        "dledger": 40911,
-        "proxy": 8081,
-        "proxy_remoting": 8080,
-    },
-}
+from mqlab.brokers import descriptor
 
 LOOPBACK = "127.0.0.1"
 
 
+@cache
+def scan() -> dict[str, descriptor.Broker]:
+    """Every broker folder's descriptor (scanned once)."""
+    return descriptor.scan()
+
+
 class NodeConfError(ValueError):
     """The node cannot be rendered: unknown broker, index outside the cluster, bad ports."""
+
+
+def brokers() -> list[str]:
+    """Brokers with a render recipe: the self-hosted broker folders (a ``node.py`` each)."""
+    return sorted(b.name for b in scan().values() if b.self_hosted)
+
+
+def broker_ports(broker: str) -> dict[str, int]:
+    """The broker's standard ports (port name -> number), as on a host of its own."""
+    try:
+        info = scan()[broker]
+    except KeyError:
+        raise NodeConfError(f"no render recipe for broker {broker!r}") from None
+    if not info.self_hosted:
+        raise NodeConfError(f"no render recipe for broker {broker!r}")
+    return dict(info.ports)
 
 
 @dataclass(frozen=True)
@@ -139,16 +122,12 @@ def is_loopback(addresses: tuple[str, ...] | list[str]) -> bool:
 
 def standard_ports(broker: str, nodes: int) -> dict[str, tuple[int, ...]]:
     """The broker's standard ports for ``nodes`` nodes on hosts of their own."""
-    try:
-        ports = STANDARD_PORTS[broker]
-    except KeyError:
-        raise NodeConfError(f"no render recipe for broker {broker!r}") from None
-    return {name: (port,) * nodes for name, port in ports.items()}
+    return {name: (port,) * nodes for name, port in broker_ports(broker).items()}
 
 
 def render(node: Node) -> dict[str, str]:
     """File name -> content of ``node``'s broker configuration."""
-    if node.broker not in BROKERS:
+    if node.broker not in brokers():
         raise NodeConfError(f"no render recipe for broker {node.broker!r}")
     module = importlib.import_module(f"mqlab.brokers.{node.broker}.node")
     files: dict[str, str] = module.render(node)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from mqlab.brokers import registry
 from mqlab.published.base import Block, ReferenceError, register, threads_nodes_title
 
 LOG = logging.getLogger(__name__)
@@ -21,21 +22,9 @@ SOURCE = (
     "fell behind"
 )
 FELL_BEHIND_MS = 60000.0
-# mqperf system name -> (mqlab broker, None when exact else why the mapping is approximate)
-SYSTEM_TO_BROKER: dict[str, tuple[str, str | None]] = {
-    "PostgreSQL": ("postgres", None),
-    "RabbitMQ": ("rabbitmq", None),
-    "Kafka": ("kafka", None),
-    "RedPanda": ("redpanda", None),
-    "Redis Streams": ("redis", None),
-    "SQS": ("sqs", None),
-    "MongoDB": ("mongodb", None),
-    "Pulsar": ("pulsar", None),
-    "ActiveMQ Artemis": ("artemis", None),
-    "RocketMQ": ("rocketmq", None),
-    "Event Store": ("eventstore", "Event Store 2021 vs today's EventStoreDB/KurrentDB"),
-    "NATS Streaming": ("nats", "approximate: NATS Streaming (2021) vs NATS JetStream (mqlab)"),
-}
+# mqperf system name -> (mqlab broker, None when exact else why the mapping is approximate):
+# each broker's descriptor names its mqperf system (``mqlab/brokers/<name>/__init__.py``)
+SYSTEM_TO_BROKER: dict[str, tuple[str, str | None]] = registry.mqperf_systems()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from mqlab.archive.formats import read_json
 from mqlab.brokers.nats.cluster import NatsCluster
 from mqlab.hosts import process
 from mqlab.report import markdown, plots
-from tests.integration.conftest import run_under_faults
+from tests.conftest import run_under_faults
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mqlab.archive.formats import read_json
-from tests.integration.conftest import run_under_faults
+from tests.conftest import run_under_faults
 
 pytestmark = pytest.mark.integration
 

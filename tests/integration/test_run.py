@@ -19,8 +19,8 @@ from hdrh.log import HistogramLogReader
 
 from mqlab.archive.formats import read_json
 from mqlab.archive.layout import RunInfo, list_runs
+from tests.conftest import SharedLab, ctrl_c_able, processes_mentioning
 from tests.fixtures import reference
-from tests.integration.conftest import SharedLab, ctrl_c_able, processes_mentioning
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

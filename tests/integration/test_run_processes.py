@@ -13,7 +13,7 @@ from pyroaring import BitMap64
 from mqlab.analysis.catalog import read_run_table
 from mqlab.archive import codecs, records
 from mqlab.archive.formats import read_json
-from tests.integration.conftest import SharedLab
+from tests.conftest import SharedLab
 from tests.integration.test_run import check_archive, run_scenario
 
 pytestmark = pytest.mark.integration

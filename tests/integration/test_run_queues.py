@@ -28,7 +28,7 @@ from mqlab.archive.formats import read_json
 from mqlab.archive.layout import list_runs
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.report.markdown import report_run
-from tests.integration.conftest import SharedLab
+from tests.conftest import SharedLab
 from tests.integration.test_run import check_archive, mqlab
 
 pytestmark = pytest.mark.integration

@@ -53,7 +53,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kurrentdbclient import KurrentDBClient, NewEvent, StreamState
+from kurrentdbclient import KurrentDBClient, StreamState
 from kurrentdbclient.exceptions import (
     AlreadyExistsError,
     KurrentDBClientError,
@@ -70,12 +70,21 @@ from mqlab.brokers.base import (
     Remaining,
     Sender,
 )
+from mqlab.brokers.eventstore.events import (
+    backlog,
+    checkpoint_number,
+    connection_uri,
+    new_events,
+    stream_name,
+    to_delivery,
+)
 from mqlab.brokers.held import Held
 from mqlab.errors import DriverError
 from mqlab.typed import SettingsProblem, spec
 
 LOG = logging.getLogger(__name__)
-EVENT_TYPE = "mqlab"  # every message is one event of this type
+
+
 HOLD_FRACTION = 0.5  # an event held longer than this part of message_timeout_s is nacked
 READER_JOIN_S = 10.0  # how long close() waits for the reader thread to end
 ADMIN_TIMEOUT_S = 30.0  # setup, teardown and remaining() calls
@@ -152,59 +161,6 @@ class EventStoreSettings:
                 f"({self.max_checkpoint_count})",
                 "make min_checkpoint_count at most max_checkpoint_count",
             )
-
-
-def stream_name(queue: str) -> str:
-    """The stream of ``queue``; names starting with ``$`` are the server's own, so those
-    (and an empty name) get a prefix."""
-    return queue if queue and not queue.startswith("$") else f"q_{queue}"
-
-
-def connection_uri(endpoints: Any, queue: str) -> str:
-    """kurrentdbclient's connection string: every node as a gossip seed, the leader
-    preferred (the default), no TLS (the lab's servers run Insecure)."""
-    if not endpoints.nodes:
-        raise DriverError("eventstore: the endpoints name no node")
-    hosts = ",".join(f"{n.host}:{n.port}" for n in endpoints.nodes)
-    return f"kurrentdb://{hosts}?Tls=false&ConnectionName=mqlab-{queue}"
-
-
-def new_events(batch: Sequence[bytes]) -> list[NewEvent]:
-    """One event per message, each with its own id (NewEvent draws a uuid4)."""
-    return [
-        NewEvent(type=EVENT_TYPE, data=bytes(m), content_type="application/octet-stream")
-        for m in batch
-    ]
-
-
-def to_delivery(event: Any) -> Delivery:
-    """A delivery of the group; the ack id names it, the server's retry count says whether
-    it was delivered before."""
-    return Delivery(bytes(event.data), event.ack_id, bool(event.retry_count))
-
-
-def checkpoint_number(text: str) -> int:
-    """The group's last checkpointed event number as GetInfo reports it for a stream
-    subscription: its number as text, or ``""`` (or ``-1``) before the first checkpoint,
-    which is returned as -1 (no event processed)."""
-    text = text.strip()
-    if not text:
-        return -1
-    try:
-        number = int(text)
-    except ValueError:
-        raise DriverError(f"eventstore: unexpected checkpoint position {text!r}") from None
-    if number < -1:
-        raise DriverError(f"eventstore: unexpected checkpoint position {text!r}")
-    return number
-
-
-def backlog(last_event: int | None, checkpoint: int) -> int:
-    """Events after the checkpoint: ``last_event`` is the stream's last event number
-    (``None``: no stream yet, nothing appended)."""
-    if last_event is None:
-        return 0
-    return max(0, last_event - checkpoint)
 
 
 def _connect(driver: EventStoreDriver) -> KurrentDBClient:

@@ -60,12 +60,11 @@ from mqlab.brokers.base import (
     Remaining,
     Sender,
 )
+from mqlab.brokers.kafka.offsets import GAP_RETRIES, OffsetTracker, mark_metadata, parse_mark
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
-GAP_RETRIES = 3  # seeks back over one gap in a partition's fetched offsets before accepting it
-MARK = "delivered="  # commit metadata: the highest offset delivered on the partition
 
 
 @dataclass(frozen=True)
@@ -89,91 +88,6 @@ class Settings:
     send_timeout_s: float = spec(30.0, min=0.1)
     assignment_timeout_s: float = spec(60.0, min=1, help="how long a new receiver waits to join")
     prefetch: int = spec(500, min=1, help="messages a receiver buffers ahead of the worker")
-
-
-def mark_metadata(offset: int) -> str:
-    return f"{MARK}{offset}"
-
-
-def parse_mark(metadata: str | None) -> int:
-    """The delivered mark in commit metadata; -1 if there is none."""
-    if metadata and metadata.startswith(MARK):
-        with contextlib.suppress(ValueError):
-            return int(metadata[len(MARK) :])
-    return -1
-
-
-class OffsetTracker:
-    """Per partition: offsets handed out in order, which are acked, what to commit, and the
-    highest offset known to be delivered (the mark that flags redeliveries)."""
-
-    def __init__(self) -> None:
-        self.outstanding: dict[int, deque[int]] = {}
-        self.acked: dict[int, set[int]] = {}
-        self.next_commit: dict[int, int] = {}  # partition -> offset to commit (exclusive)
-        self.expected: dict[int, int] = {}  # partition -> next offset to be handed out
-        self.dirty: set[int] = set()
-        self.marks: dict[int, int] = {}  # partition -> highest delivered offset; kept by forget()
-
-    def inherit(self, partition: int, mark: int) -> None:
-        """The mark an earlier owner committed (read at assignment)."""
-        self.marks[partition] = max(self.marks.get(partition, -1), mark)
-
-    def start(self, partition: int, offset: int) -> None:
-        """The partition's committed offset at assignment: where consumption starts."""
-        if offset >= 0:
-            self.next_commit[partition] = offset
-            self.expected[partition] = offset
-
-    def delivered(self, partition: int, offset: int) -> bool:
-        """Hand ``offset`` out; True if it was delivered before (at or below the mark)."""
-        self.outstanding.setdefault(partition, deque()).append(offset)
-        self.acked.setdefault(partition, set())
-        # where this consumer started (unless known from the assignment): committing it
-        # moves nothing, but carries the mark
-        self.next_commit.setdefault(partition, offset)
-        expected = self.expected.get(partition, offset)
-        if offset > expected:
-            LOG.warning(
-                "kafka: partition %d: offset %d handed out, %d expected: commits stop before "
-                "the gap (its messages come again, never skipped)",
-                partition,
-                offset,
-                expected,
-            )
-        self.expected[partition] = max(expected, offset + 1)
-        if offset <= self.marks.get(partition, -1):
-            return True
-        self.marks[partition] = offset
-        self.dirty.add(partition)
-        return False
-
-    def ack(self, partition: int, offset: int) -> None:
-        if partition not in self.outstanding:
-            return  # the partition was revoked meanwhile: the new owner gets it again
-        self.acked[partition].add(offset)
-        q, done = self.outstanding[partition], self.acked[partition]
-        moved = False
-        # only a contiguous run from the committed offset: an offset never handed out is
-        # never committed over (a message dropped between fetch and delivery is not lost)
-        while q and q[0] in done and q[0] == self.next_commit[partition]:
-            done.discard(q[0])
-            self.next_commit[partition] = q.popleft() + 1
-            moved = True
-        if moved:
-            self.dirty.add(partition)
-
-    def to_commit(self) -> dict[int, tuple[int, int]]:
-        """What to commit since the last call: partition -> (next offset to read, mark)."""
-        out = {p: (self.next_commit[p], self.marks.get(p, -1)) for p in self.dirty}
-        self.dirty.clear()
-        return out
-
-    def forget(self, partitions: Sequence[int]) -> None:
-        for p in partitions:
-            for table in (self.outstanding, self.acked, self.next_commit, self.expected):
-                table.pop(p, None)
-            self.dirty.discard(p)
 
 
 def _bootstrap(endpoints: Any) -> str:

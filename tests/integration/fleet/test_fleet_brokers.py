@@ -20,7 +20,7 @@ from mqlab.hosts import process
 from mqlab.labs import netns
 from mqlab.labs.placement import hosts_of
 from mqlab.run import execute as run_mod
-from tests.integration.conftest import processes_mentioning
+from tests.conftest import processes_mentioning
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
@@ -109,7 +109,7 @@ def test_short_run_across_hosts(
     ]
     assert not left, left
     # nothing listens on the broker hosts any more (RabbitMQ's epmd included)
-    std = nodeconf.STANDARD_PORTS[manifest["broker"]["name"]]
+    std = nodeconf.broker_ports(manifest["broker"]["name"])
     listening = [
         (a, port) for a in brokers_at for port in std.values() if process.port_open(a, port)
     ]

@@ -33,7 +33,7 @@ from mqlab.errors import FleetError
 from mqlab.labs import bundle, netns, placement
 from mqlab.labs.placement import TEST_SKEW_ENV
 from mqlab.run import execute as run_mod
-from tests.integration.conftest import ctrl_c_able, processes_mentioning
+from tests.conftest import ctrl_c_able, processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = ROOT / "scenarios" / "lab" / "quickstart-netns.toml"

@@ -24,7 +24,7 @@ from mqlab.labs import netns
 from mqlab.labs.placement import TEST_SKEW_ENV, hosts_of
 from mqlab.report import plots
 from mqlab.run import execute as run_mod
-from tests.integration.conftest import processes_mentioning
+from tests.conftest import processes_mentioning
 
 pytestmark = [pytest.mark.integration]
 

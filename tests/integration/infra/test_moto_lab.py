@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from mqlab.cli.infra import infra
 from mqlab.labs.aws import inventory, lifecycle
 from mqlab.labs.aws.labs import LabDir, all_labs
-from tests.integration.conftest import ctrl_c_able
+from tests.conftest import ctrl_c_able
 
 from .conftest import REPO
 

@@ -41,7 +41,7 @@ def parse(path: Path) -> str:
 
 
 def test_every_self_hosted_broker_has_an_image_module_and_no_other() -> None:
-    assert [p.stem for p in BROKER_FILES] == self_hosted_brokers() == sorted(nodeconf.BROKERS)
+    assert [p.stem for p in BROKER_FILES] == self_hosted_brokers() == nodeconf.brokers()
     names = {str(p) for p in NIX_FILES}
     assert {"flake.nix", "images/base.nix", "images/client.nix"} <= names
 
@@ -61,7 +61,7 @@ def test_broker_module_names_its_broker_and_opens_its_ports(path: Path) -> None:
     m = re.search(r"\bports = \[ ((?:\(\d+\) )*)\];", text)
     assert m, f"{path}: no ports list"
     ports = sorted(int(p) for p in re.findall(r"\((\d+)\)", m.group(1)))
-    assert ports == sorted(nodeconf.STANDARD_PORTS[path.stem].values())
+    assert ports == sorted(nodeconf.broker_ports(path.stem).values())
     # durability settings baked into the image (mongodb also states its member count)
     settings = re.search(r"\bsettings = \{ ([^{}]*) \};", text)
     assert settings and "=" in settings.group(1), f"{path}: no settings"

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from mqlab.cli.data import compare, query, report
 from spark.summarize import summarize_runs
-from tests.integration.conftest import SharedLab
+from tests.conftest import SharedLab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]

@@ -20,7 +20,7 @@ from bench.clients import (
     window_count,
 )
 from mqlab.archive.codecs import COUNT_FIELDS, CountsRow
-from mqlab.brokers.postgres.driver import claim_sql, insert_sql
+from mqlab.brokers.postgres.database import claim_sql, insert_sql
 
 REDIS_CSV = (
     '"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'

@@ -1,0 +1,121 @@
+"""Kafka only, on the local stand-in (tansu): redeliveries are flagged from the delivered marks.
+
+Kafka has no redelivery flag; the driver commits, per partition, the highest offset it
+delivered (commit metadata) and keeps its own marks of partitions it owned before. These
+tests move partitions between two receivers by rebalancing and check the flags.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from mqlab import envelope
+from mqlab.brokers.base import Delivery
+from mqlab.brokers.kafka.driver import KafkaDriver, _bootstrap
+from tests.brokers.conftest import driver_on
+from tests.brokers.test_contract import _messages
+from tests.conftest import SharedLab
+
+pytestmark = pytest.mark.integration
+N = 12
+
+
+@pytest.fixture
+def driver(shared_lab: SharedLab) -> Iterator[KafkaDriver]:
+    with driver_on(shared_lab, "kafka", "marks") as d:
+        yield d
+
+
+def keeps_commit_metadata(driver: KafkaDriver) -> bool:
+    """Whether the broker returns the metadata of a commit (tansu 0.6 drops it)."""
+    c = Consumer(
+        {"bootstrap.servers": _bootstrap(driver.endpoints), "group.id": f"probe-{uuid.uuid4()}"}
+    )
+    try:
+        tp = TopicPartition(driver.topic, 0, 0, metadata="probe")
+        c.commit(offsets=[tp], asynchronous=False)
+        return bool(c.committed([TopicPartition(driver.topic, 0)], timeout=10)[0].metadata)
+    finally:
+        c.close()
+
+
+def _take(receivers: list[Any], seqs: set[int], timeout_s: float = 30) -> list[list[Delivery]]:
+    """Receive (without acking) from all receivers until ``seqs`` all came; per receiver."""
+    got: list[list[Delivery]] = [[] for _ in receivers]
+    deadline = time.monotonic() + timeout_s
+    seen: set[int] = set()
+    while not seqs <= seen and time.monotonic() < deadline:
+        for i, r in enumerate(receivers):
+            batch = r.receive(10, 0.1)
+            got[i] += batch
+            seen |= {_seq(d) for d in batch}
+    assert seqs <= seen, f"missing {sorted(seqs - seen)}"
+    return got
+
+
+def _seq(d: Delivery) -> int:
+    return envelope.decode(d.payload)[1]
+
+
+def _spread(driver: KafkaDriver, messages: list[bytes]) -> None:
+    """Produce round-robin over all partitions, so both receivers get messages."""
+    p = Producer({"bootstrap.servers": _bootstrap(driver.endpoints), "acks": "all"})
+    partitions = driver.settings.partitions
+    for i, m in enumerate(messages):
+        p.produce(driver.topic, m, partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def test_redeliveries_after_a_rebalance_are_flagged(driver: KafkaDriver) -> None:
+    metadata_kept = keeps_commit_metadata(driver)
+    _spread(driver, _messages(N))
+    a = driver.receiver()
+    b: Any = None
+    try:
+        (first,) = _take([a], set(range(N)))
+        assert not any(d.redelivered for d in first)
+
+        b = driver.receiver()  # the group rebalances: a gets half of its partitions back
+        again_a, again_b = _take([a, b], set(range(N)))
+        assert again_a and again_b, "a receiver got no partition with messages"
+        # a delivered these before: its own marks flag them
+        assert all(d.redelivered for d in again_a)
+        # a handed these over with its marks in the commit metadata: flagged where the
+        # broker keeps commit metadata (real Kafka), not on tansu
+        assert [d.redelivered for d in again_b] == [metadata_kept] * len(again_b)
+
+        b.close()  # dies without acking: a gets b's partitions back, and knows them
+        b = None
+        back = {_seq(d) for d in again_b}
+        (returned,) = _take([a], back)
+        assert all(d.redelivered for d in returned if _seq(d) in back)
+    finally:
+        for r in (b, a):
+            if r is not None:
+                r.close()
+
+
+def test_a_prefetched_message_is_handed_out_at_once(driver: KafkaDriver) -> None:
+    """The helper thread prefetches; a receive must not then wait for the helper's own
+    poll to end (it used to hold the consumer for up to 50 ms per poll)."""
+    s, r = driver.sender(), driver.receiver()
+    took: list[float] = []
+    try:
+        for seq in range(10):
+            s.send(_messages(seq + 1)[seq:])
+            time.sleep(0.3)  # fetched and buffered by the helper meanwhile
+            start = time.monotonic()
+            got = r.receive(10, 5)
+            took.append(time.monotonic() - start)
+            assert [_seq(d) for d in got] == [seq]
+            r.ack(got)
+    finally:
+        s.close()
+        r.close()
+    assert max(took) < 0.03, [round(t, 4) for t in took]
