@@ -107,7 +107,7 @@ def run_under_faults(
     in this process; the run's result."""
     import json
 
-    from mqlab.run import execute as run_mod
+    from mqlab.run import workers as run_mod
 
     def table(d: dict[str, Any]) -> str:
         return "".join(f"{k} = {json.dumps(v)}\n" for k, v in d.items())

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mqlab.archive.formats import read_json
-from mqlab.run import execute as run_mod
+from mqlab.run import workers as run_mod
 from mqlab.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

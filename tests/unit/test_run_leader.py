@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mqlab.errors import ClusterError
-from mqlab.run import execute as run
+from mqlab.run import workers as run
 
 
 class Electing:

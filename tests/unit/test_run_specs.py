@@ -17,7 +17,7 @@ import pytest
 from mqlab.errors import FleetError
 from mqlab.hosts.host import LocalHost, Result
 from mqlab.labs.placement import Placement
-from mqlab.run import execute as run_mod
+from mqlab.run import workers as run_mod
 from mqlab.scenario import Scenario, load_scenario
 from mqlab.workload.spec import WorkerSpec, queue_names
 from mqlab.workload.worker import Worker

@@ -11,7 +11,7 @@ from typing import Any
 from mqlab import envelope
 from mqlab.archive import records
 from mqlab.brokers.base import Remaining
-from mqlab.run import execute as run_mod
+from mqlab.run import workers as run_mod
 
 
 class Answers:

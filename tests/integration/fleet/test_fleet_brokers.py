@@ -19,7 +19,7 @@ from mqlab.brokers.postgres.cluster import PostgresCluster
 from mqlab.hosts import process
 from mqlab.labs import netns
 from mqlab.labs.placement import hosts_of
-from mqlab.run import execute as run_mod
+from mqlab.run import workers as run_mod
 from tests.integration.conftest import processes_mentioning
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

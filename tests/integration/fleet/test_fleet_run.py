@@ -32,7 +32,7 @@ from mqlab.archive.layout import list_runs
 from mqlab.errors import FleetError
 from mqlab.labs import bundle, netns, placement
 from mqlab.labs.placement import TEST_SKEW_ENV
-from mqlab.run import execute as run_mod
+from mqlab.run import workers as run_mod
 from tests.integration.conftest import ctrl_c_able, processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -23,7 +23,7 @@ from mqlab.hosts.host import Host
 from mqlab.labs import netns
 from mqlab.labs.placement import TEST_SKEW_ENV, hosts_of
 from mqlab.report import plots
-from mqlab.run import execute as run_mod
+from mqlab.run import workers as run_mod
 from tests.integration.conftest import processes_mentioning
 
 pytestmark = [pytest.mark.integration]

@@ -309,7 +309,7 @@ def test_every_host_that_fails_is_named_in_one_line(lab: dict[str, FakeHost]) ->
 def test_a_run_logs_each_heal_and_fails_naming_the_routes_a_heal_left(
     lab: dict[str, FakeHost],
 ) -> None:
-    from mqlab.run import execute as run_mod
+    from mqlab.run import workers as run_mod
 
     manifest: dict[str, list[dict[str, object]]] = {"faults": []}
     healed, stuck = cut(lab), cut(lab, "clients_from_leader", 2)
