@@ -4,8 +4,10 @@ loopback, or absolute paths); a lab's hosts are named as its inventory names the
 
 The ``clock`` section has the shapes of :mod:`mqlab.hosts.clocks` (``local_section`` on
 one host, ``unmeasured_section`` until the coordinator replaces it with
-``clock_section`` for a run on several hosts); the ``lab`` section says where the run
-ran and what the lab costs an hour (the coordinator passes it; default: this machine).
+``clock_section`` for a run on several hosts), and the coordinator passes it, as it
+passes the ``lab`` section (where the run ran and what the lab costs an hour; default:
+this machine) and the flake's revisions: this module imports nothing of mqlab but its
+archive format.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from mqlab.archive.formats import FORMAT_VERSION
-from mqlab.hosts.clocks import local_section, unmeasured_section
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
+NO_FLAKE = {"flake_rev": None, "nixpkgs_rev": None}
 CORE_LIBRARIES = ("mqlab", "hdrhistogram", "pyroaring", "numpy", "click")
 
 
@@ -50,17 +52,6 @@ def git_info() -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"git_commit": commit, "git_dirty": bool(status) if status is not None else None}
-
-
-def flake_info() -> dict[str, Any]:
-    try:
-        from mqlab.provenance import flake_provenance  # written with the Nix flake
-    except ImportError:
-        return {
-            "flake_rev": os.environ.get("MQLAB_FLAKE_REV"),
-            "nixpkgs_rev": os.environ.get("MQLAB_NIXPKGS_REV"),
-        }
-    return dict(flake_provenance())
 
 
 def _read(path: str) -> str | None:
@@ -95,16 +86,6 @@ def host_info() -> dict[str, Any]:
     }
 
 
-def clock_info(target: str, budget_ms: float | None = None) -> dict[str, Any]:
-    """The clocks behind the latency figures, as far as this process knows them: on the
-    local target every worker and broker reads one kernel clock (no offset, bound 0);
-    elsewhere nothing is claimed until the coordinator measures the hosts' offsets and
-    replaces this section with :func:`mqlab.hosts.clocks.clock_section`."""
-    if target == "local":
-        return local_section("local", budget_ms)
-    return unmeasured_section(budget_ms)
-
-
 def local_lab() -> dict[str, Any]:
     """The ``lab`` section of a run on this machine: no price."""
     return {
@@ -120,10 +101,14 @@ def base_manifest(
     scenario: Any,
     driver_libraries: tuple[str, ...],
     lab: dict[str, Any] | None = None,
+    clock: dict[str, Any] | None = None,
+    flake: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """The manifest as a run starts. ``lab``: ``{"kind": "local"|"netns"|"ssh"|"aws",
     "name", "price_per_hour_usd": float | None, "hosts": {name: {"role", "address"}}}``
-    (default :func:`local_lab`)."""
+    (default :func:`local_lab`); ``clock``: the ``clock`` section the coordinator knows
+    as the run starts (``mqlab.run.clocks.clock_info``); ``flake``: which Nix flake
+    build runs (``mqlab.provenance.flake_provenance``; default: none)."""
     libs = {name: _version(name) for name in (*CORE_LIBRARIES, *driver_libraries)}
     return {
         "format_version": FORMAT_VERSION,
@@ -133,7 +118,7 @@ def base_manifest(
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
         "ended_at": None,
         "measure": {"start_ms": None, "warmup_end_ms": None, "end_ms": None},
-        "mqlab": {"version": _version("mqlab"), **git_info(), **flake_info()},
+        "mqlab": {"version": _version("mqlab"), **git_info(), **(flake or NO_FLAKE)},
         "python": {
             "version": platform.python_version(),
             "implementation": platform.python_implementation(),
@@ -160,7 +145,7 @@ def base_manifest(
         "queues": scenario.workload.queues,
         "queue_names": None,
         "host": host_info(),
-        "clock": clock_info(scenario.cluster.target, scenario.cluster.clock_budget_ms),
+        "clock": dict(clock) if clock is not None else {},
         "lab": dict(lab) if lab is not None else local_lab(),
         "workers": [],
         "faults": [],

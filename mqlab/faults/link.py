@@ -22,14 +22,17 @@ The manifest records which way was taken (``via``) and the device.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shlex
+import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mqlab.analysis import faults
 from mqlab.errors import FleetError, MqlabError
+from mqlab.faults.target import Target, now_ms, on_own_hosts
 from mqlab.hosts.host import Attached, Host
 
 IMPAIR_SCRIPT = Path(__file__).with_name("impair.py")
@@ -182,3 +185,45 @@ class LinkFault:
                 f"({res.err.strip()}); remove it by hand: python3 {self._script} --remove-only"
             )
         return counts
+
+
+def apply(f: Any, target: Target) -> None:
+    """Slow down node ``f.node``'s outbound link; healed later (:func:`heal`)."""
+    at_ms = now_ms()
+    on_own_hosts(target, "netem")
+    hosts = target.cluster.hosts
+    peer = hosts[(f.node + 1) % len(hosts)].address if len(hosts) > 1 else hosts[0].address
+    link = LinkFault(
+        hosts[f.node], f.node, peer, f.delay_ms or 0.0, f.jitter_ms or 0.0, f.loss_pct or 0.0
+    )
+    key = len(target.log)
+    entry = {**dataclasses.asdict(f), "at_ms": at_ms}
+    target.log.append(entry)
+    target.cuts[key] = link  # before the link is touched: whatever happens next, it is healed
+    target.phase(f"fault: {link.label} for {f.duration_s:g} s")
+    began = time.monotonic()
+    try:
+        link.apply()
+    except MqlabError as e:
+        entry["error"] = str(e)
+        raise
+    finally:
+        entry.update(via=link.via, dev=link.dev)
+    entry["at_ms"] = now_ms()  # in effect from now, for duration_s
+    target.pending.append((f.at_s + (time.monotonic() - began) + f.duration_s, "heal", key))
+
+
+def heal(link: LinkFault, key: int, target: Target) -> None:
+    target.phase(f"fault: healing the link of node {link.node}")
+    entry: dict[str, Any] = {"action": "netem_end", "node": link.node}
+    try:
+        counts = link.heal()
+    except MqlabError as e:
+        entry["error"] = str(e)
+        raise
+    finally:
+        del target.cuts[key]
+        entry["at_ms"] = now_ms()
+        target.log.append(entry)
+    if counts:
+        entry["impairer"] = counts

@@ -1,4 +1,4 @@
-"""The worker processes a run starts (mqlab/run/execute.py ``client_processes``, ``worker_specs``):
+"""The worker processes a run starts (mqlab/run/workers.py ``client_processes``, ``worker_specs``):
 how many per client node, their ids, sender ids and seeds, the receivers' clock
 corrections by sender id. Expected values are written out by hand or computed here from
 the documented scheme, not with the code under test."""

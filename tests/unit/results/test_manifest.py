@@ -20,6 +20,8 @@ import numpy
 import pytest
 
 from mqlab.archive import manifest
+from mqlab.provenance import flake_provenance
+from mqlab.run.clocks import clock_info
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -135,10 +137,14 @@ def test_flake_revisions_come_from_the_wrappers_environment(
 ) -> None:
     monkeypatch.setenv("MQLAB_FLAKE_REV", "abc123")
     monkeypatch.setenv("MQLAB_NIXPKGS_REV", "")
-    assert manifest.flake_info() == {"flake_rev": "abc123", "nixpkgs_rev": None}
+    m = manifest.base_manifest("r", scenario(), (), flake=flake_provenance())
+    assert {k: m["mqlab"][k] for k in ("flake_rev", "nixpkgs_rev")} == {
+        "flake_rev": "abc123",
+        "nixpkgs_rev": None,
+    }
     monkeypatch.delenv("MQLAB_FLAKE_REV")
     monkeypatch.delenv("MQLAB_NIXPKGS_REV")
-    m = manifest.base_manifest("r", scenario(), ())
+    m = manifest.base_manifest("r", scenario(), (), flake=flake_provenance())
     assert m["mqlab"]["flake_rev"] is None and m["mqlab"]["nixpkgs_rev"] is None
 
 
@@ -181,7 +187,7 @@ def test_host_facts_of_this_machine() -> None:
 
 
 def test_clock_and_lab_sections() -> None:
-    local = manifest.base_manifest("r", scenario("local", 5), ())
+    local = manifest.base_manifest("r", scenario("local", 5), (), clock=clock_info("local", 5))
     zero = {"offset_ms": 0.0, "bound_ms": 0.0, "rtt_ms": 0.0}
     assert local["clock"] == {
         "method": "one host",
@@ -199,7 +205,7 @@ def test_clock_and_lab_sections() -> None:
         "hosts": {"local": {"role": "all", "address": "127.0.0.1"}},
     }
     lab = {"kind": "aws", "name": "eu-3x", "price_per_hour_usd": 1.53, "hosts": {}}
-    remote = manifest.base_manifest("r", scenario("aws"), (), lab=lab)
+    remote = manifest.base_manifest("r", scenario("aws"), (), lab=lab, clock=clock_info("aws"))
     assert remote["clock"] == {
         "method": "not measured",
         "wall_clock": "time.time_ns",
