@@ -9,7 +9,7 @@ Two ways, chosen per host when the fault starts:
 
 - ``tc netem``, the kernel's network emulator (``tc qdisc replace dev DEV root netem
   delay … loss …``), on hosts whose kernel has it (EC2, most distributions);
-- mqlab's NFQUEUE impairer (:mod:`mqlab.faults.impair`) where the kernel has no
+- mqlab's NFQUEUE impairer (:mod:`mqlab.faults.impairer`) where the kernel has no
   ``sch_netem`` (this project's CI machine): a standalone Python script shipped to the
   host, which queues the device's outbound packets to itself with an iptables rule and
   drops or releases them on the same schedule. Userspace: it adds a little CPU and
@@ -35,7 +35,7 @@ from mqlab.errors import FleetError, MqlabError
 from mqlab.faults.target import Target, now_ms, on_own_hosts
 from mqlab.hosts.host import Attached, Host
 
-IMPAIR_SCRIPT = Path(__file__).with_name("impair.py")
+IMPAIR_SCRIPT = Path(__file__).with_name("impairer") / "netlink.py"
 VIA_TC = "tc netem"
 VIA_NFQUEUE = "nfqueue impairer"
 QUEUE_NUM = 213  # the NFQUEUE number of mqlab's impairer (one per host at a time)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.faults import impair
-from mqlab.faults.impair import Counts
+from mqlab.faults.impairer import netlink as impair
+from mqlab.faults.impairer.netlink import Counts
 
 ROOT = Path(__file__).resolve().parents[3]
 APT_LIST = "scripts/apt-packages.txt"
@@ -153,11 +153,21 @@ class Lines:
 
 
 class Impairer:
-    """``python -m mqlab.faults.impair`` in namespace ``ns``, its stdin held by the test."""
+    """``python -m mqlab.faults.impairer.netlink`` in namespace ``ns``, its stdin held by
+    the test."""
 
     def __init__(self, ns: str, *args: str):
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "mqlab.faults.impair", *args],
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                "-m",
+                "mqlab.faults.impairer.netlink",
+                *args,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -414,7 +424,7 @@ def test_sigkill_leaves_the_rule_packets_bypass_and_remove_only_heals(pair: Pair
 
     for _ in range(2):  # idempotent
         res = sh(
-            "ip", "netns", "exec", pair.a, sys.executable, "-m", "mqlab.faults.impair",
+            "ip", "netns", "exec", pair.a, sys.executable, "-m", "mqlab.faults.impairer.netlink",
             "--remove-only",
         )  # fmt: skip
         assert res.stdout == "" and res.stderr == ""

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from mqlab.errors import FleetError
-from mqlab.faults import impair
-from mqlab.faults.impair import Counts, Impairment, Options, RemoveOnly, Scheduler
+from mqlab.faults.impairer import netlink as impair
+from mqlab.faults.impairer.netlink import Counts, Impairment, Options, RemoveOnly, Scheduler
 
 MS = 1_000_000  # ns
 
@@ -411,7 +411,7 @@ def test_a_bad_argument_is_one_line_and_exit_2(
 def test_the_command_line_parses_back_to_its_options() -> None:
     imp = Impairment(delay_ms=50, jitter_ms=10.5, loss_pct=2)
     cmd = impair.command("eth0", 7, imp, seed=3)
-    assert cmd[:3] == ["python3", "-m", "mqlab.faults.impair"]
+    assert cmd[:3] == ["python3", "-m", "mqlab.faults.impairer.netlink"]
     assert impair.parse_args(cmd[3:]) == Options("eth0", 7, imp, 3)
     assert impair.parse_args(impair.command("veth1", 0, Impairment())[3:]) == Options(
         "veth1", 0, Impairment(), None

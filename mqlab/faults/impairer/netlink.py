@@ -22,7 +22,7 @@ the packets it held (the kernel drops them when the queue unbinds) and leaves it
 bypassed, until ``--remove-only``. The queue is bound fail-open: a full queue accepts
 packets instead of dropping them.
 
-``python -m mqlab.faults.impair --dev eth0 --queue 7 --delay-ms 50 --jitter-ms 10
+``python -m mqlab.faults.impairer.netlink --dev eth0 --queue 7 --delay-ms 50 --jitter-ms 10
 --loss-pct 2 [--seed N]`` binds the queue, adds the rule, prints ``ready`` and impairs
 until SIGTERM, SIGINT or SIGHUP, or until its stdin reaches end of file (the coordinator
 holds a pipe to it: when the coordinator goes away, the impairer ends too; so do not
@@ -712,7 +712,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
-        prog="python -m mqlab.faults.impair",
+        prog="python -m mqlab.faults.impairer.netlink",
         description="Delay, jitter and loss on this namespace's IPv4 egress on one device "
         "(NFQUEUE, in userspace). Prints 'ready', then a JSON line of counts at the end.",
     )
@@ -777,7 +777,7 @@ def command(
     python: str = "python3",
 ) -> list[str]:
     """The command line that impairs ``dev`` in the namespace it runs in."""
-    cmd = [python, "-m", "mqlab.faults.impair", "--dev", check_dev(dev)]
+    cmd = [python, "-m", "mqlab.faults.impairer.netlink", "--dev", check_dev(dev)]
     cmd += ["--queue", str(check_queue(queue))]
     cmd += ["--delay-ms", f"{impairment.delay_ms!r}", "--jitter-ms", f"{impairment.jitter_ms!r}"]
     cmd += ["--loss-pct", f"{impairment.loss_pct!r}"]
@@ -787,7 +787,7 @@ def command(
 
 
 def remove_only_command(queue: int | None = None, python: str = "python3") -> list[str]:
-    cmd = [python, "-m", "mqlab.faults.impair", "--remove-only"]
+    cmd = [python, "-m", "mqlab.faults.impairer.netlink", "--remove-only"]
     return cmd if queue is None else [*cmd, "--queue", str(check_queue(queue))]
 
 
@@ -866,7 +866,7 @@ def _drain(sock: socket.socket) -> None:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """``python -m mqlab.faults.impair ...``: exit 0 when done, 2 with one line on stderr
+    """``python -m mqlab.faults.impairer.netlink ...``: exit 0 when done, 2 with one line on stderr
     for a bad argument or an environment problem."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="impair: %(message)s")
     out = out or sys.stdout
