@@ -23,25 +23,50 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
+import os
 import shlex
+import tempfile
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mqlab.analysis import faults
+from mqlab.archive.manifest import netem_label
 from mqlab.errors import FleetError, MqlabError
-from mqlab.faults.target import Target, now_ms, on_own_hosts
+from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
 from mqlab.hosts.host import Attached, Host
 
-IMPAIR_SCRIPT = Path(__file__).with_name("impairer") / "netlink.py"
+IMPAIRER_DIR = Path(__file__).with_name("impairer")  # a program of its own (stdlib only)
+ZIP_MAIN = "import sys\nfrom impairer.main import main\nsys.exit(main())\n"
 VIA_TC = "tc netem"
 VIA_NFQUEUE = "nfqueue impairer"
+ACTIONS = ("netem",)
 QUEUE_NUM = 213  # the NFQUEUE number of mqlab's impairer (one per host at a time)
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 CMD_TIMEOUT_S = 30.0
+
+
+def impairer_zip() -> Path:
+    """The impairer as the one file shipped to a host: a zip of its folder that the
+    host's ``python3`` runs as it is (``python3 mqlab-impair.pyz --dev ...``), made once
+    per version of its sources."""
+    sources = sorted(IMPAIRER_DIR.glob("*.py"))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    out = Path(tempfile.gettempdir()) / f"mqlab-impairer-{digest}.pyz"
+    if not out.is_file():
+        tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+        with zipfile.ZipFile(tmp, "w") as z:
+            for p in sources:
+                z.write(p, f"impairer/{p.name}")
+            z.writestr(
+                "__main__.py", "import sys\nfrom impairer.main import main\nsys.exit(main())\n"
+            )
+        tmp.replace(out)
+    return out
 
 
 def netem_args(delay_ms: float, jitter_ms: float, loss_pct: float) -> list[str]:
@@ -87,7 +112,7 @@ class LinkFault:
 
     @property
     def label(self) -> str:
-        return faults.netem_label(
+        return netem_label(
             {
                 "node": self.node,
                 "delay_ms": self.delay_ms,
@@ -112,9 +137,9 @@ class LinkFault:
         self._start_impairer()
 
     def _start_impairer(self) -> None:
-        self._script = str(PurePosixPath(self.host.root) / "mqlab-impair.py")
+        self._script = str(PurePosixPath(self.host.root) / "mqlab-impair.pyz")
         self.host.mkdir(self.host.root)
-        self.host.put_file(IMPAIR_SCRIPT, self._script)
+        self.host.put_file(impairer_zip(), self._script)
         self.via = VIA_NFQUEUE
         log = f"{self._script}.log"
         self._proc = self.host.attach(self.impairer_command(), stderr=log)
@@ -185,6 +210,10 @@ class LinkFault:
                 f"({res.err.strip()}); remove it by hand: python3 {self._script} --remove-only"
             )
         return counts
+
+
+def check(f: Any, where: Where) -> None:
+    on_own_hosts(where, "netem")
 
 
 def apply(f: Any, target: Target) -> None:

@@ -40,7 +40,7 @@ from typing import Any, Protocol, TypeVar
 
 from mqlab.errors import FleetError, MqlabError
 from mqlab.faults import process
-from mqlab.faults.target import Target, now_ms, on_own_hosts
+from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
 from mqlab.hosts.host import Host
 from mqlab.scenario import LEADER_PARTITIONS, PARTITION_KINDS
 
@@ -283,6 +283,13 @@ def unhealed_message(cut: Cut, problems: Mapping[str, str]) -> str:
         f"`ip route del blackhole ADDRESS/32 proto {ROUTE_PROTO}` on its host; a netns lab: "
         "`mqlab lab down`)"
     )
+
+
+ACTIONS = ("partition",)
+
+
+def check(f: Any, where: Where) -> None:
+    on_own_hosts(where, "a partition")
 
 
 def apply(f: Any, target: Target) -> None:

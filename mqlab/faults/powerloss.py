@@ -27,7 +27,7 @@ from typing import Any
 
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.errors import ClusterError, FleetError, MqlabError
-from mqlab.faults.target import Target, now_ms
+from mqlab.faults.target import Target, Where, now_ms
 from mqlab.hosts.host import Host
 
 ACTIONS = ("power_loss", "power_loss_all")  # unsynced reboots of broker hosts
@@ -122,15 +122,19 @@ class PowerCut:
             self.cluster.restart_nodes(self.nodes)
 
 
-def apply(f: Any, target: Target) -> None:
-    """Reboot broker hosts unsynced; their nodes are started again once the hosts are
-    back (at ``restart_after_s`` at the soonest)."""
-    cluster = target.cluster
-    if not target.remote or target.lab_kind in ("local", "netns"):
+def check(f: Any, where: Where) -> None:
+    if not where.remote or where.lab_kind in ("local", "netns"):
         raise FleetError(
             f"{f.action} reboots a host's kernel: here that kernel is this machine's; "
             'run on hosts of their own (target = "ssh" or "aws")'
         )
+
+
+def apply(f: Any, target: Target) -> None:
+    """Reboot broker hosts unsynced; their nodes are started again once the hosts are
+    back (at ``restart_after_s`` at the soonest)."""
+    cluster = target.cluster
+    check(f, Where(target.remote, target.lab_kind))
     nodes = list(range(cluster.nodes)) if f.action == "power_loss_all" else [f.node]
     hosts = list({cluster.hosts[i].name: cluster.hosts[i] for i in nodes}.values())
     where = "every broker host" if f.action == "power_loss_all" else f"node {f.node}'s host"

@@ -13,7 +13,7 @@ from typing import Any
 from mqlab.brokers.base import Driver
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.errors import ClusterError, MqlabError
-from mqlab.faults.target import Target, now_ms
+from mqlab.faults.target import Target, Where, now_ms
 
 LOG = logging.getLogger(__name__)
 LEADER_WAIT_S = 30.0  # a fault aimed at the leader waits this long for one (an election)
@@ -35,6 +35,10 @@ def leader(cluster: LocalCluster, driver: Driver, what: str, wait_s: float = LEA
                 ) from None
             LOG.info("%s: no leader yet (%s); asking again", what, e)
             time.sleep(1.0)
+
+
+def check(f: Any, where: Where) -> None:
+    """A process fault strikes wherever the broker's nodes run."""
 
 
 def apply(f: Any, target: Target) -> None:

@@ -12,24 +12,48 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from mqlab.errors import MqlabError
+from mqlab.errors import FleetError, MqlabError
 from mqlab.faults import link, partitions, powerloss, process
-from mqlab.faults.target import Target
+from mqlab.faults.target import Target, Where
 
 LOG = logging.getLogger(__name__)
-# action -> how it is applied
-KINDS: dict[str, Callable[[Any, Target], None]] = {
-    **dict.fromkeys(process.ACTIONS, process.apply),
-    "partition": partitions.apply,
-    "netem": link.apply,
-    **dict.fromkeys(powerloss.ACTIONS, powerloss.apply),
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of fault: what is checked before the run, how it is applied."""
+
+    check: Callable[[Any, Where], None]
+    apply: Callable[[Any, Target], None]
+
+
+# the fault vocabulary: every ``faults[].action`` a scenario may name, by its kind
+KINDS: dict[str, Kind] = {
+    action: Kind(module.check, module.apply)
+    for module in (process, partitions, link, powerloss)
+    for action in module.ACTIONS
 }
+ACTIONS = tuple(KINDS)
+
+
+def check(faults: Sequence[Any], where: Where) -> None:
+    """Every fault of a scenario against where the run would strike, before anything
+    starts: FleetError naming the first that cannot be carried out there."""
+    for i, f in enumerate(faults):
+        kind = KINDS.get(f.action)
+        if kind is None:
+            raise FleetError(
+                f"faults[{i}].action = {f.action!r} is no fault mqlab knows "
+                f"(one of {', '.join(ACTIONS)})"
+            )
+        kind.check(f, where)
 
 
 def apply(f: Any, target: Target) -> None:
-    KINDS[f.action](f, target)
+    KINDS[f.action].apply(f, target)
 
 
 def heal(target: Target, key: int) -> None:

@@ -1,10 +1,12 @@
 """What a fault acts on (the protocol every fault kind shares).
 
-A fault kind is one module of :mod:`mqlab.faults` with ``check(fault, target)`` (before
-anything starts; :class:`mqlab.errors.FleetError` when the target cannot take it) and
-``apply(fault, target)``; what it leaves in place is a :class:`Healable` that the run
-heals later (:mod:`mqlab.faults.schedule`). What a fault cost (the unavailability it
-caused) is read back from the manifest's fault log by :mod:`mqlab.analysis.faults`.
+A fault kind is one module of :mod:`mqlab.faults` with ``ACTIONS`` (the scenario's
+``faults[].action`` values it carries out), ``check(fault, where)`` (before anything
+starts; :class:`mqlab.errors.FleetError` when the target cannot take it) and
+``apply(fault, target)``; what it leaves in place (a partition, a slowed link, a power
+cut) the run heals later with the kind's ``heal`` (:mod:`mqlab.faults.schedule`). What
+a fault cost (the unavailability it caused) is read back from the manifest's fault log
+by :mod:`mqlab.analysis.faults`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ class Healable(Protocol):
     node: int
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where a run's faults would strike, known before anything starts: hosts of their
+    own (``remote``) or not, and the lab's kind (local, netns, ssh, aws)."""
+
+    remote: bool
+    lab_kind: str
+
+
 @dataclass
 class Target:
     """What applying a fault touches: the cluster and queue 0's driver (faults aimed at
@@ -53,7 +64,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def on_own_hosts(target: Target, what: str) -> None:
+def on_own_hosts(target: Target | Where, what: str) -> None:
     """A fault between hosts needs hosts with network stacks of their own (the scenario
     check refuses it earlier; this guards the run itself)."""
     if not target.remote:

@@ -12,7 +12,7 @@ from typing import Any
 from mqlab import scenario as scenario_mod
 from mqlab.analysis.job import summarize_run
 from mqlab.archive import layout
-from mqlab.archive.manifest import base_manifest
+from mqlab.archive.manifest import Manifest, Measure, base_manifest
 from mqlab.brokers import registry
 from mqlab.labs.placement import Placement
 from mqlab.provenance import flake_provenance
@@ -33,7 +33,7 @@ def new_run_dir(results_dir: Path, s: Scenario) -> Path:
     return d
 
 
-def begin(s: Scenario, placement: Placement, run_dir: Path) -> dict[str, Any]:
+def begin(s: Scenario, placement: Placement, run_dir: Path) -> Manifest:
     """The scenario as run (``scenario.toml``) and the manifest as the run starts."""
     (run_dir / "scenario.toml").write_text(scenario_mod.to_toml(s))
     driver_cls = registry.driver_class(s.broker)
@@ -50,16 +50,16 @@ def begin(s: Scenario, placement: Placement, run_dir: Path) -> dict[str, Any]:
 def finish(ctx: RunContext, end_reason: str) -> dict[str, Any]:
     """The manifest as the run ended, the archive tidied, and the run's summary."""
     manifest = ctx.manifest
-    manifest["ended_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-    if manifest["measure"]["start_ms"] is not None:
-        manifest["measure"]["end_ms"] = int(time.time() * 1000)
+    manifest.ended_at = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+    if manifest.measure.start_ms is not None:
+        manifest.measure.end_ms = int(time.time() * 1000)
     else:  # nothing measured: an empty, still valid window
         now = int(time.time() * 1000)
-        manifest["measure"].update(start_ms=now, warmup_end_ms=now, end_ms=now)
-    manifest["workers"] = [workers.worker_status(w) for w in ctx.workers]
-    ok = end_reason == "completed" and all(x["status"] == "ok" for x in manifest["workers"])
-    manifest["status"] = "complete" if ok else "partial"
-    manifest["end_reason"] = end_reason
+        manifest.measure = Measure(start_ms=now, warmup_end_ms=now, end_ms=now)
+    manifest.workers = [workers.worker_status(w) for w in ctx.workers]
+    ok = end_reason == "completed" and all(x["status"] == "ok" for x in manifest.workers)
+    manifest.status = "complete" if ok else "partial"
+    manifest.end_reason = end_reason
     ctx.save()
     for w in ctx.workers:
         log = w.dir / "stderr.log"

@@ -9,6 +9,7 @@ from typing import Any
 
 from mqlab.archive import layout
 from mqlab.archive.formats import write_json
+from mqlab.archive.manifest import Manifest
 from mqlab.brokers.base import Driver
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.labs.placement import Placement
@@ -47,7 +48,7 @@ class RunContext:
     results_dir: Path
     placement: Placement
     observer: Observer
-    manifest: dict[str, Any]
+    manifest: Manifest
     cluster: LocalCluster | None = None
     drivers: list[Driver] = field(default_factory=list)
     workers: list[Worker] = field(default_factory=list)
@@ -62,4 +63,4 @@ class RunContext:
 
     def save(self) -> None:
         """Write the manifest as it stands."""
-        write_json(self.run_dir / layout.MANIFEST, self.manifest)
+        write_json(self.run_dir / layout.MANIFEST, self.manifest.to_json())

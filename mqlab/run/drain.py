@@ -18,6 +18,7 @@ from mqlab.brokers.base import Driver, Remaining
 from mqlab.run.context import RunContext
 from mqlab.run.workers import Worker, command, totals
 from mqlab.scenario import Scenario
+from mqlab.workload.protocol import ReceiversStop
 
 LOG = logging.getLogger(__name__)
 UNDRAINED_RETRY_S = 90.0  # how long the end-of-run count waits for a broker to answer
@@ -58,8 +59,8 @@ class Drain:
                 ended_by = "drain deadline"
             if ended_by is not None:
                 seconds = round(now - self.started, 3)
-                ctx.manifest["drain"] = {"ended_by": ended_by, "seconds": seconds}
-                command(ctx.receivers, "receivers-stop")
+                ctx.manifest.drain = {"ended_by": ended_by, "seconds": seconds}
+                command(ctx.receivers, ReceiversStop())
                 self.stop_sent = True
 
     @property

@@ -28,7 +28,7 @@ def measure(ctx: RunContext) -> str:
         placement.client_hosts,
         placement.remote,
         placement.kind,
-        ctx.manifest["faults"],
+        ctx.manifest.faults,
         ctx.observer.phase,
     )
     schedule = Schedule(ctx.scenario.faults, target)
@@ -52,9 +52,9 @@ def _broker_cpu(ctx: RunContext, cluster: LocalCluster) -> cpu.GroupRecorder | N
     hosts = cluster.hosts[: cluster.nodes]
     if cluster.attached or not cluster.procs or not all(h.is_local for h in hosts):
         where = "started by the image" if cluster.attached else "on other hosts"
-        ctx.manifest["cpu"] = {"brokers_recorded": False, "why": f"broker processes {where}"}
+        ctx.manifest.cpu = {"brokers_recorded": False, "why": f"broker processes {where}"}
         return None
-    ctx.manifest["cpu"] = {
+    ctx.manifest.cpu = {
         "brokers_recorded": True,
         "broker_cores": cpu.host_cores(),
         "broker_nodes": sorted(cluster.procs),

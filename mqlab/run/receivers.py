@@ -37,7 +37,7 @@ def where(started: list[Worker]) -> str:
 def start(ctx: RunContext) -> None:
     s = ctx.scenario
     ctx.shape = workers.client_processes(s, ctx.placement)
-    ctx.manifest["clients"]["processes"] = ctx.shape
+    ctx.manifest.clients.processes = ctx.shape
     ctx.receivers = start_role(ctx, "receiver")
     line = workers.shape_line(ctx.shape["receiver"], s.clients.receiver_threads)
     ctx.observer.phase(f"receivers: {line} on {where(ctx.receivers)}")

@@ -9,6 +9,7 @@ import time
 from mqlab.run import workers
 from mqlab.run.context import RunContext
 from mqlab.run.receivers import start_role, where
+from mqlab.workload.protocol import Go, Measure
 
 
 def start(ctx: RunContext) -> None:
@@ -18,7 +19,7 @@ def start(ctx: RunContext) -> None:
     ctx.observer.phase(f"senders: {line} on {where(ctx.senders)}")
     workers.wait_ready(ctx.senders)  # connected, about to send
     paths = sorted({w.send_path for w in ctx.senders if w.send_path})
-    ctx.manifest["clients"]["send_paths"] = paths
+    ctx.manifest.clients.send_paths = paths
 
 
 def go(ctx: RunContext) -> None:
@@ -29,10 +30,10 @@ def go(ctx: RunContext) -> None:
     # receivers are told before the senders start (nothing is received before their
     # interval begins); senders close one at their start anyway, so they are told only
     # of a warm-up's end, after it (an interval closed at once would delay their start)
-    workers.command(ctx.receivers, f"measure {warmup_end_ms}")
-    workers.command(ctx.senders, f"go {start_ms}")
+    workers.command(ctx.receivers, Measure(warmup_end_ms))
+    workers.command(ctx.senders, Go(start_ms))
     if warmup_end_ms > start_ms:
-        workers.command(ctx.senders, f"measure {warmup_end_ms}")
-    ctx.manifest["measure"]["start_ms"] = start_ms
-    ctx.manifest["measure"]["warmup_end_ms"] = warmup_end_ms
+        workers.command(ctx.senders, Measure(warmup_end_ms))
+    ctx.manifest.measure.start_ms = start_ms
+    ctx.manifest.measure.warmup_end_ms = warmup_end_ms
     ctx.save()

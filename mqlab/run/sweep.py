@@ -102,7 +102,7 @@ def run_one(
         summary = archive.finish(ctx, end_reason)
     # a run that broke a requirement of its scenario (workload.order = "strict") is
     # archived like any other; its summary's status says it failed
-    status = summary["status"] if summary.get("status") == FAILED else manifest["status"]
+    status = summary["status"] if summary.get("status") == FAILED else manifest.status
     result = RunResult(s, run_dir, status, end_reason, summary)
     observer.finished(result)
     return result

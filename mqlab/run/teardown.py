@@ -38,7 +38,7 @@ def teardown(ctx: RunContext) -> bool:
         role: {w.spec.worker_id: w.host.name for w in ctx.workers if w.spec.role == role}
         for role in ("sender", "receiver")
     }
-    ctx.manifest["clock"] = clocks.section(
+    ctx.manifest.clock = clocks.section(
         ctx.scenario, placement, ctx.before, after, by_role["sender"], by_role["receiver"]
     )
     return interrupted

@@ -23,6 +23,7 @@ from mqlab.hosts.host import Attached, Host
 from mqlab.labs.placement import Placement
 from mqlab.run.clocks import corrections
 from mqlab.scenario import Scenario
+from mqlab.workload import protocol
 from mqlab.workload.spec import WorkerSpec, processes
 
 LOG = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class Worker:
     remote_dir: PurePosixPath  # its folder on the host
     dir: Path  # its folder in the archive
     ready: bool = False
-    started: dict[str, Any] = field(default_factory=dict)
+    started: protocol.Started | None = None
     totals: dict[str, int] = field(default_factory=dict)
     exit_code: int | None = None
     fetched: str | None = None  # why the folder could not be fetched, if so
@@ -49,18 +50,15 @@ class Worker:
     def pump(self) -> None:
         """Take the events it sent since the last call."""
         for line in self.proc.take():
-            try:
-                ev = json.loads(line)
-            except ValueError:
+            ev = protocol.parse_event(line)
+            if ev is None:
                 LOG.debug("%s: %s", self.spec.worker_id, line)
-                continue
-            kind = ev.get("event")
-            if kind == "ready":
+            elif isinstance(ev, protocol.Ready):
                 self.ready = True
-                self.send_path = ev.get("send_path")
-            elif kind in ("progress", "done"):
-                self.totals = {k: int(v) for k, v in ev.get("totals", {}).items()}
-            elif kind == "started":
+                self.send_path = ev.send_path
+            elif isinstance(ev, protocol.Progress | protocol.Done):
+                self.totals = dict(ev.totals)
+            elif isinstance(ev, protocol.Started):
                 self.started = ev
 
     @property
@@ -84,8 +82,8 @@ def worker_status(w: Worker) -> dict[str, Any]:
         "address": w.host.address,
         "exit_code": w.returncode,
     }
-    if w.started.get("prefix") and not w.host.is_local:  # local runs name no local paths
-        info["interpreter_prefix"] = w.started["prefix"]
+    if w.started and w.started.prefix and not w.host.is_local:  # local runs: no local paths
+        info["interpreter_prefix"] = w.started.prefix
     if w.fetched:
         info["fetch_error"] = w.fetched
     try:
@@ -227,7 +225,8 @@ def totals(workers: list[Worker]) -> dict[str, int]:
     return out
 
 
-def command(workers: list[Worker], text: str) -> None:
+def command(workers: list[Worker], cmd: protocol.Command) -> None:
+    text = protocol.command_line(cmd)
     for w in workers:
         if not w.done:
             w.proc.send(text)
@@ -261,7 +260,7 @@ def stop_workers(workers: list[Worker], grace_s: float = STOP_GRACE_S) -> None:
     running = [w for w in workers if not w.done]
     if not running:
         return
-    command(running, "stop")
+    command(running, protocol.Stop())
     for w in running:
         w.proc.close_stdin()
     deadline = time.monotonic() + grace_s
@@ -272,7 +271,7 @@ def stop_workers(workers: list[Worker], grace_s: float = STOP_GRACE_S) -> None:
     for w in running:
         if w.done:
             continue
-        pid = w.started.get("pid")
+        pid = w.started.pid if w.started else None
         if not w.host.is_local and pid:
             with contextlib.suppress(MqlabError):
                 w.host.run(

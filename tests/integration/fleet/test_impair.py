@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.faults.impairer import netlink as impair
-from mqlab.faults.impairer.netlink import Counts
+from mqlab.faults.impairer import rules
+from mqlab.faults.impairer.delay import Counts
 
 ROOT = Path(__file__).resolve().parents[3]
 APT_LIST = "scripts/apt-packages.txt"
@@ -153,7 +153,7 @@ class Lines:
 
 
 class Impairer:
-    """``python -m mqlab.faults.impairer.netlink`` in namespace ``ns``, its stdin held by
+    """``python -m mqlab.faults.impairer`` in namespace ``ns``, its stdin held by
     the test."""
 
     def __init__(self, ns: str, *args: str):
@@ -165,7 +165,7 @@ class Impairer:
                 ns,
                 sys.executable,
                 "-m",
-                "mqlab.faults.impairer.netlink",
+                "mqlab.faults.impairer",
                 *args,
             ],
             stdin=subprocess.PIPE,
@@ -303,7 +303,7 @@ class Pair:
         return out.splitlines()
 
     def mqlab_rules(self) -> list[str]:
-        return [r for r in self.rules() if impair.COMMENT_PREFIX in r]
+        return [r for r in self.rules() if rules.COMMENT_PREFIX in r]
 
 
 def answered(rtts: list[float | None]) -> list[float]:
@@ -424,7 +424,7 @@ def test_sigkill_leaves_the_rule_packets_bypass_and_remove_only_heals(pair: Pair
 
     for _ in range(2):  # idempotent
         res = sh(
-            "ip", "netns", "exec", pair.a, sys.executable, "-m", "mqlab.faults.impairer.netlink",
+            "ip", "netns", "exec", pair.a, sys.executable, "-m", "mqlab.faults.impairer",
             "--remove-only",
         )  # fmt: skip
         assert res.stdout == "" and res.stderr == ""
