@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from mqlab.brokers.base import Driver
 from mqlab.brokers.cluster import LocalCluster
@@ -24,12 +24,6 @@ from mqlab.hosts.host import Host
 # (when, action, node) of the second halves of faults: restart_node, resume_node,
 # restart_all; heal with the key of what is in place in ``Target.cuts``
 Pending = tuple[float, str, int]
-
-
-class Healable(Protocol):
-    """A fault in place (a partition, a slowed link, a power cut) that the run heals."""
-
-    node: int
 
 
 @dataclass(frozen=True)
@@ -57,6 +51,7 @@ class Target:
     log: list[dict[str, Any]]
     phase: Callable[[str], None]
     pending: list[Pending] = field(default_factory=list)
+    # a partitions.Cut, link.LinkFault or powerloss.PowerCut, healed by its kind's heal
     cuts: dict[int, Any] = field(default_factory=dict)
 
 
