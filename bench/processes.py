@@ -9,7 +9,7 @@ node twice, the same threads in total, each time on a fresh stream:
 - reference: 1 worker process x ``--threads`` threads (``processes_per_node = 1``);
 - contender: ``--processes`` worker processes x ``--threads / --processes`` threads each.
 
-The workers are started from the specs a run makes (``mqlab.run.execute.worker_specs``: ids,
+The workers are started from the specs a run makes (``mqlab.run.workers.worker_specs``: ids,
 sender ids, seeds) and as a local run starts them (``python -m mqlab.workload.worker``);
 all start on one ``go``. Each process's rate is its confirmed messages over its whole
 one-second intervals within the measured window; a side's msgs/s is the sum over its
@@ -43,7 +43,7 @@ from mqlab.brokers.local import cluster_class
 from mqlab.errors import MqlabError
 from mqlab.hosts.host import LocalHost
 from mqlab.labs.placement import Placement
-from mqlab.run import execute as run
+from mqlab.run import workers as run
 from mqlab.scenario import PROJECT_PROFILES, Clients, Cluster, Scenario, Workload, load_profile
 
 PROFILE = "redis-async"

@@ -109,7 +109,7 @@ def run_under_faults(
     in this process; the run's result."""
     import json
 
-    from mqlab.run import execute as run_mod
+    from mqlab.run import sweep
 
     def table(d: dict[str, Any]) -> str:
         return "".join(f"{k} = {json.dumps(v)}\n" for k, v in d.items())
@@ -133,5 +133,5 @@ def run_under_faults(
     )
     path = tmp_path / f"{name}.toml"
     path.write_text(text)
-    [result] = run_mod.execute_files([path], tmp_path / "results")
+    [result] = sweep.execute_files([path], tmp_path / "results")
     return result

@@ -29,6 +29,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from mqlab.archive.manifest import netem_label
+
 RECOVERY_FACTOR = 2.0
 BASELINE_S = 10
 STEADY_S = 3
@@ -53,19 +55,6 @@ PARTITION_LABELS = {
     "clients_from_leader": "partition: clients from leader (node {node})",
     "majority_minority": "partition: node {node} in the minority",
 }
-
-
-def netem_label(f: dict[str, Any]) -> str:
-    """``netem: node 1, delay 50 ms ± 10 ms, loss 2 %`` from a manifest entry, with the way
-    it was done when the entry says (``netem (nfqueue impairer): …``)."""
-    delay, jitter, loss = (float(f.get(k) or 0) for k in ("delay_ms", "jitter_ms", "loss_pct"))
-    parts = []
-    if delay or jitter:
-        parts.append(f"delay {delay:g} ms" + (f" ± {jitter:g} ms" if jitter else ""))
-    if loss:
-        parts.append(f"loss {loss:g} %")
-    via = f" ({f['via']})" if f.get("via") else ""
-    return f"netem{via}: node {f.get('node')}, " + ", ".join(parts)
 
 
 def _window(

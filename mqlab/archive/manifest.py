@@ -4,25 +4,43 @@ loopback, or absolute paths); a lab's hosts are named as its inventory names the
 
 The ``clock`` section has the shapes of :mod:`mqlab.hosts.clocks` (``local_section`` on
 one host, ``unmeasured_section`` until the coordinator replaces it with
-``clock_section`` for a run on several hosts); the ``lab`` section says where the run
-ran and what the lab costs an hour (the coordinator passes it; default: this machine).
+``clock_section`` for a run on several hosts), and the coordinator passes it, as it
+passes the ``lab`` section (where the run ran and what the lab costs an hour; default:
+this machine) and the flake's revisions: this module imports nothing of mqlab but its
+archive format.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import importlib.metadata as md
 import os
 import platform
 import subprocess
 import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mqlab.archive.formats import FORMAT_VERSION
-from mqlab.hosts.clocks import local_section, unmeasured_section
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
+# the fault log (``faults``): the actions a scenario's faults name, as each entry records
+# them; the entries that end one say "restart_node", "resume_node", "heal", "netem_end"
+FAULT_ACTIONS = (
+    "kill_node",
+    "kill_leader",
+    "restart_node",
+    "pause_node",
+    "crash_all",
+    "partition",
+    "netem",
+    "power_loss",
+    "power_loss_all",
+)
+END_ACTIONS = ("restart_node", "resume_node", "heal", "netem_end")
+NO_FLAKE = {"flake_rev": None, "nixpkgs_rev": None}
 CORE_LIBRARIES = ("mqlab", "hdrhistogram", "pyroaring", "numpy", "click")
 
 
@@ -50,17 +68,6 @@ def git_info() -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"git_commit": commit, "git_dirty": bool(status) if status is not None else None}
-
-
-def flake_info() -> dict[str, Any]:
-    try:
-        from mqlab.provenance import flake_provenance  # written with the Nix flake
-    except ImportError:
-        return {
-            "flake_rev": os.environ.get("MQLAB_FLAKE_REV"),
-            "nixpkgs_rev": os.environ.get("MQLAB_NIXPKGS_REV"),
-        }
-    return dict(flake_provenance())
 
 
 def _read(path: str) -> str | None:
@@ -95,16 +102,6 @@ def host_info() -> dict[str, Any]:
     }
 
 
-def clock_info(target: str, budget_ms: float | None = None) -> dict[str, Any]:
-    """The clocks behind the latency figures, as far as this process knows them: on the
-    local target every worker and broker reads one kernel clock (no offset, bound 0);
-    elsewhere nothing is claimed until the coordinator measures the hosts' offsets and
-    replaces this section with :func:`mqlab.hosts.clocks.clock_section`."""
-    if target == "local":
-        return local_section("local", budget_ms)
-    return unmeasured_section(budget_ms)
-
-
 def local_lab() -> dict[str, Any]:
     """The ``lab`` section of a run on this machine: no price."""
     return {
@@ -115,54 +112,157 @@ def local_lab() -> dict[str, Any]:
     }
 
 
+def netem_label(f: dict[str, Any]) -> str:
+    """``netem: node 1, delay 50 ms ± 10 ms, loss 2 %`` from a manifest entry, with the way
+    it was done when the entry says (``netem (nfqueue impairer): …``)."""
+    delay, jitter, loss = (float(f.get(k) or 0) for k in ("delay_ms", "jitter_ms", "loss_pct"))
+    parts = []
+    if delay or jitter:
+        parts.append(f"delay {delay:g} ms" + (f" ± {jitter:g} ms" if jitter else ""))
+    if loss:
+        parts.append(f"loss {loss:g} %")
+    via = f" ({f['via']})" if f.get("via") else ""
+    return f"netem{via}: node {f.get('node')}, " + ", ".join(parts)
+
+
+class _Unset(enum.Enum):
+    """A section's field not known yet: left out of the JSON (readers tell "not recorded"
+    from ``null``, e.g. ``broker.stand_in`` in archives from before it was recorded)."""
+
+    NOT_SET = 0
+
+
+NOT_SET = _Unset.NOT_SET
+
+
+def _present(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not NOT_SET}
+
+
+@dataclass
+class Measure:
+    """The measured window, wall clock ms: senders' start, warm-up's end, the end."""
+
+    start_ms: int | None = None
+    warmup_end_ms: int | None = None
+    end_ms: int | None = None
+
+
+@dataclass
+class Broker:
+    name: str
+    profile: str
+    server_versions: list[Any] = field(default_factory=list)
+    stand_in: str | None | _Unset = NOT_SET  # what served instead of the real system
+
+
+@dataclass
+class Cluster:
+    target: str
+    nodes: int
+    reused: bool = False
+    # [{"index", "host", "address", "port"}] once the cluster is up
+    nodes_at: list[dict[str, Any]] | _Unset = NOT_SET
+    brokers_started_by: str | _Unset = NOT_SET  # "image" | "mqlab"
+    coordinator_reach: str | _Unset = NOT_SET  # "ssh tunnel" | "direct"
+
+
+@dataclass
+class Clients:
+    # as the scenario says (None: each node's cores)
+    processes_per_node: int | None
+    # {"sender": [per node], "receiver": [per node]} as run, set once resolved
+    processes: dict[str, list[int]] | None = None
+    send_paths: list[str] | _Unset = NOT_SET  # how the senders send, once they are ready
+
+
+@dataclass
+class Manifest:
+    """What produced a run, as a typed record; :meth:`to_json` is ``manifest.json``."""
+
+    run_id: str
+    started_at: str
+    mqlab: dict[str, Any]
+    python: dict[str, Any]
+    libraries: dict[str, str | None]
+    broker: Broker
+    cluster: Cluster
+    clients: Clients
+    queues: int  # workload.queues: the run's queues (topics, streams)
+    host: dict[str, Any]
+    clock: dict[str, Any]
+    lab: dict[str, Any]
+    status: str = "partial"  # "complete" | "partial"
+    end_reason: str = "running"
+    ended_at: str | None = None
+    measure: Measure = field(default_factory=Measure)
+    queue_names: list[str] | None = None  # their names once created
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    # the fault log: one entry a fault applied or ended (action, node, at_ms, ...)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    drain: dict[str, Any] | None = None  # {"ended_by", "seconds"}
+    # {"brokers_recorded": bool, ...} once the measured run starts
+    cpu: dict[str, Any] | _Unset = NOT_SET
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return _present(
+            {
+                "format_version": self.format_version,
+                "run_id": self.run_id,
+                "status": self.status,
+                "end_reason": self.end_reason,
+                "started_at": self.started_at,
+                "ended_at": self.ended_at,
+                "measure": asdict(self.measure),
+                "mqlab": self.mqlab,
+                "python": self.python,
+                "libraries": self.libraries,
+                "broker": _present(asdict(self.broker)),
+                "cluster": _present(asdict(self.cluster)),
+                "clients": _present(asdict(self.clients)),
+                "queues": self.queues,
+                "queue_names": self.queue_names,
+                "host": self.host,
+                "clock": self.clock,
+                "lab": self.lab,
+                "workers": self.workers,
+                "faults": self.faults,
+                "drain": self.drain,
+                "cpu": self.cpu,
+            }
+        )
+
+
 def base_manifest(
     run_id: str,
     scenario: Any,
     driver_libraries: tuple[str, ...],
     lab: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    clock: dict[str, Any] | None = None,
+    flake: dict[str, str | None] | None = None,
+) -> Manifest:
     """The manifest as a run starts. ``lab``: ``{"kind": "local"|"netns"|"ssh"|"aws",
     "name", "price_per_hour_usd": float | None, "hosts": {name: {"role", "address"}}}``
-    (default :func:`local_lab`)."""
+    (default :func:`local_lab`); ``clock``: the ``clock`` section the coordinator knows
+    as the run starts (``mqlab.run.clocks.clock_info``); ``flake``: which Nix flake
+    build runs (``mqlab.provenance.flake_provenance``; default: none)."""
     libs = {name: _version(name) for name in (*CORE_LIBRARIES, *driver_libraries)}
-    return {
-        "format_version": FORMAT_VERSION,
-        "run_id": run_id,
-        "status": "partial",
-        "end_reason": "running",
-        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-        "ended_at": None,
-        "measure": {"start_ms": None, "warmup_end_ms": None, "end_ms": None},
-        "mqlab": {"version": _version("mqlab"), **git_info(), **flake_info()},
-        "python": {
+    return Manifest(
+        run_id=run_id,
+        started_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        mqlab={"version": _version("mqlab"), **git_info(), **(flake or NO_FLAKE)},
+        python={
             "version": platform.python_version(),
             "implementation": platform.python_implementation(),
             "executable_in_venv": sys.prefix != sys.base_prefix,
         },
-        "libraries": libs,
-        "broker": {
-            "name": scenario.broker,
-            "profile": scenario.profile.name,
-            "server_versions": [],
-        },
-        "cluster": {
-            "target": scenario.cluster.target,
-            "nodes": scenario.cluster.nodes,
-            "reused": False,
-        },
-        # processes_per_node as the scenario says (None: each node's cores); processes:
-        # {"sender": [per node], "receiver": [per node]} as run, set once resolved
-        "clients": {
-            "processes_per_node": scenario.clients.processes_per_node,
-            "processes": None,
-        },
-        # workload.queues: the run's queues (topics, streams); their names once created
-        "queues": scenario.workload.queues,
-        "queue_names": None,
-        "host": host_info(),
-        "clock": clock_info(scenario.cluster.target, scenario.cluster.clock_budget_ms),
-        "lab": dict(lab) if lab is not None else local_lab(),
-        "workers": [],
-        "faults": [],
-        "drain": None,
-    }
+        libraries=libs,
+        broker=Broker(scenario.broker, scenario.profile.name),
+        cluster=Cluster(scenario.cluster.target, scenario.cluster.nodes),
+        clients=Clients(scenario.clients.processes_per_node),
+        queues=scenario.workload.queues,
+        host=host_info(),
+        clock=dict(clock) if clock is not None else {},
+        lab=dict(lab) if lab is not None else local_lab(),
+    )

@@ -93,7 +93,7 @@ class _CliObserver:
 
 
 def _observer() -> Any:
-    from mqlab.run.execute import Observer
+    from mqlab.run.context import Observer
 
     class CliObserver(Observer):
         def __init__(self) -> None:
@@ -242,7 +242,7 @@ def unknown_notes(summary: dict[str, Any], run: str) -> list[str]:
 @RESULTS_OPTION
 def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
     """Run SCENARIO files (every sweep point) and archive each run under --results."""
-    from mqlab.run.execute import execute_files
+    from mqlab.run.sweep import execute_files
     from mqlab.scenario import to_toml  # noqa: F401  (import check before any work)
 
     results = execute_files(list(scenarios), results_dir, _observer())

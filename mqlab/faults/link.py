@@ -9,7 +9,7 @@ Two ways, chosen per host when the fault starts:
 
 - ``tc netem``, the kernel's network emulator (``tc qdisc replace dev DEV root netem
   delay … loss …``), on hosts whose kernel has it (EC2, most distributions);
-- mqlab's NFQUEUE impairer (:mod:`mqlab.faults.impair`) where the kernel has no
+- mqlab's NFQUEUE impairer (:mod:`mqlab.faults.impairer`) where the kernel has no
   ``sch_netem`` (this project's CI machine): a standalone Python script shipped to the
   host, which queues the device's outbound packets to itself with an iptables rule and
   drops or releases them on the same schedule. Userspace: it adds a little CPU and
@@ -22,23 +22,51 @@ The manifest records which way was taken (``via``) and the device.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import json
+import os
 import shlex
+import tempfile
+import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mqlab.analysis import faults
+from mqlab.archive.manifest import netem_label
 from mqlab.errors import FleetError, MqlabError
+from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
 from mqlab.hosts.host import Attached, Host
 
-IMPAIR_SCRIPT = Path(__file__).with_name("impair.py")
+IMPAIRER_DIR = Path(__file__).with_name("impairer")  # a program of its own (stdlib only)
+ZIP_MAIN = "import sys\nfrom impairer.main import main\nsys.exit(main())\n"
 VIA_TC = "tc netem"
 VIA_NFQUEUE = "nfqueue impairer"
+ACTIONS = ("netem",)
 QUEUE_NUM = 213  # the NFQUEUE number of mqlab's impairer (one per host at a time)
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 CMD_TIMEOUT_S = 30.0
+
+
+def impairer_zip() -> Path:
+    """The impairer as the one file shipped to a host: a zip of its folder that the
+    host's ``python3`` runs as it is (``python3 mqlab-impair.pyz --dev ...``), made once
+    per version of its sources."""
+    sources = sorted(IMPAIRER_DIR.glob("*.py"))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    out = Path(tempfile.gettempdir()) / f"mqlab-impairer-{digest}.pyz"
+    if not out.is_file():
+        tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+        with zipfile.ZipFile(tmp, "w") as z:
+            for p in sources:
+                z.write(p, f"impairer/{p.name}")
+            z.writestr(
+                "__main__.py", "import sys\nfrom impairer.main import main\nsys.exit(main())\n"
+            )
+        tmp.replace(out)
+    return out
 
 
 def netem_args(delay_ms: float, jitter_ms: float, loss_pct: float) -> list[str]:
@@ -84,7 +112,7 @@ class LinkFault:
 
     @property
     def label(self) -> str:
-        return faults.netem_label(
+        return netem_label(
             {
                 "node": self.node,
                 "delay_ms": self.delay_ms,
@@ -109,9 +137,9 @@ class LinkFault:
         self._start_impairer()
 
     def _start_impairer(self) -> None:
-        self._script = str(PurePosixPath(self.host.root) / "mqlab-impair.py")
+        self._script = str(PurePosixPath(self.host.root) / "mqlab-impair.pyz")
         self.host.mkdir(self.host.root)
-        self.host.put_file(IMPAIR_SCRIPT, self._script)
+        self.host.put_file(impairer_zip(), self._script)
         self.via = VIA_NFQUEUE
         log = f"{self._script}.log"
         self._proc = self.host.attach(self.impairer_command(), stderr=log)
@@ -182,3 +210,49 @@ class LinkFault:
                 f"({res.err.strip()}); remove it by hand: python3 {self._script} --remove-only"
             )
         return counts
+
+
+def check(f: Any, where: Where) -> None:
+    on_own_hosts(where, "netem")
+
+
+def apply(f: Any, target: Target) -> None:
+    """Slow down node ``f.node``'s outbound link; healed later (:func:`heal`)."""
+    at_ms = now_ms()
+    on_own_hosts(target, "netem")
+    hosts = target.cluster.hosts
+    peer = hosts[(f.node + 1) % len(hosts)].address if len(hosts) > 1 else hosts[0].address
+    link = LinkFault(
+        hosts[f.node], f.node, peer, f.delay_ms or 0.0, f.jitter_ms or 0.0, f.loss_pct or 0.0
+    )
+    key = len(target.log)
+    entry = {**dataclasses.asdict(f), "at_ms": at_ms}
+    target.log.append(entry)
+    target.cuts[key] = link  # before the link is touched: whatever happens next, it is healed
+    target.phase(f"fault: {link.label} for {f.duration_s:g} s")
+    began = time.monotonic()
+    try:
+        link.apply()
+    except MqlabError as e:
+        entry["error"] = str(e)
+        raise
+    finally:
+        entry.update(via=link.via, dev=link.dev)
+    entry["at_ms"] = now_ms()  # in effect from now, for duration_s
+    target.pending.append((f.at_s + (time.monotonic() - began) + f.duration_s, "heal", key))
+
+
+def heal(link: LinkFault, key: int, target: Target) -> None:
+    target.phase(f"fault: healing the link of node {link.node}")
+    entry: dict[str, Any] = {"action": "netem_end", "node": link.node}
+    try:
+        counts = link.heal()
+    except MqlabError as e:
+        entry["error"] = str(e)
+        raise
+    finally:
+        del target.cuts[key]
+        entry["at_ms"] = now_ms()
+        target.log.append(entry)
+    if counts:
+        entry["impairer"] = counts

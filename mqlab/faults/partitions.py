@@ -29,17 +29,20 @@ connection) counts as added, and its routes are deleted if they are there.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import shlex
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from mqlab.errors import FleetError
+from mqlab.errors import FleetError, MqlabError
+from mqlab.faults import process
+from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
 from mqlab.hosts.host import Host
-from mqlab.scenario import PARTITION_KINDS
+from mqlab.scenario import LEADER_PARTITIONS, PARTITION_KINDS
 
 ROUTE_PROTO = 213  # the tag on mqlab's blackhole routes (`ip route ... proto 213`)
 CMD_TIMEOUT_S = 30.0
@@ -280,3 +283,59 @@ def unhealed_message(cut: Cut, problems: Mapping[str, str]) -> str:
         f"`ip route del blackhole ADDRESS/32 proto {ROUTE_PROTO}` on its host; a netns lab: "
         "`mqlab lab down`)"
     )
+
+
+ACTIONS = ("partition",)
+
+
+def check(f: Any, where: Where) -> None:
+    on_own_hosts(where, "a partition")
+
+
+def apply(f: Any, target: Target) -> None:
+    """Cut hosts apart with blackhole routes; healed later (:func:`heal`)."""
+    cluster = target.cluster
+    node = f.node
+    if f.partition in LEADER_PARTITIONS:
+        node = process.leader(cluster, target.driver, f"partition {f.partition}")
+    at_ms = now_ms()
+    on_own_hosts(target, "a partition")
+    clients = target.client_hosts()
+    routes = plan(f.partition, cluster.hosts, clients, node)
+    hosts = {h.name: h for h in [*cluster.hosts, *clients]}
+    cut = Cut(f.partition, node, routes, hosts)
+    key = len(target.log)
+    entry = {
+        **dataclasses.asdict(f),
+        "node": node,
+        "at_ms": at_ms,
+        "routes": [[r.host, r.address] for r in routes],
+    }
+    target.log.append(entry)
+    target.cuts[key] = cut  # before a route is added: whatever happens next, it is healed
+    target.phase(f"fault: {cut.label} for {f.duration_s:g} s ({len(routes)} blackhole routes)")
+    try:
+        cut.apply()
+    except MqlabError as e:
+        entry["error"] = str(e)
+        raise
+    target.pending.append((f.at_s + f.duration_s, "heal", key))
+
+
+def heal(cut: Cut, key: int, target: Target) -> None:
+    """Remove the routes of the partition at fault log entry ``key``; FleetError naming
+    what is left if any is."""
+    target.phase(f"fault: healing the {cut.label}")
+    problems = cut.heal()
+    del target.cuts[key]  # only now: interrupted half-way, the rest is healed on the way out
+    entry: dict[str, Any] = {
+        "action": "heal",
+        "partition": cut.kind,
+        "node": cut.node,
+        "at_ms": now_ms(),
+    }
+    target.log.append(entry)
+    if cut.in_place:
+        entry["error"] = unhealed_message(cut, problems)
+        entry["routes_left"] = [[r.host, r.address] for r in sorted(cut.in_place)]
+        raise FleetError(entry["error"])

@@ -18,13 +18,19 @@ manages (on ``aws`` the images' systemd units start them at boot).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
-from mqlab.errors import FleetError, MqlabError
+from mqlab.brokers.cluster import LocalCluster
+from mqlab.errors import ClusterError, FleetError, MqlabError
+from mqlab.faults.target import Target, Where, now_ms
 from mqlab.hosts.host import Host
 
+ACTIONS = ("power_loss", "power_loss_all")  # unsynced reboots of broker hosts
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # SysRq enabled for the call, then ``b``: reboot now, no sync, no unmount
 REBOOT_NOW = "echo 1 > /proc/sys/kernel/sysrq; echo b > /proc/sysrq-trigger"
@@ -89,3 +95,67 @@ def wait_back(
                 "look at the instance's console, then `mqlab lab down` or `mqlab infra down`"
             )
         sleep(poll_s)
+
+
+@dataclass
+class PowerCut:
+    """Broker hosts rebooted unsynced; healed once they are back and their nodes run."""
+
+    cluster: LocalCluster
+    nodes: list[int]
+    hosts: list[Host]
+    boot_ids: dict[str, str]
+
+    @property
+    def node(self) -> int:
+        return self.nodes[0]
+
+    def heal(self) -> None:
+        wait_back(self.hosts, self.boot_ids)
+        if self.cluster.attached:  # the images' units start the brokers at boot
+            deadline = time.monotonic() + BACK_TIMEOUT_S
+            while not all(self.cluster.alive()[i] for i in self.nodes):
+                if time.monotonic() > deadline:
+                    raise ClusterError("power_loss: the brokers did not start again after boot")
+                time.sleep(2.0)
+        else:
+            self.cluster.restart_nodes(self.nodes)
+
+
+def check(f: Any, where: Where) -> None:
+    if not where.remote or where.lab_kind in ("local", "netns"):
+        raise FleetError(
+            f"{f.action} reboots a host's kernel: here that kernel is this machine's; "
+            'run on hosts of their own (target = "ssh" or "aws")'
+        )
+
+
+def apply(f: Any, target: Target) -> None:
+    """Reboot broker hosts unsynced; their nodes are started again once the hosts are
+    back (at ``restart_after_s`` at the soonest)."""
+    cluster = target.cluster
+    check(f, Where(target.remote, target.lab_kind))
+    nodes = list(range(cluster.nodes)) if f.action == "power_loss_all" else [f.node]
+    hosts = list({cluster.hosts[i].name: cluster.hosts[i] for i in nodes}.values())
+    where = "every broker host" if f.action == "power_loss_all" else f"node {f.node}'s host"
+    target.phase(f"fault: power loss on {where} (unsynced reboot)")
+    at_ms = now_ms()
+    boot_ids = cut_power(hosts)
+    entry = {**dataclasses.asdict(f), "node": nodes[0], "at_ms": at_ms, "boot_ids": boot_ids}
+    if f.action == "power_loss_all":
+        entry["nodes"] = cluster.nodes
+    key = len(target.log)
+    target.log.append(entry)
+    target.cuts[key] = PowerCut(cluster, nodes, hosts, boot_ids)
+    target.pending.append((f.at_s + (f.restart_after_s or 0.0), "heal", key))
+
+
+def heal(cut: PowerCut, key: int, target: Target) -> None:
+    target.phase("fault: waiting for the hosts to come back, then starting their nodes")
+    try:
+        cut.heal()
+    finally:
+        del target.cuts[key]
+    at_ms = now_ms()
+    for i in cut.nodes:
+        target.log.append({"action": "restart_node", "node": i, "at_ms": at_ms})

@@ -4,18 +4,15 @@
 on remote hosts (from the shipped bundle); the coordinator attaches to its stdin and
 stdout through ``mqlab.hosts.host`` in both cases.
 
-Commands (stdin, one per line): ``go`` is the common start of every sender (sent once
-all workers are ready); ``receivers-stop`` ends the receivers' drain; ``stop`` ends the
-worker now, gracefully. EOF on stdin (the coordinator died, or the SSH connection was
-lost) stops it too, as do SIGINT/SIGTERM/SIGHUP. Events (stdout, JSON lines):
-``started`` (pid, interpreter prefix), ``ready`` (senders: ``send_path``), ``progress``
-(totals, twice a second), ``done``. Whatever happens, the worker writes what it
-recorded, ``worker.json`` last.
+Commands on stdin, events on stdout, as :mod:`mqlab.workload.protocol` defines them
+(``go``, ``measure``, ``receivers-stop``, ``stop``; ``started``, ``ready``,
+``progress``, ``done``). EOF on stdin (the coordinator died, or the SSH connection was
+lost) stops it too, as do SIGINT/SIGTERM/SIGHUP. Whatever happens, the worker writes
+what it recorded, ``worker.json`` last.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -31,6 +28,7 @@ from mqlab.archive.records import WorkerRecord, write_delivery, write_sent, writ
 from mqlab.brokers import registry
 from mqlab.brokers.base import Driver, Endpoints
 from mqlab.scenario import Workload
+from mqlab.workload import protocol
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats, now_ms
 from mqlab.workload.spec import WorkerSpec, queue_of
 from mqlab.workload.threads import run_receiver, run_sender, run_sender_lanes
@@ -177,11 +175,11 @@ class Worker:
         self.go.set()
 
     # -- main -----------------------------------------------------------------
-    def _emit(self, event: str, **fields: Any) -> None:
+    def _emit(self, event: protocol.Event) -> None:
         """One JSON line to the coordinator; a closed pipe (coordinator gone) stops us."""
         try:
             with self._out_lock:
-                self._out.write(json.dumps({"event": event, **fields}) + "\n")
+                self._out.write(protocol.event_line(event) + "\n")
                 self._out.flush()
         except (OSError, ValueError):
             self.interrupted = True
@@ -190,17 +188,15 @@ class Worker:
     def _commands(self) -> None:
         """Read the coordinator's commands from stdin; EOF (it or the SSH link is gone) stops."""
         for line in self._in:
-            cmd = line.split()
-            if not cmd:
-                continue
-            if cmd[0] == "go":
+            cmd = protocol.parse_command(line)
+            if isinstance(cmd, protocol.Go):
                 self.commands.add("go")
-            elif cmd[0] == "measure" and len(cmd) == 2 and cmd[1].isdigit():
-                self.measure_ms = int(cmd[1])
+            elif isinstance(cmd, protocol.Measure):
+                self.measure_ms = cmd.at_ms
                 self.measure_told.set()
-            elif cmd[0] == "receivers-stop":
+            elif isinstance(cmd, protocol.ReceiversStop):
                 self.commands.add("receivers-stop")
-            elif cmd[0] == "stop":
+            elif isinstance(cmd, protocol.Stop):
                 break
         self.commands.add("stop")
 
@@ -214,7 +210,7 @@ class Worker:
         except threading.BrokenBarrierError:
             self.errors.append("threads did not connect within 60 s")
             self.stop.set()
-        self._emit("ready", **({"send_path": self.send_path} if self.send_path else {}))
+        self._emit(protocol.Ready(self.send_path or None))
         ticker = threading.Thread(target=self._ticker, name="ticker", daemon=True)
         ticker.start()
         deadline = time.monotonic() + self.workload.max_run_s
@@ -232,14 +228,14 @@ class Worker:
                 break
             if time.monotonic() >= next_progress:
                 next_progress += 0.5
-                self._emit("progress", totals=dict(self.recorder.totals))
+                self._emit(protocol.Progress(dict(self.recorder.totals)))
             self.stop.wait(0.002 if not self.go.is_set() and spec.role == "sender" else 0.05)
         self.stop.set()
         for t in threads:
             t.join(timeout=30)
         ticker.join(timeout=5)
         code = self.finish()
-        self._emit("done", exit_code=code, totals=dict(self.recorder.totals))
+        self._emit(protocol.Done(code, dict(self.recorder.totals)))
         return code
 
     def finish(self) -> int:
@@ -287,18 +283,8 @@ def main(argv: list[str]) -> int:
     )
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write into the event stream
-    print(
-        json.dumps(
-            {
-                "event": "started",
-                "pid": os.getpid(),
-                "prefix": sys.prefix,
-                "mqlab": str(Path(__file__).resolve().parent.parent),
-            }
-        ),
-        file=out,
-        flush=True,
-    )
+    started = protocol.Started(os.getpid(), sys.prefix, str(Path(__file__).resolve().parent.parent))
+    print(protocol.event_line(started), file=out, flush=True)
     spec = WorkerSpec.read(Path(argv[1]))
     worker = Worker(spec, sys.stdin, out)
 

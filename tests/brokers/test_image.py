@@ -351,7 +351,8 @@ def test_the_run_attaches_to_an_aws_lab_with_the_attach_class(
     """run.ClusterPool on a placement whose images run the brokers: the attach class,
     attached, through the placement's tunnels; closing the pool leaves the nodes alone."""
     from mqlab.labs.placement import Placement
-    from mqlab.run.execute import ClusterPool, Observer
+    from mqlab.run.context import Observer
+    from mqlab.run.pool import ClusterPool
     from mqlab.scenario import load_scenario
 
     monkeypatch.setenv("MQLAB_STATE_DIR", str(tmp_path / "state"))

@@ -25,7 +25,7 @@ from mqlab.brokers.nats.cluster import NatsCluster
 from mqlab.labs import netns
 from mqlab.labs.aws.labs import spec_from_scenarios
 from mqlab.labs.placement import hosts_of
-from mqlab.run import execute as run_mod
+from mqlab.run import sweep
 from mqlab.scenario import load_scenario
 from tests.conftest import processes_mentioning
 from tests.integration.fleet.awslab import record_live_lab
@@ -66,7 +66,7 @@ def test_quickstart_aws_runs_on_the_live_lab(
     aws_lab: tuple[str, NatsCluster], tmp_path: Path
 ) -> None:
     lab_id, image_cluster = aws_lab
-    [result] = run_mod.execute_files([SCENARIO], tmp_path / "results")
+    [result] = sweep.execute_files([SCENARIO], tmp_path / "results")
     assert result.status == "complete", result.end_reason
     manifest = read_json(result.run_dir / "manifest.json")
     summary = read_json(result.run_dir / "summary.json")
@@ -94,6 +94,6 @@ def test_a_lab_built_for_another_broker_is_refused(
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"broker": "redis", "version": "7"}))
     monkeypatch.setattr(base, "IMAGE_INFO", str(other))
-    [result] = run_mod.execute_files([SCENARIO], tmp_path / "results")
+    [result] = sweep.execute_files([SCENARIO], tmp_path / "results")
     assert result.status != "complete"
     assert "broker-0: its image runs 'redis', not nats" in result.end_reason, result.end_reason

@@ -35,7 +35,7 @@ from mqlab.hosts.process import ProcessRecord
 from mqlab.labs import netns
 from mqlab.labs.aws.labs import spec_from_scenarios
 from mqlab.labs.placement import hosts_of
-from mqlab.run import execute as run_mod
+from mqlab.run import sweep
 from mqlab.scenario import load_scenario
 from tests.conftest import processes_mentioning
 from tests.integration.fleet.awslab import record_live_lab
@@ -106,7 +106,7 @@ def kafka_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kafka
 
 @pytest.mark.timeout(300)
 def test_kafka_short_aws_attaches_to_the_image_server(kafka_lab: KafkaLab, tmp_path: Path) -> None:
-    [result] = run_mod.execute_files([kafka_lab.scenario], tmp_path / "results")
+    [result] = sweep.execute_files([kafka_lab.scenario], tmp_path / "results")
     assert result.status == "complete", result.end_reason
     manifest = read_json(result.run_dir / "manifest.json")
     summary = read_json(result.run_dir / "summary.json")
@@ -167,7 +167,7 @@ def test_a_lab_built_for_another_broker_is_refused(
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"broker": "redpanda", "version": "24"}))
     monkeypatch.setattr(base, "IMAGE_INFO", str(other))
-    [result] = run_mod.execute_files([kafka_lab.scenario], tmp_path / "results")
+    [result] = sweep.execute_files([kafka_lab.scenario], tmp_path / "results")
     assert result.status != "complete"
     assert "broker-0: its image runs 'redpanda', not kafka" in result.end_reason, result.end_reason
 
@@ -180,7 +180,7 @@ def test_a_process_fault_on_the_image_nodes_is_refused(kafka_lab: KafkaLab, tmp_
     scenario.write_text(
         scenario.read_text() + '\n[[faults]]\nat_s = 2\naction = "kill_node"\nnode = 0\n'
     )
-    [result] = run_mod.execute_files([scenario], tmp_path / "results")
+    [result] = sweep.execute_files([scenario], tmp_path / "results")
     assert result.status != "complete"
     assert "kill_node: the lab's images run the kafka nodes, not mqlab" in result.end_reason, (
         result.end_reason

@@ -19,7 +19,7 @@ from mqlab.brokers.postgres.cluster import PostgresCluster
 from mqlab.hosts import process
 from mqlab.labs import netns
 from mqlab.labs.placement import hosts_of
-from mqlab.run import execute as run_mod
+from mqlab.run import sweep
 from tests.conftest import processes_mentioning
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -74,7 +74,7 @@ def test_short_run_across_hosts(
     inv = netns.find(name)
     assert inv is not None
     addresses = {h.name: h.private_ip for h in inv.inventory.hosts}
-    [result] = run_mod.execute_files([_scenario(tmp_path, source, name)], tmp_path / "results")
+    [result] = sweep.execute_files([_scenario(tmp_path, source, name)], tmp_path / "results")
     assert result.status == "complete", result.end_reason
     manifest = read_json(result.run_dir / "manifest.json")
     summary = read_json(result.run_dir / "summary.json")

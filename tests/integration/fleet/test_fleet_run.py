@@ -32,7 +32,8 @@ from mqlab.archive.layout import list_runs
 from mqlab.errors import FleetError
 from mqlab.labs import bundle, netns, placement
 from mqlab.labs.placement import TEST_SKEW_ENV
-from mqlab.run import execute as run_mod
+from mqlab.run import sweep
+from mqlab.run.context import Observer, RunResult
 from tests.conftest import ctrl_c_able, processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,7 +49,7 @@ pytestmark = [
 
 
 # -- helpers ----------------------------------------------------------------------------------
-class Phases(run_mod.Observer):
+class Phases(Observer):
     """Records what the run says it does."""
 
     def __init__(self) -> None:
@@ -154,8 +155,8 @@ def check_clock(manifest: dict[str, Any], offsets_ms: dict[str, float]) -> dict[
     return clock
 
 
-def run_files(path: Path, results: Path, observer: Phases | None = None) -> run_mod.RunResult:
-    [result] = run_mod.execute_files([path], results, observer)
+def run_files(path: Path, results: Path, observer: Phases | None = None) -> RunResult:
+    [result] = sweep.execute_files([path], results, observer)
     return result
 
 
@@ -439,7 +440,7 @@ def test_ctrl_c_mid_run_leaves_a_partial_archive_with_the_workers_and_nothing_ru
 def test_a_skewed_sender_clock_is_measured_and_corrected_out_of_the_latencies(
     tmp_path: Path, module_lab: netns.Lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def one_run(skew_ms: int) -> tuple[run_mod.RunResult, dict[str, Any]]:
+    def one_run(skew_ms: int) -> tuple[RunResult, dict[str, Any]]:
         if skew_ms:
             monkeypatch.setenv(TEST_SKEW_ENV, f"sender-0={skew_ms}")
         else:
@@ -470,7 +471,7 @@ def test_a_skewed_sender_clock_is_measured_and_corrected_out_of_the_latencies(
     check_clock(skewed_manifest, {"sender-0": 50.0})
 
     # the skew was real in the workers: sender-0 stamped the common start ~50 ms "late"
-    def go_lag_ms(result: run_mod.RunResult, manifest: dict[str, Any]) -> int:
+    def go_lag_ms(result: RunResult, manifest: dict[str, Any]) -> int:
         sender = read_json(result.run_dir / "workers" / "sender-00" / "worker.json")
         return int(sender["go_ms"]) - int(manifest["measure"]["start_ms"])
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.faults import impair
-from mqlab.faults.impair import Counts
+from mqlab.faults.impairer import rules
+from mqlab.faults.impairer.delay import Counts
 
 ROOT = Path(__file__).resolve().parents[3]
 APT_LIST = "scripts/apt-packages.txt"
@@ -153,11 +153,21 @@ class Lines:
 
 
 class Impairer:
-    """``python -m mqlab.faults.impair`` in namespace ``ns``, its stdin held by the test."""
+    """``python -m mqlab.faults.impairer`` in namespace ``ns``, its stdin held by
+    the test."""
 
     def __init__(self, ns: str, *args: str):
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "mqlab.faults.impair", *args],
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                "-m",
+                "mqlab.faults.impairer",
+                *args,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -293,7 +303,7 @@ class Pair:
         return out.splitlines()
 
     def mqlab_rules(self) -> list[str]:
-        return [r for r in self.rules() if impair.COMMENT_PREFIX in r]
+        return [r for r in self.rules() if rules.COMMENT_PREFIX in r]
 
 
 def answered(rtts: list[float | None]) -> list[float]:
@@ -414,7 +424,7 @@ def test_sigkill_leaves_the_rule_packets_bypass_and_remove_only_heals(pair: Pair
 
     for _ in range(2):  # idempotent
         res = sh(
-            "ip", "netns", "exec", pair.a, sys.executable, "-m", "mqlab.faults.impair",
+            "ip", "netns", "exec", pair.a, sys.executable, "-m", "mqlab.faults.impairer",
             "--remove-only",
         )  # fmt: skip
         assert res.stdout == "" and res.stderr == ""

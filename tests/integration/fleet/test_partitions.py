@@ -23,7 +23,8 @@ from mqlab.hosts.host import Host
 from mqlab.labs import netns
 from mqlab.labs.placement import TEST_SKEW_ENV, hosts_of
 from mqlab.report import plots
-from mqlab.run import execute as run_mod
+from mqlab.run import sweep
+from mqlab.run.context import Observer, RunResult
 from tests.conftest import processes_mentioning
 
 pytestmark = [pytest.mark.integration]
@@ -83,7 +84,7 @@ def both_ways(*pairs: tuple[str, str]) -> set[tuple[str, str]]:
     return {p for a, b in pairs for p in ((a, b), (b, a))}
 
 
-class Phases(run_mod.Observer):
+class Phases(Observer):
     """Records what the run says; ``fail_with`` is raised at the first progress report
     after the partition is in place (after checking that its routes are there)."""
 
@@ -219,7 +220,7 @@ def test_a_cut_blocks_exactly_its_pairs_both_ways_and_heal_restores_them(
 
 
 # -- runs through a partition -------------------------------------------------------------------
-def check_run(result: run_mod.RunResult, kind: str) -> list[dict[str, Any]]:
+def check_run(result: RunResult, kind: str) -> list[dict[str, Any]]:
     manifest = read_json(result.run_dir / "manifest.json")
     assert result.status == "complete", result.end_reason
     d = result.summary["delivery"]
@@ -244,7 +245,7 @@ def test_nats_r3_runs_through_node_0_cut_from_the_other_brokers(
     lab: netns.Lab, tmp_path: Path
 ) -> None:
     phases = Phases(lab.name)
-    [result] = run_mod.execute_files(
+    [result] = sweep.execute_files(
         [scenario(tmp_path, lab.name, "node_from_brokers")], tmp_path / "results", phases
     )
     faults = check_run(result, "node_from_brokers")
@@ -269,7 +270,7 @@ def test_nats_r3_runs_through_node_0_cut_from_the_other_brokers(
 def test_nats_r3_runs_through_the_clients_cut_from_the_stream_leader(
     lab: netns.Lab, tmp_path: Path
 ) -> None:
-    [result] = run_mod.execute_files(
+    [result] = sweep.execute_files(
         [scenario(tmp_path, lab.name, "clients_from_leader")], tmp_path / "results"
     )
     faults = check_run(result, "clients_from_leader")
@@ -299,10 +300,10 @@ def test_a_run_that_stops_mid_partition_heals_it_on_the_way_out(
     path = scenario(tmp_path, lab.name, "majority_minority", duration=30, cut_s=60)
     if failure == "crash":  # a bug in mqlab: the run's archive is kept, the error raised
         with pytest.raises(RuntimeError, match="bug"):
-            run_mod.execute_files([path], tmp_path / "results", phases)
+            sweep.execute_files([path], tmp_path / "results", phases)
         [run_dir] = [d for d in (tmp_path / "results").iterdir() if (d / "manifest.json").is_file()]
     else:
-        [result] = run_mod.execute_files([path], tmp_path / "results", phases)
+        [result] = sweep.execute_files([path], tmp_path / "results", phases)
         assert result.end_reason == "interrupted" and result.status == "partial"
         run_dir = result.run_dir
     # the routes were there when the run stopped, and are gone now
@@ -375,7 +376,7 @@ def test_a_slow_link_on_the_postgres_primary_slows_every_commit_by_its_delay(
 
     path = tmp_path / "netem.toml"
     path.write_text(NETEM.format(lab=lab.name))
-    [result] = run_mod.execute_files([path], tmp_path / "results", Phases(lab.name))
+    [result] = sweep.execute_files([path], tmp_path / "results", Phases(lab.name))
     assert result.status == "complete", result.end_reason
     d = result.summary["delivery"]
     assert d["confirmed"] > 0 and d["lost"] == 0 and d["undrained"] == 0, d

@@ -20,8 +20,15 @@ import numpy
 import pytest
 
 from mqlab.archive import manifest
+from mqlab.provenance import flake_provenance
+from mqlab.run.clocks import clock_info
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def new(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The manifest as a run starts, as ``manifest.json`` has it."""
+    return manifest.base_manifest(*args, **kwargs).to_json()
 
 
 def scenario(target: str = "local", budget_ms: float | None = None) -> Any:
@@ -36,7 +43,7 @@ def scenario(target: str = "local", budget_ms: float | None = None) -> Any:
 
 def test_a_new_manifest_says_the_run_is_running() -> None:
     before = dt.datetime.now(dt.UTC)
-    m = manifest.base_manifest("r-1", scenario(), ("nats-py", "no-such-dist-xyz"))
+    m = new("r-1", scenario(), ("nats-py", "no-such-dist-xyz"))
     after = dt.datetime.now(dt.UTC)
     assert list(m) == [
         "format_version",
@@ -81,7 +88,7 @@ def test_a_new_manifest_says_the_run_is_running() -> None:
 
 
 def test_libraries_and_versions() -> None:
-    m = manifest.base_manifest("r", scenario(), ("nats-py", "no-such-dist-xyz"))
+    m = new("r", scenario(), ("nats-py", "no-such-dist-xyz"))
     libs = m["libraries"]
     assert list(libs) == [
         "mqlab",
@@ -135,10 +142,14 @@ def test_flake_revisions_come_from_the_wrappers_environment(
 ) -> None:
     monkeypatch.setenv("MQLAB_FLAKE_REV", "abc123")
     monkeypatch.setenv("MQLAB_NIXPKGS_REV", "")
-    assert manifest.flake_info() == {"flake_rev": "abc123", "nixpkgs_rev": None}
+    m = new("r", scenario(), (), flake=flake_provenance())
+    assert {k: m["mqlab"][k] for k in ("flake_rev", "nixpkgs_rev")} == {
+        "flake_rev": "abc123",
+        "nixpkgs_rev": None,
+    }
     monkeypatch.delenv("MQLAB_FLAKE_REV")
     monkeypatch.delenv("MQLAB_NIXPKGS_REV")
-    m = manifest.base_manifest("r", scenario(), ())
+    m = new("r", scenario(), (), flake=flake_provenance())
     assert m["mqlab"]["flake_rev"] is None and m["mqlab"]["nixpkgs_rev"] is None
 
 
@@ -181,7 +192,7 @@ def test_host_facts_of_this_machine() -> None:
 
 
 def test_clock_and_lab_sections() -> None:
-    local = manifest.base_manifest("r", scenario("local", 5), ())
+    local = new("r", scenario("local", 5), (), clock=clock_info("local", 5))
     zero = {"offset_ms": 0.0, "bound_ms": 0.0, "rtt_ms": 0.0}
     assert local["clock"] == {
         "method": "one host",
@@ -199,7 +210,7 @@ def test_clock_and_lab_sections() -> None:
         "hosts": {"local": {"role": "all", "address": "127.0.0.1"}},
     }
     lab = {"kind": "aws", "name": "eu-3x", "price_per_hour_usd": 1.53, "hosts": {}}
-    remote = manifest.base_manifest("r", scenario("aws"), (), lab=lab)
+    remote = new("r", scenario("aws"), (), lab=lab, clock=clock_info("aws"))
     assert remote["clock"] == {
         "method": "not measured",
         "wall_clock": "time.time_ns",
@@ -219,10 +230,19 @@ def test_clock_and_lab_sections() -> None:
 
 
 def test_nothing_machine_private_in_a_local_manifest() -> None:
-    text = json.dumps(manifest.base_manifest("r", scenario(), ("nats-py",)))
+    text = json.dumps(new("r", scenario(), ("nats-py",)))
     host = os.uname().nodename
     assert f'"{host}"' not in text and f" {host}" not in text
     assert str(Path.home()) + "/" not in text and str(ROOT) not in text
     user = os.environ.get("USER") or os.environ.get("LOGNAME")
     if user and user != "root":
         assert f'"{user}"' not in text
+
+
+def test_a_field_not_known_yet_is_left_out_and_a_known_none_is_kept() -> None:
+    m = manifest.base_manifest("r", scenario(), ())
+    assert "stand_in" not in m.to_json()["broker"] and "cpu" not in m.to_json()
+    assert "nodes_at" not in m.to_json()["cluster"]
+    m.broker.stand_in = None  # an attached cluster: no stand-in, and said so
+    m.cpu = {"brokers_recorded": False, "why": "broker processes on other hosts"}
+    assert m.to_json()["broker"]["stand_in"] is None and m.to_json()["cpu"]["why"]

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from mqlab import cli
 from mqlab.analysis.job import summarize_run
 from mqlab.analysis.tables import order_problem
-from mqlab.run.execute import RunResult
+from mqlab.run.context import RunResult
 from tests.fixtures.synthetic import SyntheticSpec, write_synthetic_run
 from tests.unit.results.conftest import summarize_locally
 
@@ -99,7 +99,7 @@ def test_mqlab_run_exits_non_zero_for_a_failed_run_and_names_why(
     def execute_files(*_a: Any, **_k: Any) -> list[RunResult]:
         return [result]
 
-    monkeypatch.setattr("mqlab.run.execute.execute_files", execute_files)
+    monkeypatch.setattr("mqlab.run.sweep.execute_files", execute_files)
     res = CliRunner().invoke(cli.main, ["run", "--results", str(tmp_path), "x.toml"])
     assert res.exit_code == 1, res.output
     assert "failed: reordered 6 messages under a strict order requirement." in res.output

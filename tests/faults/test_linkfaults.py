@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from mqlab.analysis import faults
+from mqlab.archive.manifest import netem_label
 from mqlab.errors import FleetError
 from mqlab.faults import link as linkfaults
 from mqlab.faults.link import VIA_NFQUEUE, VIA_TC, LinkFault
@@ -115,11 +116,11 @@ def test_without_netem_the_impairer_is_shipped_run_and_stopped_with_its_counts()
     f = link(host)
     f.apply()
     assert f.via == VIA_NFQUEUE
-    assert host.put == [(linkfaults.IMPAIR_SCRIPT, "/tmp/mqlab-host/mqlab-impair.py")]
+    assert host.put == [(linkfaults.impairer_zip(), "/tmp/mqlab-host/mqlab-impair.pyz")]
     [cmd] = host.attached
     assert cmd == [
         "python3",
-        "/tmp/mqlab-host/mqlab-impair.py",
+        "/tmp/mqlab-host/mqlab-impair.pyz",
         "--dev",
         "eth0",
         "--queue",
@@ -133,7 +134,7 @@ def test_without_netem_the_impairer_is_shipped_run_and_stopped_with_its_counts()
     ]
     assert f.heal() == counts
     assert host.impairer.stdin_closed
-    assert host.commands[-1] == "python3 /tmp/mqlab-host/mqlab-impair.py --remove-only"
+    assert host.commands[-1] == "python3 /tmp/mqlab-host/mqlab-impair.pyz --remove-only"
 
 
 def test_an_impairer_that_does_not_start_is_a_one_line_error_and_leaves_no_rule() -> None:
@@ -147,7 +148,7 @@ def test_an_impairer_that_does_not_start_is_a_one_line_error_and_leaves_no_rule(
     )
     with pytest.raises(FleetError, match="impairer did not start .*iptables not found"):
         link(host).apply()
-    assert "python3 /tmp/mqlab-host/mqlab-impair.py --remove-only" in host.commands
+    assert "python3 /tmp/mqlab-host/mqlab-impair.pyz --remove-only" in host.commands
 
 
 def test_another_tc_error_is_reported_not_worked_around() -> None:
@@ -167,7 +168,7 @@ def test_a_rule_that_cannot_be_removed_fails_the_heal_naming_the_fix() -> None:
         {
             "ip -o route get": Result(0, ROUTE, ""),
             "tc qdisc replace": Result(2, "", NO_NETEM),
-            "python3 /tmp/mqlab-host/mqlab-impair.py --remove-only": Result(1, "", "boom"),
+            "python3 /tmp/mqlab-host/mqlab-impair.pyz --remove-only": Result(1, "", "boom"),
         },
         impairer=["ready", "{}"],
     )
@@ -179,9 +180,9 @@ def test_a_rule_that_cannot_be_removed_fails_the_heal_naming_the_fix() -> None:
 
 def test_the_label_says_what_the_link_suffers_and_how() -> None:
     entry = {"action": "netem", "node": 1, "delay_ms": 50, "jitter_ms": 10, "loss_pct": 2}
-    assert faults.netem_label(entry) == "netem: node 1, delay 50 ms ± 10 ms, loss 2 %"
+    assert netem_label(entry) == "netem: node 1, delay 50 ms ± 10 ms, loss 2 %"
     entry = {"action": "netem", "node": 0, "loss_pct": 5, "via": VIA_NFQUEUE}
-    assert faults.netem_label(entry) == "netem (nfqueue impairer): node 0, loss 5 %"
+    assert netem_label(entry) == "netem (nfqueue impairer): node 0, loss 5 %"
 
 
 def test_a_netem_window_lasts_until_its_end_on_that_node() -> None:

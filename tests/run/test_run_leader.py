@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mqlab.errors import ClusterError
-from mqlab.run import execute as run
+from mqlab.faults import process
 
 
 class Electing:
@@ -25,16 +25,16 @@ class Electing:
 
 
 def test_the_leader_is_asked_again_until_an_election_ends(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(process.time, "sleep", lambda _s: None)
     cluster = Electing(misses=3)
-    assert run._leader(cluster, None, "kill_leader", wait_s=30) == 2  # type: ignore[arg-type]
+    assert process.leader(cluster, None, "kill_leader", wait_s=30) == 2  # type: ignore[arg-type]
     assert cluster.asked == 4
 
 
 def test_no_leader_within_the_bound_is_one_line_naming_fault_and_wait() -> None:
     cluster = Electing(misses=10**6)
     with pytest.raises(ClusterError) as info:
-        run._leader(cluster, None, "partition leader_from_brokers", wait_s=0)  # type: ignore[arg-type]
+        process.leader(cluster, None, "partition leader_from_brokers", wait_s=0)  # type: ignore[arg-type]
     assert str(info.value) == (
         "partition leader_from_brokers: cannot tell the leader after 0 s "
         "(no node names a leader of quorum queue q)"

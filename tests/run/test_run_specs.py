@@ -1,4 +1,4 @@
-"""The worker processes a run starts (mqlab/run/execute.py ``client_processes``, ``worker_specs``):
+"""The worker processes a run starts (mqlab/run/workers.py ``client_processes``, ``worker_specs``):
 how many per client node, their ids, sender ids and seeds, the receivers' clock
 corrections by sender id. Expected values are written out by hand or computed here from
 the documented scheme, not with the code under test."""
@@ -17,7 +17,7 @@ import pytest
 from mqlab.errors import FleetError
 from mqlab.hosts.host import LocalHost, Result
 from mqlab.labs.placement import Placement
-from mqlab.run import execute as run_mod
+from mqlab.run import workers as run_mod
 from mqlab.scenario import Scenario, load_scenario
 from mqlab.workload.spec import WorkerSpec, queue_names
 from mqlab.workload.worker import Worker

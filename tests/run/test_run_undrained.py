@@ -1,4 +1,4 @@
-"""What the broker still held after the receivers stopped (mqlab/run/execute.py
+"""What the broker still held after the receivers stopped (mqlab/run/drain.py
 ``_check_undrained``), over one queue or several: the sum, each queue's own figures, and
 a queue the broker did not answer for. The drivers here are stand-ins that answer
 ``remaining()`` with set figures; expected values are written out by hand."""
@@ -11,7 +11,7 @@ from typing import Any
 from mqlab import envelope
 from mqlab.archive import records
 from mqlab.brokers.base import Remaining
-from mqlab.run import execute as run_mod
+from mqlab.run import drain
 
 
 class Answers:
@@ -35,7 +35,7 @@ def headers(sender: int, seqs: list[int]) -> list[bytes]:
 
 
 def check(tmp_path: Path, drivers: list[Any]) -> records.UndrainedRecord:
-    run_mod._check_undrained(drivers, tmp_path, retry_s=0)
+    drain.check_undrained(drivers, tmp_path, retry_s=0)
     return records.read_undrained(tmp_path / "undrained.json")
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from mqlab.errors import FleetError
-from mqlab.faults import impair
-from mqlab.faults.impair import Counts, Impairment, Options, RemoveOnly, Scheduler
+from mqlab.faults.impairer import common, main, netlink, nfqueue, rules
+from mqlab.faults.impairer.delay import Counts, Impairment, Scheduler
+from mqlab.faults.impairer.main import Options, RemoveOnly
 
 MS = 1_000_000  # ns
 
@@ -68,8 +69,8 @@ def test_a_verdict_is_header_nfgenmsg_and_a_verdict_attribute() -> None:
         + bytes.fromhex("00000001")  # NF_ACCEPT
         + bytes.fromhex("deadbeef")  # the packet id
     )
-    assert impair.verdict_message(7, 0xDEADBEEF, impair.NF_ACCEPT) == expected
-    drop = impair.verdict_message(65535, 1, impair.NF_DROP)
+    assert netlink.verdict_message(7, 0xDEADBEEF, netlink.NF_ACCEPT) == expected
+    drop = netlink.verdict_message(65535, 1, netlink.NF_DROP)
     assert drop[16:20] == b"\x00\x00\xff\xff" and drop[24:] == bytes.fromhex("0000000000000001")
 
 
@@ -81,7 +82,7 @@ def test_bind_is_a_config_command_for_af_inet_asking_for_an_ack() -> None:
         + bytes([1, 0])  # NFQNL_CFG_CMD_BIND, pad
         + socket.AF_INET.to_bytes(2, "big")
     )
-    assert impair.bind_request(7, 5) == expected
+    assert netlink.bind_request(7, 5) == expected
 
 
 def test_params_ask_for_metadata_only_a_long_queue_and_fail_open() -> None:
@@ -99,14 +100,14 @@ def test_params_ask_for_metadata_only_a_long_queue_and_fail_open() -> None:
     )
     body = nfgenmsg(socket.AF_UNSPEC, 12) + expected_attrs
     expected = nlmsghdr(16 + len(body), QUEUE_CONFIG, F_REQUEST | F_ACK, 6) + body
-    assert impair.params_request(12, 6, maxlen=65536) == expected
+    assert netlink.params_request(12, 6, maxlen=65536) == expected
     assert len(expected) == 56
 
 
 def test_an_odd_length_attribute_is_padded_but_its_length_is_not() -> None:
-    assert impair.pack_attr(9, b"abc") == struct.pack("=HH", 7, 9) + b"abc\0"
-    assert impair.pack_attr(9, b"") == struct.pack("=HH", 4, 9)
-    msg = impair.pack_message(0x0301, 1, 3, b"x")
+    assert netlink.pack_attr(9, b"abc") == struct.pack("=HH", 7, 9) + b"abc\0"
+    assert netlink.pack_attr(9, b"") == struct.pack("=HH", 4, 9)
+    msg = netlink.pack_message(0x0301, 1, 3, b"x")
     assert msg == nlmsghdr(17, 0x0301, 1, 3) + b"x\0\0\0"
 
 
@@ -120,33 +121,33 @@ def test_a_datagram_of_packets_and_answers_splits_into_its_messages() -> None:
         + error_message(0, 41)
         + error_message(1, 42)  # EPERM
     )
-    msgs = impair.split_messages(datagram)
+    msgs = netlink.split_messages(datagram)
     assert [m.type for m in msgs] == [QUEUE_PACKET, QUEUE_PACKET, NLMSG_ERROR, NLMSG_ERROR]
-    first = impair.parse_packet(msgs[0].payload)
-    assert first == impair.PacketHeader(queue=7, packet_id=0x01020304, hw_protocol=0x0800, hook=3)
-    assert impair.parse_packet(msgs[1].payload).packet_id == 5
-    assert impair.parse_error(msgs[2].payload) == (0, 41)
-    assert impair.parse_error(msgs[3].payload) == (1, 42)
-    attrs = impair.parse_attrs(msgs[0].payload[4:])
+    first = netlink.parse_packet(msgs[0].payload)
+    assert first == netlink.PacketHeader(queue=7, packet_id=0x01020304, hw_protocol=0x0800, hook=3)
+    assert netlink.parse_packet(msgs[1].payload).packet_id == 5
+    assert netlink.parse_error(msgs[2].payload) == (0, 41)
+    assert netlink.parse_error(msgs[3].payload) == (1, 42)
+    attrs = netlink.parse_attrs(msgs[0].payload[4:])
     assert attrs[6] == (2).to_bytes(4, "big") and 11 in attrs and len(attrs[1]) == 7
 
 
 def test_a_packet_id_is_in_network_byte_order() -> None:
-    [msg] = impair.split_messages(packet_message(0, 0x00000100))
-    assert impair.parse_packet(msg.payload).packet_id == 256
+    [msg] = netlink.split_messages(packet_message(0, 0x00000100))
+    assert netlink.parse_packet(msg.payload).packet_id == 256
 
 
 def test_malformed_messages_are_refused() -> None:
     good = packet_message(7, 1)
     with pytest.raises(ValueError):
-        impair.split_messages(good[:-4])  # shorter than its header says
+        netlink.split_messages(good[:-4])  # shorter than its header says
     with pytest.raises(ValueError):
-        impair.split_messages(nlmsghdr(8, 0x300, 0, 0))  # a length below the header's
+        netlink.split_messages(nlmsghdr(8, 0x300, 0, 0))  # a length below the header's
     with pytest.raises(ValueError):
-        impair.parse_packet(nfgenmsg(2, 7) + nlattr(6, b"\0\0\0\2"))  # no packet header
+        netlink.parse_packet(nfgenmsg(2, 7) + nlattr(6, b"\0\0\0\2"))  # no packet header
     with pytest.raises(ValueError):
-        impair.parse_error(b"\0\0\0\0")
-    assert impair.split_messages(b"") == []
+        netlink.parse_error(b"\0\0\0\0")
+    assert netlink.split_messages(b"") == []
 
 
 # -- the queue client, on a stand-in socket --------------------------------------------------
@@ -192,7 +193,7 @@ def verdicts_sent(sock: FakeSocket) -> list[tuple[int, int]]:
     """(verdict, packet id) of every verdict message sent, in order."""
     out = []
     for datagram in sock.sent:
-        for msg in impair.split_messages(datagram):
+        for msg in netlink.split_messages(datagram):
             if msg.type == QUEUE_VERDICT:
                 verdict, packet_id = struct.unpack("!II", msg.payload[8:16])
                 out.append((verdict, packet_id))
@@ -209,7 +210,7 @@ def test_receive_reads_every_message_of_every_datagram_and_counts_enobufs() -> N
             packet_message(7, 4),
         ]
     )
-    nfq = impair.NfQueue(7, sock)
+    nfq = nfqueue.NfQueue(7, sock)
     assert nfq.receive() == [1, 2, 3, 4]
     assert nfq.enobufs == 1 and nfq.verdict_errors == 1
     assert nfq.receive() == []
@@ -218,12 +219,12 @@ def test_receive_reads_every_message_of_every_datagram_and_counts_enobufs() -> N
 
 def test_verdicts_share_datagrams() -> None:
     sock = FakeSocket([])
-    nfq = impair.NfQueue(7, sock)
-    nfq.verdicts(range(impair.VERDICTS_PER_SEND + 3), impair.NF_ACCEPT)
-    nfq.verdicts([77], impair.NF_DROP)
-    assert [len(d) // 32 for d in sock.sent] == [impair.VERDICTS_PER_SEND, 3, 1]
-    assert verdicts_sent(sock)[-1] == (impair.NF_DROP, 77)
-    assert verdicts_sent(sock)[:2] == [(impair.NF_ACCEPT, 0), (impair.NF_ACCEPT, 1)]
+    nfq = nfqueue.NfQueue(7, sock)
+    nfq.verdicts(range(common.VERDICTS_PER_SEND + 3), netlink.NF_ACCEPT)
+    nfq.verdicts([77], netlink.NF_DROP)
+    assert [len(d) // 32 for d in sock.sent] == [common.VERDICTS_PER_SEND, 3, 1]
+    assert verdicts_sent(sock)[-1] == (netlink.NF_DROP, 77)
+    assert verdicts_sent(sock)[:2] == [(netlink.NF_ACCEPT, 0), (netlink.NF_ACCEPT, 1)]
     sock.close()
 
 
@@ -235,17 +236,17 @@ def test_bind_waits_for_each_ack_and_passes_a_leftover_rules_packets() -> None:
             3: [error_message(0, 2)],  # (the 2nd datagram sent is the packet's verdict)
         },
     )
-    impair.NfQueue(7, sock).bind(maxlen=4096)
+    nfqueue.NfQueue(7, sock).bind(maxlen=4096)
     binds = [d for d in sock.sent if d[4:6] == struct.pack("=H", QUEUE_CONFIG)]
-    assert binds == [impair.bind_request(7, 1), impair.params_request(7, 2, maxlen=4096)]
-    assert verdicts_sent(sock) == [(impair.NF_ACCEPT, 50)]
+    assert binds == [netlink.bind_request(7, 1), netlink.params_request(7, 2, maxlen=4096)]
+    assert verdicts_sent(sock) == [(netlink.NF_ACCEPT, 50)]
     sock.close()
 
 
 def test_a_refused_bind_is_one_line() -> None:
     sock = FakeSocket([], replies={1: [error_message(errno.EOPNOTSUPP, 1)]})
     with pytest.raises(FleetError) as e:
-        impair.NfQueue(3, sock).bind()
+        nfqueue.NfQueue(3, sock).bind()
     assert "\n" not in str(e.value) and "binding queue 3" in str(e.value)
     assert "CONFIG_NETFILTER_NETLINK_QUEUE" in str(e.value)
     sock.close()
@@ -402,7 +403,7 @@ def test_counts_round_trip_through_their_line() -> None:
 def test_a_bad_argument_is_one_line_and_exit_2(
     argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert impair.main(argv) == 2
+    assert main.main(argv) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1 and needle in err, err
@@ -410,14 +411,14 @@ def test_a_bad_argument_is_one_line_and_exit_2(
 
 def test_the_command_line_parses_back_to_its_options() -> None:
     imp = Impairment(delay_ms=50, jitter_ms=10.5, loss_pct=2)
-    cmd = impair.command("eth0", 7, imp, seed=3)
-    assert cmd[:3] == ["python3", "-m", "mqlab.faults.impair"]
-    assert impair.parse_args(cmd[3:]) == Options("eth0", 7, imp, 3)
-    assert impair.parse_args(impair.command("veth1", 0, Impairment())[3:]) == Options(
+    cmd = main.command("eth0", 7, imp, seed=3)
+    assert cmd[:3] == ["python3", "-m", "mqlab.faults.impairer"]
+    assert main.parse_args(cmd[3:]) == Options("eth0", 7, imp, 3)
+    assert main.parse_args(main.command("veth1", 0, Impairment())[3:]) == Options(
         "veth1", 0, Impairment(), None
     )
-    assert impair.parse_args(impair.remove_only_command()[3:]) == RemoveOnly(None)
-    assert impair.parse_args(impair.remove_only_command(4)[3:]) == RemoveOnly(4)
+    assert main.parse_args(main.remove_only_command()[3:]) == RemoveOnly(None)
+    assert main.parse_args(main.remove_only_command(4)[3:]) == RemoveOnly(4)
 
 
 # -- iptables -----------------------------------------------------------------------------------
@@ -427,13 +428,13 @@ RULE_7 = (
 
 
 def test_the_rule_queues_one_devices_egress_and_bypasses_when_nobody_listens() -> None:
-    assert impair.add_command("eth0", 7) == [
+    assert rules.add_command("eth0", 7) == [
         "iptables", "-w", "-I", "OUTPUT", "-o", "eth0", "-m", "comment", "--comment",
         "mqlab-impair-7", "-j", "NFQUEUE", "--queue-num", "7", "--queue-bypass",
     ]  # fmt: skip
-    assert impair.list_command() == ["iptables", "-w", "-S", "OUTPUT"]
+    assert rules.list_command() == ["iptables", "-w", "-S", "OUTPUT"]
     with pytest.raises(FleetError, match="loopback"):
-        impair.add_command("lo", 7)
+        rules.add_command("lo", 7)
 
 
 LISTING = "\n".join(
@@ -452,7 +453,7 @@ LISTING = "\n".join(
 
 
 def test_only_mqlabs_rules_are_deleted() -> None:
-    everything = impair.delete_commands(LISTING)
+    everything = rules.delete_commands(LISTING)
     assert [c[3:] for c in everything] == [
         RULE_7.split()[1:],
         ["OUTPUT", "-o", "eth1", "-m", "comment", "--comment", "mqlab-impair-8", "-j",
@@ -461,9 +462,9 @@ def test_only_mqlabs_rules_are_deleted() -> None:
          "NFQUEUE", "--queue-num", "9"],
     ]  # fmt: skip
     assert all(c[:3] == ["iptables", "-w", "-D"] for c in everything)
-    assert impair.delete_commands(LISTING, 7) == [["iptables", "-w", "-D", *RULE_7.split()[1:]]]
-    assert impair.delete_commands(LISTING, 5) == []
-    assert impair.delete_commands("-P OUTPUT ACCEPT\n") == []
+    assert rules.delete_commands(LISTING, 7) == [["iptables", "-w", "-D", *RULE_7.split()[1:]]]
+    assert rules.delete_commands(LISTING, 5) == []
+    assert rules.delete_commands("-P OUTPUT ACCEPT\n") == []
 
 
 # A stand-in iptables: the OUTPUT chain's rules, one per line, in $FAKE_RULES; -I prepends,
@@ -514,15 +515,15 @@ def fake_iptables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_add_then_remove_leaves_the_other_rules_and_removing_again_is_harmless(
     fake_iptables: Path,
 ) -> None:
-    impair.add_rule("eth0", 7)
-    impair.add_rule("eth1", 8)
+    rules.add_rule("eth0", 7)
+    rules.add_rule("eth1", 8)
     lines = fake_iptables.read_text().splitlines()
     assert lines[1] == " ".join(RULE_7.split()[2:]) and len(lines) == 3
-    assert impair.remove_rules(7) == 1
-    assert impair.remove_rules(7) == 0
-    assert impair.remove_rules() == 1  # queue 8's
+    assert rules.remove_rules(7) == 1
+    assert rules.remove_rules(7) == 0
+    assert rules.remove_rules() == 1  # queue 8's
     assert fake_iptables.read_text() == "-p udp -m udp --dport 9 -j ACCEPT\n"
-    assert impair.remove_rules() == 0
+    assert rules.remove_rules() == 0
 
 
 def test_a_refusing_kernel_is_one_line_naming_the_fix(
@@ -530,11 +531,11 @@ def test_a_refusing_kernel_is_one_line_naming_the_fix(
 ) -> None:
     monkeypatch.setenv("FAKE_REFUSE", "1")
     with pytest.raises(FleetError) as e:
-        impair.add_rule("eth0", 7)
+        rules.add_rule("eth0", 7)
     text = str(e.value)
     assert "\n" not in text and "Couldn't load target `NFQUEUE'" in text
     assert "CONFIG_NETFILTER_XT_TARGET_NFQUEUE" in text and "root" in text
-    assert impair.main(["--remove-only"]) == 2
+    assert main.main(["--remove-only"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 
 
@@ -542,7 +543,7 @@ def test_missing_iptables_says_install_debians_iptables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    for call in (lambda: impair.add_rule("eth0", 7), impair.remove_rules):
+    for call in (lambda: rules.add_rule("eth0", 7), rules.remove_rules):
         with pytest.raises(FleetError) as e:
             call()
         assert "\n" not in str(e.value) and "install Debian's iptables" in str(e.value)

@@ -309,16 +309,24 @@ def test_every_host_that_fails_is_named_in_one_line(lab: dict[str, FakeHost]) ->
 def test_a_run_logs_each_heal_and_fails_naming_the_routes_a_heal_left(
     lab: dict[str, FakeHost],
 ) -> None:
-    from mqlab.run import execute as run_mod
+    from typing import Any
+
+    from mqlab.faults import schedule
+    from mqlab.faults.target import Target
 
     manifest: dict[str, list[dict[str, object]]] = {"faults": []}
+
+    def target(cuts: dict[int, Any]) -> Target:
+        log: list[dict[str, Any]] = manifest["faults"]  # type: ignore[assignment]
+        return Target(None, None, list, True, "netns", log, lambda _t: None, cuts=cuts)  # type: ignore[arg-type]
+
     healed, stuck = cut(lab), cut(lab, "clients_from_leader", 2)
     again = Cut("majority_minority", 0, (R("sender-0", 10),), lab)  # routes of its own
     for c in (healed, stuck, again):
         c.apply()
     cuts = {0: healed, 1: stuck}
     lab["sender-0"].unreachable = 100
-    run_mod._heal_open(cuts, manifest, run_mod.Observer())  # logs, does not raise
+    schedule.heal_open(target(cuts))  # logs, does not raise
     assert cuts == {}
     first, second = manifest["faults"]
     assert {k: first[k] for k in ("action", "partition", "node")} == {
@@ -333,6 +341,6 @@ def test_a_run_logs_each_heal_and_fails_naming_the_routes_a_heal_left(
     assert {r[1] for r in tables(lab)["sender-0"]} == {"192.0.2.12", "192.0.2.10"}
     # the scheduled heal of a run raises, so that the run fails and says so
     with pytest.raises(FleetError, match=r"node 0 in the minority: not healed.*sender-0 -> "):
-        run_mod._heal({5: again}, 5, manifest, run_mod.Observer())
+        schedule.heal(target({5: again}), 5)
     lab["sender-0"].unreachable = 0
     assert stuck.heal() == {} and again.heal() == {} and tables(lab) == {}

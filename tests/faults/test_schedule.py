@@ -1,0 +1,47 @@
+"""The fault vocabulary and the check before a run starts (mqlab/faults/schedule.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from mqlab.archive.manifest import FAULT_ACTIONS
+from mqlab.errors import FleetError
+from mqlab.faults import schedule
+from mqlab.faults.target import Where
+from mqlab.scenario import Fault
+
+LOCAL, NETNS, AWS = Where(False, "local"), Where(True, "netns"), Where(True, "aws")
+
+
+def fault(action: str, **kw: object) -> SimpleNamespace:
+    return SimpleNamespace(action=action, node=0, at_s=1.0, **kw)
+
+
+def test_every_action_a_scenario_may_name_has_one_kind() -> None:
+    choices = {f.name: f.metadata for f in dataclasses.fields(Fault)}["action"]["choices"]
+    assert sorted(schedule.ACTIONS) == sorted(FAULT_ACTIONS) == sorted(choices)
+
+
+def test_process_faults_strike_anywhere() -> None:
+    schedule.check([fault("kill_node"), fault("crash_all"), fault("pause_node")], LOCAL)
+
+
+def test_faults_between_hosts_need_hosts_of_their_own() -> None:
+    for action in ("partition", "netem"):
+        with pytest.raises(FleetError, match="needs hosts of their own"):
+            schedule.check([fault(action)], LOCAL)
+        schedule.check([fault(action)], NETNS)
+
+
+def test_a_power_cut_needs_a_kernel_that_is_not_this_machines() -> None:
+    with pytest.raises(FleetError, match="power_loss reboots a host's kernel"):
+        schedule.check([fault("power_loss")], NETNS)
+    schedule.check([fault("power_loss_all")], AWS)
+
+
+def test_an_unknown_action_is_named_with_its_index() -> None:
+    with pytest.raises(FleetError, match=r"faults\[1\].action = 'reboot' is no fault"):
+        schedule.check([fault("kill_node"), fault("reboot")], AWS)
