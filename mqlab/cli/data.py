@@ -311,7 +311,7 @@ def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
 
     resolved = [cmp.resolve_run(r, results_dir) for r in runs]
     if ref:
-        from mqlab.published import base as published
+        from mqlab.published import sets as published
 
         dataset = published.get(ref)
         click.echo(f"{ref}: {dataset.source}")

@@ -20,6 +20,7 @@ from mqlab.analysis.tables import CLOCK_PROBLEM, DELIVERY, OUT_OF_RANGE, ROLES, 
 from mqlab.archive.layout import METRICS, read_scenario
 from mqlab.errors import ArchiveError
 from mqlab.published import base as published
+from mqlab.published import sets as published_sets
 from mqlab.report import distribution, plots, unknown
 
 LOG = logging.getLogger(__name__)
@@ -497,7 +498,7 @@ def _published(run: dict[str, Any], run_dir: Path | None) -> list[str]:
         return []
     name, experiment = ref
     try:
-        dataset = published.get(name)
+        dataset = published_sets.get(name)
     except published.ReferenceError as err:
         return ["", "## Published reference", "", f"Unknown: {err}."]
     lines = ["", "## Published reference", "", f"{name}, {experiment}: {dataset.source}.", ""]

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from mqlab.report import compare, plots
+from mqlab.published import reference
+from mqlab.report import plots
 from mqlab.report.site import pages
 from mqlab.report.site.gather import SiteError, gather
 
@@ -60,7 +61,7 @@ def write_site(results_dir: Path | str, out_dir: Path | str) -> SiteResult:
         _write(out / name, text)
 
     summarized = [r.run for r in found.runs if r.run is not None]
-    matches = {m.run["run_id"]: m for m in compare.against_reference(summarized, pages.REFERENCE)}
+    matches = {m.run["run_id"]: m for m in reference.against_reference(summarized, pages.REFERENCE)}
     for r in found.runs:
         run_dir = out / "runs" / r.run_id
         run_dir.mkdir(parents=True)

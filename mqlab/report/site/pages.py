@@ -7,7 +7,7 @@ the run's ``runs`` row as `mqlab report` does (:func:`markdown.mqperf_row`, the 
 meanings and notes), and its faults as the report's faults table
 (:func:`markdown.fault_row`); the index's durability matrix has the sweep report's cells
 (:func:`markdown.matrix_cells`); the comparison page shows `mqlab compare`'s figures
-(:data:`compare.FIGURES`) and its reference matching (:func:`compare.against_reference`).
+(:data:`compare.FIGURES`) and its reference matching (:func:`reference.against_reference`).
 A figure the summary could not compute is "unknown" with the summary's reason.
 """
 
@@ -24,6 +24,7 @@ from mqlab.analysis.tables import DELIVERY, OUT_OF_RANGE, ROLES
 from mqlab.archive.layout import METRICS, SCENARIO
 from mqlab.published import base as published
 from mqlab.published import reference
+from mqlab.published import sets as published_sets
 from mqlab.report import compare, listing, markdown, unknown
 from mqlab.report.plots import PERCENTILES_PNG, TIMELINE_PNG
 from mqlab.report.site.gather import SiteRun
@@ -337,7 +338,7 @@ def _mqperf_table(run: dict[str, Any]) -> str:
     return table(markdown.MQPERF_HEADER, [tr(td(c) for c in cells)], sortable=False)
 
 
-def _reference_rows(match: compare.ReferenceMatch) -> str:
+def _reference_rows(match: reference.ReferenceMatch) -> str:
     run = match.run
     rows = [
         tr(
@@ -409,7 +410,7 @@ def _published_section(run: dict[str, Any]) -> str:
         return ""
     name, experiment = ref
     try:
-        dataset = published.get(name)
+        dataset = published_sets.get(name)
     except published.ReferenceError as err:
         return f"<h2>Published reference</h2><p class=note>{esc(err)}</p>"
     parts = [
@@ -423,7 +424,7 @@ def _published_section(run: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _reference_section(match: compare.ReferenceMatch) -> str:
+def _reference_section(match: reference.ReferenceMatch) -> str:
     parts = [
         f"<h2>Against {esc(REFERENCE_LABEL)}</h2>",
         f"<p class=source>{esc(reference.SOURCE)}</p>",
@@ -670,7 +671,7 @@ def _archive(r: SiteRun) -> str:
     )
 
 
-def run_page(r: SiteRun, images: Sequence[str], match: compare.ReferenceMatch | None) -> str:
+def run_page(r: SiteRun, images: Sequence[str], match: reference.ReferenceMatch | None) -> str:
     parts = [f"<h1>{esc(r.run_id)}</h1>", _facts(r)]
     run = r.run
     if run is None:
@@ -783,7 +784,7 @@ its column (<a href="index.html">the index</a> can tick the runs to show).
 """
 
 
-def _reference_table(runs: Sequence[SiteRun], matches: dict[str, compare.ReferenceMatch]) -> str:
+def _reference_table(runs: Sequence[SiteRun], matches: dict[str, reference.ReferenceMatch]) -> str:
     rows_ref = reference.load_reference(REFERENCE)
     summarized = [r for r in runs if r.run is not None]
     brokers = sorted({str(r.run["broker"]) for r in summarized if r.run})
@@ -872,6 +873,6 @@ measured period; a run page also shows the worst {esc("window")}'s p95, mqperf's
 """
 
 
-def compare_page(runs: Sequence[SiteRun], matches: dict[str, compare.ReferenceMatch]) -> str:
+def compare_page(runs: Sequence[SiteRun], matches: dict[str, reference.ReferenceMatch]) -> str:
     body = "<h1>Compare</h1>\n" + _side_by_side(runs) + _reference_table(runs, matches)
     return page("Compare", body, current="Compare")
