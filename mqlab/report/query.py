@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 
 from mqlab.analysis.catalog import catalog_file, empty_table
-from mqlab.analysis.tables import TABLES
+from mqlab.analysis.schema import TABLES
 from mqlab.errors import ArchiveError, MqlabError
 
 LOG = logging.getLogger(__name__)

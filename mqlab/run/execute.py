@@ -43,8 +43,8 @@ from pyroaring import BitMap64
 
 from mqlab import cpu, envelope, typed
 from mqlab import scenario as scenario_mod
+from mqlab.analysis.context import FAILED
 from mqlab.analysis.job import summarize_run
-from mqlab.analysis.tables import FAILED
 from mqlab.archive import layout
 from mqlab.archive.formats import read_json, write_json
 from mqlab.archive.manifest import base_manifest

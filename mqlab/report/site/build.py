@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mqlab.published import reference
 from mqlab.report import plots
-from mqlab.report.site import pages
+from mqlab.report.site import compare_page, pages, run_page
 from mqlab.report.site.gather import SiteError, gather
 
 LOG = logging.getLogger(__name__)
@@ -74,8 +74,8 @@ def write_site(results_dir: Path | str, out_dir: Path | str) -> SiteResult:
                 run_dir,
                 (r.listed.info.manifest or {}).get("faults") or [],
             )
-        _write(run_dir / "index.html", pages.run_page(r, images, matches.get(r.run_id)))
-    _write(out / "compare.html", pages.compare_page(found.runs, matches))
+        _write(run_dir / "index.html", run_page.run_page(r, images, matches.get(r.run_id)))
+    _write(out / "compare.html", compare_page.compare_page(found.runs, matches))
     index = out / "index.html"
     _write(index, pages.index_page(found.runs, str(results_dir), found.warnings))
     return SiteResult(index, len(found.runs), found.warnings)

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from mqlab import cli
+from mqlab.analysis.context import order_problem
 from mqlab.analysis.job import summarize_run
-from mqlab.analysis.tables import order_problem
 from mqlab.run.execute import RunResult
 from tests.fixtures.synthetic import SyntheticSpec, write_synthetic_run
 from tests.unit.results.conftest import summarize_locally
