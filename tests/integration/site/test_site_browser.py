@@ -26,7 +26,7 @@ from mqlab.analysis.job import summarize_run
 from mqlab.archive import layout
 from mqlab.report.site import write_site
 from tests.fixtures.committed import committed_runs, copy_committed
-from tests.unit.report.archive import write_tiny_run
+from tests.report.archive import write_tiny_run
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,8 @@ from mqlab.analysis.tables import as_summary
 from mqlab.archive import layout
 from mqlab.errors import ArchiveError
 from tests.fixtures import reference
+from tests.fixtures.summarized import summarize_locally
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
-
-from .conftest import summarize_locally
 
 ROLES = (("sender", "send"), ("receiver", "receive"))
 

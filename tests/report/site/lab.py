@@ -1,5 +1,5 @@
 """A results directory for the site tests: the repository's committed runs (copied), and
-tiny synthetic runs written with the archive's own writers (tests/unit/report/archive.py):
+tiny synthetic runs written with the archive's own writers (tests/report/archive.py):
 one complete, one with unknown delivery figures (a receiver's delivery.json missing), one
 not summarized, and one whose manifest cannot be read."""
 
@@ -12,7 +12,7 @@ from mqlab.analysis.job import summarize_run
 from mqlab.archive import layout
 from tests.fixtures.committed import ROOT as REPO
 from tests.fixtures.committed import committed_runs, copy_committed
-from tests.unit.report.archive import START_MS, TinyRun, write_tiny_run
+from tests.report.archive import START_MS, TinyRun, write_tiny_run
 
 BROKEN = "broken-run"
 # archive text that must come out escaped: in the scenario's description

@@ -26,7 +26,7 @@ from mqlab.report import listing, markdown
 from mqlab.report.plots import PERCENTILES_PNG, TIMELINE_PNG
 from mqlab.report.site import SiteError, write_site
 from mqlab.report.site.build import MARKER
-from tests.unit.report.archive import START_MS, write_tiny_run
+from tests.report.archive import START_MS, write_tiny_run
 
 from .conftest import Built
 from .lab import BROKEN, HOSTILE, committed_run_ids
@@ -322,7 +322,7 @@ def test_the_default_out_is_under_dot_mqlab(
 # -- a priced run on several hosts --------------------------------------------------------
 def _priced_multi_host(results: Path, budget_ms: float) -> Path:
     """A tiny run on a lab with a price, its sender and receiver on two hosts whose clock
-    offsets were measured (as tests/unit/report/test_clock_cost_report.py writes it)."""
+    offsets were measured (as tests/report/test_clock_cost_report.py writes it)."""
     run = write_tiny_run(results, start_ms=START_MS + 3_600_000)
     path = run.run_dir / layout.MANIFEST
     doc = json.loads(path.read_text())

@@ -15,8 +15,8 @@ from mqlab import cli
 from mqlab.analysis.context import order_problem
 from mqlab.analysis.job import summarize_run
 from mqlab.run.execute import RunResult
+from tests.fixtures.summarized import summarize_locally
 from tests.fixtures.synthetic import SyntheticSpec, write_synthetic_run
-from tests.unit.results.conftest import summarize_locally
 
 
 def raw_reordered(run_dir: Path) -> int:
