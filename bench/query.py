@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from mqlab.analysis.catalog import update_catalog
-from mqlab.analysis.tables import SCHEMAS
+from mqlab.analysis.schema import SCHEMAS
 from mqlab.archive.formats import FORMAT_VERSION
 from mqlab.archive.layout import METRICS
 from mqlab.report.query import EXAMPLES, run_query

@@ -487,7 +487,7 @@ def _reference(table: Any, path: Path) -> Reference | None:
     """``[reference]``: a known published data set and one of its experiments."""
     if table is None:
         return None
-    from mqlab.published import base as published
+    from mqlab.published import sets as published
 
     if not isinstance(table, dict):
         raise ScenarioError(path, "reference", "expected a table", "write [reference]")

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mqlab.analysis.tables import SCHEMAS, TABLES
+from mqlab.analysis.schema import SCHEMAS, TABLES
 from mqlab.archive import layout
 from mqlab.archive.formats import ACCEPTED_VERSIONS as _ACCEPTED
 from mqlab.archive.formats import check_version

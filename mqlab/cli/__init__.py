@@ -16,9 +16,10 @@ from rich.table import Table
 from mqlab.errors import MqlabError
 
 console = Console(stderr=True, log_path=False)  # log lines say what happens, not where
+PIPE_WIDTH = 160  # stdout's width when it is not a terminal (a pipe, a file, captured)
 out = Console()
 if not out.is_terminal:
-    out = Console(width=160)  # tables stay readable when piped or captured
+    out = Console(width=PIPE_WIDTH)  # tables stay readable when piped or captured
 
 
 class _Group(click.Group):
@@ -142,14 +143,36 @@ def mqperf_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def mqperf_table(rows: list[dict[str, Any]]) -> Table:
-    """The `run` table (:func:`mqperf_columns`)."""
+    """The `run` table (:func:`mqperf_columns`). The run's name and its status are never
+    cut or wrapped: when the table is wider than the console (a pipe, 160 columns), the
+    figures' headings fold onto more lines instead."""
     columns = mqperf_columns(rows)
     t = Table(title="mqlab results (mqperf-style)")
     for key, col in columns:
-        t.add_column(col, justify="left" if key in ("run", "status") else "right")
+        if key in ("run", "status"):
+            widest = max([len(col), *(len(str(r.get(key, ""))) for r in rows)])
+            t.add_column(col, justify="left", no_wrap=True, min_width=widest)
+        else:
+            t.add_column(col, justify="right")
     for r in rows:
         t.add_row(*[str(r.get(key, "")) for key, _ in columns])
     return t
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table``: on a terminal fitted to its width; on a console that is not a
+    terminal (a pipe, a file, captured output) at the table's full width, so no run name or
+    figure is cut however many columns the table has."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    wide = console.options.update_width(10_000)
+    width = console.width
+    console.width = max(width, console.measure(table, options=wide).maximum)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
 
 
 def mqperf_row(
@@ -162,7 +185,7 @@ def mqperf_row(
     """One row of the `run` table from a run's summary.json (format_version 2); a figure
     the summary could not compute shows as "unknown". Threads are per worker process;
     ``processes``: worker processes per client node as the run's ``runs`` row counts
-    them (``markdown.processes_label``); without it, the scenario's processes_per_node,
+    them (``cells.processes_label``); without it, the scenario's processes_per_node,
     else 1 (an archive from before nodes ran several processes)."""
     from mqlab.analysis.saturation import marks
     from mqlab.report.unknown import show
@@ -251,7 +274,7 @@ def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
         import tomllib
 
         from mqlab.analysis.catalog import read_run_table
-        from mqlab.report.markdown import processes_label, queues_note
+        from mqlab.report.cells import processes_label, queues_note
 
         sc = tomllib.loads((r.run_dir / "scenario.toml").read_text())
         runs_row = read_run_table(r.run_dir, "runs").to_pylist()[0]
@@ -262,7 +285,7 @@ def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
         notes += failure_notes(r.summary, r.scenario.label)
         notes += unknown_notes(r.summary, r.scenario.label)
         notes += mark_notes(r.summary, r.scenario.label)
-    out.print(mqperf_table(rows))
+    print_table(out, mqperf_table(rows))
     for line in notes:
         out.print(line, highlight=False)
     if any(r.status != "complete" for r in results):

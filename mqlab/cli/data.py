@@ -182,7 +182,7 @@ def _known(v: Any) -> Any:
 
 def _echo_unknown(run_id: str, summary: dict[str, Any]) -> None:
     """The summary's reasons for its unknown delivery figures, one line per reason."""
-    from mqlab.analysis.tables import DELIVERY
+    from mqlab.analysis.schema import DELIVERY
     from mqlab.report.unknown import reasons
 
     why = reasons(summary)
@@ -286,13 +286,14 @@ def report(runs: tuple[str, ...], sweep_out: str | None, results_dir: str) -> No
     """Write report.md and PNG plots into each run directory (and a sweep report)."""
     from mqlab.report import compare as cmp
     from mqlab.report import markdown as rep
+    from mqlab.report import sweep
 
     dirs = [cmp.resolve_run(r, results_dir)["run_dir"] for r in runs]
     for d in dirs:
         click.echo(f"wrote {rep.report_run(d)}")
     if len(dirs) > 1:
         out = sweep_out or str(Path(results_dir) / "reports" / f"sweep-{Path(dirs[0]).name}")
-        click.echo(f"wrote {rep.report_sweep(dirs, out)}")
+        click.echo(f"wrote {sweep.report_sweep(dirs, out)}")
 
 
 @click.command()
@@ -311,7 +312,7 @@ def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
 
     resolved = [cmp.resolve_run(r, results_dir) for r in runs]
     if ref:
-        from mqlab.published import base as published
+        from mqlab.published import sets as published
 
         dataset = published.get(ref)
         click.echo(f"{ref}: {dataset.source}")

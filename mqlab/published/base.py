@@ -6,7 +6,10 @@ its experiments, and ``blocks(runs, experiment)``: the tables ``mqlab compare
 --reference`` prints and the report writes, each a :class:`Block` whose rows put
 mqlab's figures beside the published ones, with the set-up differences as notes.
 A scenario names the experiment it reproduces in ``[reference]`` (set, experiment);
-the run's archived ``scenario.toml`` keeps it (:func:`of_run`)."""
+the run's archived ``scenario.toml`` keeps it (:func:`of_run`).
+
+This module imports nothing of mqlab but its errors: each set's module imports it, and
+:mod:`mqlab.published.sets` finds the sets (no set is listed by hand)."""
 
 from __future__ import annotations
 
@@ -47,33 +50,6 @@ class Published(Protocol):
         ...
 
 
-SETS: dict[str, Published] = {}
-
-
-def register(published: Published) -> Published:
-    SETS[published.name] = published
-    return published
-
-
-def get(name: str) -> Published:
-    _load_all()
-    if name not in SETS:
-        raise ReferenceError(
-            f"--reference {name}: unknown published data set (known: {', '.join(sorted(SETS))})"
-        )
-    return SETS[name]
-
-
-def names() -> list[str]:
-    _load_all()
-    return sorted(SETS)
-
-
-def _load_all() -> None:
-    """Import the modules that register the sets (kept lazy: scenario validation imports
-    this module)."""
-
-
 def threads_nodes_title(run: dict[str, Any]) -> str:
     """A block's title for sets matched by threads and nodes (mqperf's tables)."""
     return (
@@ -93,3 +69,32 @@ def of_run(run_dir: Path | str) -> tuple[str, str] | None:
     if not isinstance(ref, dict) or "set" not in ref or "experiment" not in ref:
         return None
     return str(ref["set"]), str(ref["experiment"])
+
+
+def measurement_notes(
+    run: dict[str, Any], published_from: str = "mqperf's from the actual one"
+) -> list[str]:
+    """Where a run's figures are measured differently from the published ones
+    (``published_from``: from which send time the published latencies count)."""
+    notes = []
+    if run.get("stand_in"):
+        notes.append(
+            f"STAND-IN: {run['stand_in']} served this run, not {run['broker']}: its figures "
+            f"are not {run['broker']}'s and do not compare with the published ones"
+        )
+    if run.get("client_bound"):
+        notes.append(
+            "CLIENT-BOUND: this run's load generator was its limit (see its report's load "
+            "generator section), not the broker"
+        )
+    if run.get("receivers_behind"):
+        notes.append(
+            "RECEIVERS BEHIND: this run's processing latency is mostly queueing in the broker"
+        )
+    lag = run.get("sender_lag_ms_max")
+    if lag:
+        notes.append(
+            f"this run's senders fell up to {lag:,} ms behind their fixed-rate schedule; "
+            f"mqlab's latencies count from each message's intended send time, {published_from}"
+        )
+    return notes

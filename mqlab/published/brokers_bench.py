@@ -15,8 +15,7 @@ from importlib import resources
 from typing import Any
 
 from mqlab.published import base as published
-from mqlab.published.base import Block, register
-from mqlab.published.reference import measurement_notes
+from mqlab.published.base import Block, measurement_notes
 
 LOG = logging.getLogger(__name__)
 
@@ -240,4 +239,4 @@ class BrokersBench:
         return out
 
 
-register(BrokersBench())
+PUBLISHED = BrokersBench()

@@ -13,8 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from mqlab.published.base import Block, register, threads_nodes_title
-from mqlab.published.reference import measurement_notes
+from mqlab.published.base import Block, measurement_notes, threads_nodes_title
 
 LOG = logging.getLogger(__name__)
 
@@ -166,4 +165,4 @@ class Mqperf2015:
         return out
 
 
-register(Mqperf2015())
+PUBLISHED = Mqperf2015()

@@ -26,8 +26,7 @@ from mqlab.archive import layout
 from mqlab.envelope import HEADER_BYTES as MIN_MESSAGE_BYTES
 from mqlab.errors import ArchiveError
 from mqlab.published import base as published
-from mqlab.published.base import Block, register
-from mqlab.published.reference import measurement_notes
+from mqlab.published.base import Block, measurement_notes
 
 NAME = "omb-paper-2023"
 CSV = f"{NAME}.csv"
@@ -337,4 +336,4 @@ class OmbPaper2023:
         return Block(f"{LATENCY}: {system} ({broker})", LATENCY_HEADERS, cells, notes)
 
 
-register(OmbPaper2023())
+PUBLISHED = OmbPaper2023()

@@ -10,8 +10,15 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from mqlab.analysis import catalog
 from mqlab.brokers import registry
-from mqlab.published.base import Block, ReferenceError, register, threads_nodes_title
+from mqlab.errors import ArchiveError
+from mqlab.published.base import (
+    Block,
+    ReferenceError,
+    measurement_notes,
+    threads_nodes_title,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -97,37 +104,64 @@ def broker_rows(broker: str, rows: list[ReferenceRow]) -> list[ReferenceRow]:
     return [r for r in rows if r.broker == broker]
 
 
-def measurement_notes(
-    run: dict[str, Any], published_from: str = "mqperf's from the actual one"
-) -> list[str]:
-    """Where a run's figures are measured differently from the published ones
-    (``published_from``: from which send time the published latencies count)."""
-    notes = []
-    if run.get("stand_in"):
-        notes.append(
-            f"STAND-IN: {run['stand_in']} served this run, not {run['broker']}: its figures "
-            f"are not {run['broker']}'s and do not compare with the published ones"
-        )
-    if run.get("client_bound"):
-        notes.append(
-            "CLIENT-BOUND: this run's load generator was its limit (see its report's load "
-            "generator section), not the broker"
-        )
-    if run.get("receivers_behind"):
-        notes.append(
-            "RECEIVERS BEHIND: this run's processing latency is mostly queueing in the broker"
-        )
-    lag = run.get("sender_lag_ms_max")
-    if lag:
-        notes.append(
-            f"this run's senders fell up to {lag:,} ms behind their fixed-rate schedule; "
-            f"mqlab's latencies count from each message's intended send time, {published_from}"
-        )
-    return notes
-
-
 def _ms(us: float | int | None) -> float | None:
     return None if us is None else round(us / 1000, 1)
+
+
+@dataclass(frozen=True)
+class ReferenceMatch:
+    run: dict[str, Any]
+    rows: list[ReferenceRow]  # same broker, threads and nodes
+    other_configs: list[str]  # this broker's published configurations, when no match
+    note: str | None  # approximate mapping, or why nothing matched
+    worst_window: dict[str, Any] | None = None  # the run's worst per-window p95 figures
+
+
+def worst_window(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The highest per-window p95 of processing and send latency (mqperf's metric when
+    the windows are 1 minute long)."""
+    try:
+        rows = catalog.read_run_table(run["run_dir"], "windows").to_pylist()
+    except ArchiveError:
+        return None
+    if not rows:
+        return None
+    return {
+        "window_s": run["window_s"],
+        "processing_us_p95": max(r["processing_us_p95"] for r in rows),
+        "send_call_us_p95": max(r["send_call_us_p95"] for r in rows),
+    }
+
+
+def against_reference(runs: list[dict[str, Any]], name: str) -> list[ReferenceMatch]:
+    rows = load_reference(name)
+    out = []
+    for run in runs:
+        match = matching_rows(run, rows)
+        notes = sorted({r.approximate for r in match if r.approximate})
+        notes += measurement_notes(run)
+        others: list[str] = []
+        note = "; ".join(notes) or None
+        if not match:
+            same_broker = broker_rows(run["broker"], rows)
+            others = sorted(
+                {
+                    f"{r.sender_threads}/{r.receiver_threads} threads, "
+                    f"{r.sender_nodes}s-{r.receiver_nodes}r"
+                    for r in same_broker
+                }
+            )
+            note = "; ".join(
+                [
+                    f"no published {name} row for broker {run['broker']} with these threads "
+                    "and nodes"
+                    if same_broker
+                    else f"{name} has no rows for broker {run['broker']}",
+                    *notes,
+                ]
+            )
+        out.append(ReferenceMatch(run, match, others, note, worst_window(run)))
+    return out
 
 
 class Mqperf2021:
@@ -145,8 +179,6 @@ class Mqperf2021:
     def blocks(self, runs: Any, experiment: str | None) -> list[Block]:
         """The run's measured period (and its worst window, mqperf's 1-minute p95), then
         the published rows of its broker, threads per node and nodes."""
-        from mqlab.report.compare import against_reference  # compare imports us
-
         out = []
         for m in against_reference(list(runs), self.name):
             run = m.run
@@ -191,4 +223,4 @@ class Mqperf2021:
         return out
 
 
-register(Mqperf2021())
+PUBLISHED = Mqperf2021()

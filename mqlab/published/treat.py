@@ -13,8 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from mqlab.published.base import Block, register
-from mqlab.published.reference import measurement_notes
+from mqlab.published.base import Block, measurement_notes
 
 NAME = "treat-commit-logs"
 SOURCE = (
@@ -148,4 +147,4 @@ class TreatCommitLogs:
         return out
 
 
-register(TreatCommitLogs())
+PUBLISHED = TreatCommitLogs()

@@ -13,7 +13,6 @@ from typing import Any
 
 from mqlab.analysis import catalog
 from mqlab.errors import ArchiveError
-from mqlab.published import reference
 
 LOG = logging.getLogger(__name__)
 
@@ -148,60 +147,4 @@ def compare_runs(
             field, higher, (b, c), base_trials or [baseline], cont_trials or [contender]
         )
         out.append(Line(label, b, c, ratio, verdict, field))
-    return out
-
-
-@dataclass(frozen=True)
-class ReferenceMatch:
-    run: dict[str, Any]
-    rows: list[reference.ReferenceRow]  # same broker, threads and nodes
-    other_configs: list[str]  # this broker's published configurations, when no match
-    note: str | None  # approximate mapping, or why nothing matched
-    worst_window: dict[str, Any] | None = None  # the run's worst per-window p95 figures
-
-
-def worst_window(run: dict[str, Any]) -> dict[str, Any] | None:
-    """The highest per-window p95 of processing and send latency (mqperf's metric when
-    the windows are 1 minute long)."""
-    try:
-        rows = catalog.read_run_table(run["run_dir"], "windows").to_pylist()
-    except ArchiveError:
-        return None
-    if not rows:
-        return None
-    return {
-        "window_s": run["window_s"],
-        "processing_us_p95": max(r["processing_us_p95"] for r in rows),
-        "send_call_us_p95": max(r["send_call_us_p95"] for r in rows),
-    }
-
-
-def against_reference(runs: list[dict[str, Any]], name: str) -> list[ReferenceMatch]:
-    rows = reference.load_reference(name)
-    out = []
-    for run in runs:
-        match = reference.matching_rows(run, rows)
-        notes = sorted({r.approximate for r in match if r.approximate})
-        notes += reference.measurement_notes(run)
-        others: list[str] = []
-        note = "; ".join(notes) or None
-        if not match:
-            same_broker = reference.broker_rows(run["broker"], rows)
-            others = sorted(
-                {
-                    f"{r.sender_threads}/{r.receiver_threads} threads, "
-                    f"{r.sender_nodes}s-{r.receiver_nodes}r"
-                    for r in same_broker
-                }
-            )
-            note = "; ".join(
-                [
-                    f"no published {name} row for broker {run['broker']} with these threads "
-                    "and nodes"
-                    if same_broker
-                    else f"{name} has no rows for broker {run['broker']}",
-                    *notes,
-                ]
-            )
-        out.append(ReferenceMatch(run, match, others, note, worst_window(run)))
     return out

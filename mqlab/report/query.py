@@ -1,6 +1,6 @@
 """DuckDB over the catalog: one view per summary table (``runs``, ``windows``,
 ``timeline``, ``latency``, ``delivery``, ``problems``; their columns are
-:data:`mqlab.analysis.tables.SCHEMAS`); results as rows, CSV or JSON.
+:data:`mqlab.analysis.schema.SCHEMAS`); results as rows, CSV or JSON.
 
 A figure the summary could not compute is NULL (``runs.unknown`` says why), so SQL
 aggregates skip it: count the NULLs when that matters (the third example)."""
@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 
 from mqlab.analysis.catalog import catalog_file, empty_table
-from mqlab.analysis.tables import TABLES
+from mqlab.analysis.schema import TABLES
 from mqlab.errors import ArchiveError, MqlabError
 
 LOG = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ import logging
 from pathlib import Path
 
 from mqlab import scenario as scenario_mod
-from mqlab.analysis.tables import FAILED
+from mqlab.analysis.context import FAILED
 from mqlab.errors import MqlabError
 from mqlab.labs.placement import Placement, for_scenario
 from mqlab.run import archive

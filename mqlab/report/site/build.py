@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from mqlab.report import compare, plots
-from mqlab.report.site import pages
+from mqlab.published import reference
+from mqlab.report import plots
+from mqlab.report.site import compare_page, pages, run_page
 from mqlab.report.site.gather import SiteError, gather
 
 LOG = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def write_site(results_dir: Path | str, out_dir: Path | str) -> SiteResult:
         _write(out / name, text)
 
     summarized = [r.run for r in found.runs if r.run is not None]
-    matches = {m.run["run_id"]: m for m in compare.against_reference(summarized, pages.REFERENCE)}
+    matches = {m.run["run_id"]: m for m in reference.against_reference(summarized, pages.REFERENCE)}
     for r in found.runs:
         run_dir = out / "runs" / r.run_id
         run_dir.mkdir(parents=True)
@@ -73,8 +74,8 @@ def write_site(results_dir: Path | str, out_dir: Path | str) -> SiteResult:
                 run_dir,
                 (r.listed.info.manifest or {}).get("faults") or [],
             )
-        _write(run_dir / "index.html", pages.run_page(r, images, matches.get(r.run_id)))
-    _write(out / "compare.html", pages.compare_page(found.runs, matches))
+        _write(run_dir / "index.html", run_page.run_page(r, images, matches.get(r.run_id)))
+    _write(out / "compare.html", compare_page.compare_page(found.runs, matches))
     index = out / "index.html"
     _write(index, pages.index_page(found.runs, str(results_dir), found.warnings))
     return SiteResult(index, len(found.runs), found.warnings)

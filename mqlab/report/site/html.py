@@ -9,6 +9,7 @@ from importlib import metadata
 from typing import Any
 
 from mqlab.report import unknown
+from mqlab.report.model import Section, Table
 
 NOT_SUMMARIZED = "–"  # as `mqlab ls` shows a figure of a run without a summary
 
@@ -149,3 +150,17 @@ def page(title: str, body: str, root: str = "", current: str = "") -> str:
 </body>
 </html>
 """
+
+
+def section_html(section: Section) -> str:
+    """A report section (:mod:`mqlab.report.model`) as HTML: its heading, its paragraphs
+    and its tables (not sortable), in order."""
+    parts = [f"<h2>{esc(section.title)}</h2>"]
+    for block in section.blocks:
+        if isinstance(block, Table):
+            rows = [tr(td(c) for c in r) for r in block.rows]
+            parts.append(table(block.header, rows, sortable=False))
+        else:
+            text = f"{block.lead} {block.text}" if block.lead else block.text
+            parts.append(f"<p>{esc(text)}</p>")
+    return "".join(parts)

@@ -25,7 +25,8 @@ import pytest
 from mqlab.analysis.job import summarize_run
 from mqlab.archive import layout
 from mqlab.report.site import write_site
-from tests.unit.report.archive import write_tiny_run
+from tests.fixtures.committed import committed_runs, copy_committed
+from tests.report.archive import write_tiny_run
 
 pytestmark = pytest.mark.integration
 
@@ -51,15 +52,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     root = tmp_path_factory.mktemp("site-browser")
     results = root / "results"
     results.mkdir()
-    found = [*layout.find_runs(COMMITTED), *layout.find_runs(MATRIX)]
+    matrix = committed_runs("results/durability-matrix/*")
+    found = [*committed_runs("results/*"), *matrix]
     assert found, f"{COMMITTED}: no committed run"
     for path in found:
-        shutil.copytree(path, results / path.name)
+        copy_committed(path, results / path.name)
     committed = sorted(p.name for p in found)
-    faulted = {
-        p.name: len(json.loads((p / layout.SUMMARY).read_text())["faults"])
-        for p in layout.find_runs(MATRIX)
-    }
+    faulted = {p.name: len(json.loads((p / layout.SUMMARY).read_text())["faults"]) for p in matrix}
     assert faulted and all(faulted.values()), f"{MATRIX}: no committed run with faults"
     extra = write_tiny_run(results, omit=("workers/receiver-01/delivery.json",))
     summarize_run(extra.run_dir, window_s=2.0)

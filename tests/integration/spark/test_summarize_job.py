@@ -19,7 +19,8 @@ from pyspark.sql import SparkSession
 from mqlab.analysis import partials, plan
 from mqlab.analysis.catalog import catalog_file, run_file
 from mqlab.analysis.job import summarize_run
-from mqlab.analysis.tables import TABLES, as_summary
+from mqlab.analysis.schema import TABLES
+from mqlab.analysis.tables import as_summary
 from mqlab.archive import layout
 from mqlab.cli.data import query, summarize
 from spark.summarize import summarize_logs, summarize_runs

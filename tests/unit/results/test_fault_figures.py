@@ -127,7 +127,7 @@ def test_the_messages_of_a_fault_lost_and_recovered_counted_by_hand() -> None:
     from pyroaring import BitMap64
 
     from mqlab.analysis import partials
-    from mqlab.analysis.tables import fault_messages
+    from mqlab.analysis.delivery import fault_messages
     from mqlab.archive import codecs
     from mqlab.archive.codecs import encode_bitmap
 
@@ -191,7 +191,7 @@ def test_a_busy_first_second_does_not_hide_the_outage_after_it() -> None:
 
 
 def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
-    from mqlab.report import markdown
+    from mqlab.report import sweep
 
     nats = {"broker": "nats", "profile": "nats-r3"}
     redis = {"broker": "redis", "profile": "redis-async"}
@@ -205,7 +205,7 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
             "unavailable_send_s": quiet,
         }
 
-    lines = markdown.fault_matrix(
+    lines = sweep.fault_matrix(
         [
             (nats, [f("kill_leader", 0, 3, 2), f("crash_all", 0, 0, 4)]),
             (
@@ -225,4 +225,4 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
         "| lost unknown · duplicated 1 · 0 s |" in text
     )
     assert "| pg | postgres-sync | unknown | unknown | unknown |" in text
-    assert markdown.fault_matrix([(nats, [])]) == []
+    assert sweep.fault_matrix([(nats, [])]) == []

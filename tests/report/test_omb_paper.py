@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.published import base as published
 from mqlab.published import omb_paper
+from mqlab.published import sets as published_sets
 from mqlab.published.omb_paper import LATENCY, THROUGHPUT, OmbRow
 
 
@@ -21,8 +21,8 @@ def rows() -> list[OmbRow]:
 
 
 def test_the_set_is_registered_with_its_two_experiments() -> None:
-    dataset = published.get("omb-paper-2023")
-    assert "omb-paper-2023" in published.names()
+    dataset = published_sets.get("omb-paper-2023")
+    assert "omb-paper-2023" in published_sets.names()
     assert dataset.experiments() == {"throughput-size-sweep", "latency-fixed-rate"}
 
 
@@ -140,7 +140,7 @@ def test_size_sweep_runs_sit_on_their_size_rows_and_10_b_meets_24_b(tmp_path: Pa
         _run(tmp_path, "r1k", "redis", 1024),
         _run(tmp_path, "r2k", "redis", 2048),
     ]
-    [block] = published.get("omb-paper-2023").blocks(runs, THROUGHPUT)
+    [block] = published_sets.get("omb-paper-2023").blocks(runs, THROUGHPUT)
     assert block.title == "throughput-size-sweep: Redis (redis)"
     by_size = {r[0]: r for r in block.rows}
     assert by_size["10 B (mqlab 24 B)"][1:5] == ("r24", 1000.0, 990.0, 0.99)
@@ -168,7 +168,7 @@ def test_latency_runs_meet_the_rate_they_offer(tmp_path: Path) -> None:
     assert omb_paper.offered_mb_per_s(runs[0]) == pytest.approx(3.0)
     assert omb_paper.offered_mb_per_s(runs[1]) == pytest.approx(15.0)
     assert omb_paper.offered_mb_per_s(runs[3]) is None
-    [block] = published.get("omb-paper-2023").blocks(runs, LATENCY)
+    [block] = published_sets.get("omb-paper-2023").blocks(runs, LATENCY)
     assert block.title == "latency-fixed-rate: Apache Kafka (kafka)"
     by_run = {r[2]: r for r in block.rows}
     assert by_run["k3"][:8] == (3.0, 96, "k3", 990.0, 1.5, 2.5, 9.0, 12.0)
@@ -195,7 +195,7 @@ def test_without_an_experiment_a_run_shows_its_archived_reference_else_both(
         tmp_path, "named", "rabbitmq", 32768, rate_per_s=32, reference=("omb-paper-2023", LATENCY)
     )
     other = _run(tmp_path, "other", "artemis", 1024, reference=("mqperf-2021", "main"))
-    blocks = published.get("omb-paper-2023").blocks([named, other], None)
+    blocks = published_sets.get("omb-paper-2023").blocks([named, other], None)
     assert [b.title for b in blocks] == [
         "latency-fixed-rate: RabbitMQ (rabbitmq)",
         "throughput-size-sweep: ActiveMQ Artemis (artemis)",
@@ -205,6 +205,6 @@ def test_without_an_experiment_a_run_shows_its_archived_reference_else_both(
 
 def test_a_broker_the_paper_did_not_run_gets_empty_rows_and_says_so(tmp_path: Path) -> None:
     run = _run(tmp_path, "n", "nats", 1024)
-    [block] = published.get("omb-paper-2023").blocks([run], THROUGHPUT)
+    [block] = published_sets.get("omb-paper-2023").blocks([run], THROUGHPUT)
     assert [r[1] for r in block.rows] == ["n"]
     assert any("no rows for broker nats" in n for n in block.notes)

@@ -10,10 +10,10 @@ from PIL import Image
 
 from mqlab.analysis import catalog
 from mqlab.analysis.job import summarize_run
-from mqlab.analysis.tables import DELIVERY
+from mqlab.analysis.schema import DELIVERY
 from mqlab.archive import layout, records
 from mqlab.archive.layout import METRICS
-from mqlab.report import markdown
+from mqlab.report import cells, markdown, sweep
 
 from .archive import BELOW_ZERO, LAG_MS, START_MS, write_tiny_run
 from .conftest import WINDOW_S, Lab
@@ -127,8 +127,8 @@ def test_a_failed_undrained_check_and_missing_worker_json(tmp_path: Path) -> Non
 
 
 def test_delivery_meanings_cover_every_figure() -> None:
-    assert set(markdown.DELIVERY_MEANING) | {"undrained"} == set(DELIVERY)
-    assert set(markdown.METRIC_MEANING) == set(METRICS)
+    assert set(cells.DELIVERY_MEANING) | {"undrained"} == set(DELIVERY)
+    assert set(cells.METRIC_MEANING) == set(METRICS)
 
 
 def test_empty_timeline_writes_no_timeline_png(lab: Lab, tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_empty_timeline_writes_no_timeline_png(lab: Lab, tmp_path: Path) -> None
 
 
 def test_sweep_report(lab: Lab, tmp_path: Path) -> None:
-    out = markdown.report_sweep([lab.complete.run_dir, lab.no_delivery.run_dir], tmp_path)
+    out = sweep.report_sweep([lab.complete.run_dir, lab.no_delivery.run_dir], tmp_path)
     text = out.read_text()
     assert lab.complete.run_id in text and lab.no_delivery.run_id in text
     row = next(ln for ln in text.splitlines() if lab.no_delivery.run_id in ln)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.published import base as published
 from mqlab.published import brokers_bench
+from mqlab.published import sets as published_sets
 
 # (experiment, system, variant) -> (msgs/s, "Mb/sec", min, p90, p99, p99.9, max), copied by
 # hand from the report (seconds written as ms); None where the block prints nothing
@@ -99,8 +99,8 @@ def test_setups_as_the_report_states_them() -> None:
 
 
 def test_the_set_is_registered_with_its_experiments() -> None:
-    assert "brokers-bench" in published.names()
-    assert published.get("brokers-bench").experiments() == {k[0] for k in BY_HAND}
+    assert "brokers-bench" in published_sets.names()
+    assert published_sets.get("brokers-bench").experiments() == {k[0] for k in BY_HAND}
 
 
 def _run(broker: str = "kafka", **kw: Any) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def _run(broker: str = "kafka", **kw: Any) -> dict[str, Any]:
 
 
 def test_a_block_puts_the_run_first_then_its_brokers_published_rows() -> None:
-    (block,) = published.get("brokers-bench").blocks([_run()], "ordered-stream")
+    (block,) = published_sets.get("brokers-bench").blocks([_run()], "ordered-stream")
     assert block.headers == ("source", "msgs/s", "MiB/s", "p90 ms", "p99 ms", "p99.9 ms", "max ms")
     mib = "0.16"  # 1310 x 128 / 2^20 = 0.1599: three decimals, trailing zero dropped
     assert block.rows == [
@@ -142,12 +142,12 @@ def test_a_block_puts_the_run_first_then_its_brokers_published_rows() -> None:
     notes = " ".join(block.notes)
     assert "processing latency" in notes and "producer-to-consumer" in notes
     assert "MBP M2 32 GB" in notes and "waited for: all" in notes
-    assert "STAND-IN" in notes  # reference.measurement_notes
+    assert "STAND-IN" in notes  # base.measurement_notes
     assert "128 B (derived" in notes
 
 
 def test_rows_of_other_variants_of_the_experiment_all_come_along() -> None:
-    (block,) = published.get("brokers-bench").blocks([_run("redpanda")], "producers-4-topics")
+    (block,) = published_sets.get("brokers-bench").blocks([_run("redpanda")], "producers-4-topics")
     assert [r[0] for r in block.rows] == [
         "mqlab (measured period)",
         "brokers-bench Redpanda (franz-go)",
@@ -159,23 +159,23 @@ def test_without_an_experiment_the_runs_archived_reference_decides(tmp_path: Pat
     (tmp_path / "scenario.toml").write_text(
         '[reference]\nset = "brokers-bench"\nexperiment = "ten-topics-acks-leader"\n'
     )
-    blocks = published.get("brokers-bench").blocks([_run(run_dir=str(tmp_path))], None)
+    blocks = published_sets.get("brokers-bench").blocks([_run(run_dir=str(tmp_path))], None)
     assert [b.title.rsplit(" vs ", 1)[1] for b in blocks] == ["ten-topics-acks-leader"]
     assert [r[0] for r in blocks[0].rows][1:] == ["brokers-bench Kafka"]
 
 
 def test_without_any_reference_every_experiment_of_the_broker() -> None:
-    blocks = published.get("brokers-bench").blocks([_run("nats")], None)
+    blocks = published_sets.get("brokers-bench").blocks([_run("nats")], None)
     assert [b.title.rsplit(" vs ", 1)[1] for b in blocks] == [
         "ordered-stream",
         "producers-10-topics",
         "vertical-10-cores",
     ]
-    none = published.get("brokers-bench").blocks([_run("postgres")], None)
+    none = published_sets.get("brokers-bench").blocks([_run("postgres")], None)
     assert len(none) == 1 and "no rows for broker postgres" in none[0].notes[0]
 
 
 def test_an_experiment_without_the_runs_broker_says_so() -> None:
-    (block,) = published.get("brokers-bench").blocks([_run("nats")], "compression-1kb")
+    (block,) = published_sets.get("brokers-bench").blocks([_run("nats")], "compression-1kb")
     assert len(block.rows) == 1
     assert any("no row for broker nats (published: Redpanda)" in n for n in block.notes)

@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from mqlab import cli
+from mqlab.analysis.context import order_problem
 from mqlab.analysis.job import summarize_run
-from mqlab.analysis.tables import order_problem
 from mqlab.run.context import RunResult
+from tests.fixtures.summarized import summarize_locally
 from tests.fixtures.synthetic import SyntheticSpec, write_synthetic_run
-from tests.unit.results.conftest import summarize_locally
 
 
 def raw_reordered(run_dir: Path) -> int:

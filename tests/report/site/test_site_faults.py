@@ -7,7 +7,6 @@ without faults, still render."""
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,14 @@ import pytest
 
 from mqlab.archive import layout
 from mqlab.report.site import SiteResult, write_site
+from tests.fixtures.committed import committed_runs, copy_committed, tracked
 
 from .conftest import Built
 from .lab import REPO
 from .parse import Page, Row, Table, column, read_page
 
 MATRIX = REPO / "results" / "durability-matrix"
+MATRIX_RUNS = committed_runs("results/durability-matrix/*")
 FAULTS_PARQUET = Path("summary") / "faults.parquet"
 # the faults table's headings and the summary.json field under each
 FAULT_COLUMNS = (
@@ -53,7 +54,8 @@ class Faulted:
 def faulted(tmp_path_factory: pytest.TempPathFactory) -> Faulted:
     root = tmp_path_factory.mktemp("site-faults")
     results = root / "results"
-    shutil.copytree(MATRIX, results)  # a copy: the site never writes into results/
+    for run in MATRIX_RUNS:  # a copy: the site never writes into results/
+        copy_committed(run, results / run.name)
     run_ids = sorted(p.name for p in layout.find_runs(results))
     out = root / "site"
     return Faulted(results, out, write_site(results, out), run_ids)
@@ -137,7 +139,7 @@ def _has_faults_section(page: Page) -> bool:
 
 # -- a run's page -----------------------------------------------------------------------
 def test_the_committed_durability_matrix_has_runs_with_faults() -> None:
-    runs = layout.find_runs(MATRIX)
+    runs = MATRIX_RUNS
     assert len(runs) >= 2
     assert all(_summary(r)["faults"] for r in runs)
 
@@ -234,7 +236,7 @@ def test_the_index_has_the_durability_matrix(faulted: Faulted) -> None:
 
 def test_the_matrix_cells_are_the_sweep_reports(faulted: Faulted) -> None:
     """The committed sweep report's matrix and the site's say the same, cell for cell."""
-    (sweep,) = (MATRIX / "reports").glob("sweep-*/sweep-report.md")
+    (sweep,) = tracked("results/durability-matrix/reports/sweep-*/sweep-report.md")
     lines = sweep.read_text().split("## Durability matrix", 1)[1].splitlines()
     rows = [
         [c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines if ln.startswith("|")
@@ -261,9 +263,9 @@ def test_runs_whose_fault_figures_cannot_be_read_still_render(tmp_path: Path) ->
     figures), and a run from before faults (no table, no fault log)."""
     results = tmp_path / "results"
     results.mkdir()
-    first, second, third = sorted(p.name for p in layout.find_runs(MATRIX))[:3]
+    first, second, third = (p.name for p in MATRIX_RUNS[:3])
     for run_id in (first, second, third):
-        shutil.copytree(MATRIX / run_id, results / run_id)
+        copy_committed(MATRIX / run_id, results / run_id)
     (results / first / FAULTS_PARQUET).write_bytes(b"not parquet")
     (results / second / FAULTS_PARQUET).unlink()
     (results / third / FAULTS_PARQUET).unlink()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mqlab.analysis import catalog
-from mqlab.report import markdown
+from mqlab.report import cells, markdown
 
 from .conftest import Lab
 
@@ -231,9 +231,9 @@ def test_input_problems_are_listed_relative_to_the_run_and_capped(
 
 
 def test_the_queues_note_shows_only_for_several_queues() -> None:
-    assert markdown.queues_note({"queues": None}) is None  # summarized before queues
-    assert markdown.queues_note({"queues": 1}) is None
-    assert markdown.queues_note({"queues": 10}) == (
+    assert cells.queues_note({"queues": None}) is None  # summarized before queues
+    assert cells.queues_note({"queues": 1}) is None
+    assert cells.queues_note({"queues": 10}) == (
         "10 queues: sender thread s sends to queue s mod 10, receiver thread r receives "
         "from queue r mod 10"
     )

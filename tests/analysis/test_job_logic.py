@@ -10,9 +10,8 @@ from mqlab.analysis import catalog, partials, plan
 from mqlab.analysis.job import summarize_run
 from mqlab.archive import layout, records
 from mqlab.archive.formats import read_json, write_json
+from tests.fixtures.summarized import summarize_locally
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
-
-from .conftest import summarize_locally
 
 
 def test_run_metadata_reads_scenario_workers_and_manifest(tmp_path: Path) -> None:

@@ -16,27 +16,13 @@ import pytest
 from mqlab.analysis.job import summarize_run
 from mqlab.brokers import registry
 from mqlab.cli import mqperf_columns, mqperf_row
+from tests.fixtures.committed import ROOT, committed_runs, tracked
 
-ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "results"
 MATRIX = RESULTS / "durability-matrix"  # one run of scenarios/faults/durability-matrix.toml
-
-
-def _committed(pattern: str) -> list[Path]:
-    """Run archives whose manifest git tracks (runs made in this clone are not committed)."""
-    out = subprocess.run(
-        ["git", "ls-files", "--", f":(glob){pattern}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return sorted((ROOT / line).parent for line in out.splitlines() if line)
-
-
-TOP = _committed("results/*/manifest.json")  # the quickstart and the short runs
-SEEDS = _committed("results/seeds/**/manifest.json")  # runs of scenarios/seeds/
-RUNS = TOP + _committed("results/durability-matrix/*/manifest.json") + SEEDS
+TOP = committed_runs("results/*")  # the quickstart and the short runs
+SEEDS = committed_runs("results/seeds/**")  # runs of scenarios/seeds/
+RUNS = TOP + committed_runs("results/durability-matrix/*") + SEEDS
 DERIVED = ("summary", "summary.json", "report.md", "*.png")  # what summarize and report write
 
 
@@ -138,7 +124,7 @@ def test_the_committed_durability_matrix_is_one_run_per_profile_through_every_fa
         for f in summary["faults"]:
             cell = (f["lost"], f["repeats"], f["unavailable_send_s"])
             assert None not in cell, (r.name, f["label"])
-    [report] = MATRIX.glob("reports/*/sweep-report.md")
+    [report] = tracked("results/durability-matrix/reports/*/sweep-report.md")
     text = report.read_text()
     assert "## Durability matrix" in text
     assert "unknown" not in text.split("## Durability matrix", 1)[1]

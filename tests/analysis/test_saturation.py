@@ -17,8 +17,8 @@ from mqlab.archive.records import read_worker, write_worker
 from mqlab.report import listing
 from mqlab.report.markdown import report_run
 from tests.fixtures import reference
+from tests.fixtures.summarized import EDGE_CASES
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
-from tests.unit.results.conftest import EDGE_CASES
 
 CORES = 2
 

@@ -67,7 +67,7 @@ def test_a_missing_results_directory_lists_nothing(tmp_path: Path) -> None:
 def test_rows_of_summarized_unsummarized_and_unreadable_runs(lab: Lab, results: Path) -> None:
     rows = {x.info.run_id: listing.row(x) for x in listing.list_runs(results)}
     done = rows[lab.complete.run_id]
-    # the tiny run: 2 lost, 1 undrained (tests/unit/report/archive.py)
+    # the tiny run: 2 lost, 1 undrained (tests/report/archive.py)
     assert (done["status"], done["summarized"], done["lost"], done["undrained"]) == (
         "complete",
         True,

@@ -18,6 +18,7 @@ from mqlab.analysis.job import summarize_run
 from mqlab.archive import layout, records
 from mqlab.archive.formats import write_json
 from mqlab.hosts.clocks import ClockEstimate, clock_section
+from tests.fixtures.committed import committed_runs
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
 
 PRICE = 3.06  # USD per hour
@@ -139,8 +140,7 @@ def test_unmeasured_clocks_are_null_with_a_reason_and_old_shapes_read(tmp_path: 
 
 
 def test_the_committed_quickstart_manifest_still_reads() -> None:
-    root = Path(__file__).resolve().parents[3] / "results"
-    runs = layout.find_runs(root)
+    runs = committed_runs("results/*_quickstart_*")
     if not runs:
         pytest.skip("no committed run")
     m = records.read_manifest(runs[0] / layout.MANIFEST)

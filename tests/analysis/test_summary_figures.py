@@ -16,13 +16,13 @@ from hdrh.histogram import HdrHistogram
 
 from mqlab.analysis.figures import figures
 from mqlab.analysis.job import summarize_run
-from mqlab.analysis.tables import DELIVERY, as_summary
+from mqlab.analysis.schema import DELIVERY
+from mqlab.analysis.tables import as_summary
 from mqlab.archive import layout
 from mqlab.errors import ArchiveError
 from tests.fixtures import reference
+from tests.fixtures.summarized import summarize_locally
 from tests.fixtures.synthetic import SyntheticRun, SyntheticSpec, write_synthetic_run
-
-from .conftest import summarize_locally
 
 ROLES = (("sender", "send"), ("receiver", "receive"))
 

@@ -1,27 +1,27 @@
 """A results directory for the site tests: the repository's committed runs (copied), and
-tiny synthetic runs written with the archive's own writers (tests/unit/report/archive.py):
+tiny synthetic runs written with the archive's own writers (tests/report/archive.py):
 one complete, one with unknown delivery figures (a receiver's delivery.json missing), one
 not summarized, and one whose manifest cannot be read."""
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from mqlab.analysis.job import summarize_run
 from mqlab.archive import layout
-from tests.unit.report.archive import START_MS, TinyRun, write_tiny_run
+from tests.fixtures.committed import ROOT as REPO
+from tests.fixtures.committed import committed_runs, copy_committed
+from tests.report.archive import START_MS, TinyRun, write_tiny_run
 
-REPO = Path(__file__).resolve().parents[3]
-COMMITTED_RESULTS = REPO / "results"
 BROKEN = "broken-run"
 # archive text that must come out escaped: in the scenario's description
 HOSTILE = '<script>alert("x")</script> & <b>bold</b>'
 
 
 def committed_run_ids() -> list[str]:
-    return sorted(p.name for p in layout.find_runs(COMMITTED_RESULTS))
+    """The top-level runs git holds under results/ (not the user's own runs beside them)."""
+    return [p.name for p in committed_runs()]
 
 
 @dataclass
@@ -39,7 +39,7 @@ def write_lab(results: Path) -> SiteLab:
     committed = committed_run_ids()
     for run_id in committed:
         # the archive as committed, without anything a local command wrote beside it
-        shutil.copytree(COMMITTED_RESULTS / run_id, results / run_id)
+        copy_committed(REPO / "results" / run_id, results / run_id)
     complete = write_tiny_run(results)
     unknowns = write_tiny_run(
         results,

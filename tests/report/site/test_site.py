@@ -21,11 +21,12 @@ from mqlab.archive import layout
 from mqlab.archive.formats import write_json
 from mqlab.hosts.clocks import ClockEstimate, clock_section
 from mqlab.published import reference
+from mqlab.report import cells as shown
 from mqlab.report import listing, markdown
 from mqlab.report.plots import PERCENTILES_PNG, TIMELINE_PNG
 from mqlab.report.site import SiteError, write_site
 from mqlab.report.site.build import MARKER
-from tests.unit.report.archive import START_MS, write_tiny_run
+from tests.report.archive import START_MS, write_tiny_run
 
 from .conftest import Built
 from .lab import BROKEN, HOSTILE, committed_run_ids
@@ -173,9 +174,9 @@ def test_run_page_shows_the_reports_figures_scenario_and_manifest(built: Built) 
     for run_id in built.lab.committed:
         run_dir = built.lab.results / run_id
         page = run_page(built, run_id)
-        mqperf = next(t for t in page.tables if t.header == list(markdown.MQPERF_HEADER))
+        mqperf = next(t for t in page.tables if t.header == list(shown.MQPERF_HEADER))
         row = catalog.read_run_table(run_dir, "runs").to_pylist()[0]
-        assert [c.text for c in mqperf.rows[0].cells] == markdown.mqperf_row(row)
+        assert [c.text for c in mqperf.rows[0].cells] == shown.mqperf_row(row)
         s = summary(run_dir)
         delivery = page.table("delivery")
         received = next(r for r in delivery.rows if r.cells[0].text == "received")
@@ -321,7 +322,7 @@ def test_the_default_out_is_under_dot_mqlab(
 # -- a priced run on several hosts --------------------------------------------------------
 def _priced_multi_host(results: Path, budget_ms: float) -> Path:
     """A tiny run on a lab with a price, its sender and receiver on two hosts whose clock
-    offsets were measured (as tests/unit/report/test_clock_cost_report.py writes it)."""
+    offsets were measured (as tests/report/test_clock_cost_report.py writes it)."""
     run = write_tiny_run(results, start_ms=START_MS + 3_600_000)
     path = run.run_dir / layout.MANIFEST
     doc = json.loads(path.read_text())

@@ -14,6 +14,7 @@ import pytest
 
 from mqlab.analysis import catalog
 from mqlab.errors import ArchiveError
+from mqlab.published import reference
 from mqlab.report import compare
 
 from .conftest import Lab
@@ -175,14 +176,14 @@ def _windows(run_dir: Path, p95: list[tuple[int, int]]) -> None:
 def test_worst_window_takes_each_figures_highest_window(tmp_path: Path) -> None:
     _windows(tmp_path / "run", [(5_000, 300), (9_000, 200), (7_000, 800)])
     run = {"run_dir": str(tmp_path / "run"), "window_s": 60.0}
-    assert compare.worst_window(run) == {
+    assert reference.worst_window(run) == {
         "window_s": 60.0,
         "processing_us_p95": 9_000,
         "send_call_us_p95": 800,  # from another window than the processing figure
     }
     _windows(tmp_path / "empty", [])
-    assert compare.worst_window({"run_dir": str(tmp_path / "empty"), "window_s": 60.0}) is None
-    assert compare.worst_window({"run_dir": str(tmp_path / "none"), "window_s": 60.0}) is None
+    assert reference.worst_window({"run_dir": str(tmp_path / "empty"), "window_s": 60.0}) is None
+    assert reference.worst_window({"run_dir": str(tmp_path / "none"), "window_s": 60.0}) is None
 
 
 def _run(tmp_path: Path, broker: str, st: int, sn: int, rn: int, lag: int = 0) -> dict[str, Any]:
@@ -208,7 +209,7 @@ def test_against_reference_matches_notes_and_lists_the_published_configurations(
         _run(tmp_path, "postgres", 3, 1, 2),
         _run(tmp_path, "mqlab", 5, 1, 2, lag=250),
     ]
-    pg, nats, pg3, unknown = compare.against_reference(runs, "mqperf-2021")
+    pg, nats, pg3, unknown = reference.against_reference(runs, "mqperf-2021")
     # PostgreSQL,main,5,5,1,2,15073.0,15263.0,5738.0,48.0
     assert [(r.send_msgs_per_s, r.processing_latency_p95_ms) for r in pg.rows] == [
         (15073.0, 5738.0)

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from mqlab.published import reference
+from mqlab.published import base, reference
 from mqlab.published.reference import ReferenceRow
+from tests.fixtures.committed import committed_runs, copy_committed
 
 
 @pytest.fixture(scope="module")
@@ -116,10 +117,10 @@ def test_matching_rows_need_broker_threads_and_nodes_alike(rows: list[ReferenceR
 
 
 def test_measurement_notes_only_for_a_run_whose_senders_fell_behind() -> None:
-    assert reference.measurement_notes(run("nats", 1, 1, 1, 2, lag=0)) == []
-    assert reference.measurement_notes(run("nats", 1, 1, 1, 2, lag=None)) == []
-    assert reference.measurement_notes({"broker": "nats"}) == []
-    (note,) = reference.measurement_notes(run("nats", 1, 1, 1, 2, lag=12345))
+    assert base.measurement_notes(run("nats", 1, 1, 1, 2, lag=0)) == []
+    assert base.measurement_notes(run("nats", 1, 1, 1, 2, lag=None)) == []
+    assert base.measurement_notes({"broker": "nats"}) == []
+    (note,) = base.measurement_notes(run("nats", 1, 1, 1, 2, lag=12345))
     assert note.startswith(
         "this run's senders fell up to 12,345 ms behind their fixed-rate schedule; "
     )
@@ -133,8 +134,6 @@ def test_a_run_whose_scenario_names_mqperf_2021_is_reported_next_to_its_rows(
     a [reference] added: its report gains the published section, with the CSV's row
     "NATS Streaming,main,5,5,1,2,3976.0,3995.0,142.0,48.0" beside the run's own figures."""
     import json
-    import shutil
-    from pathlib import Path
 
     from click.testing import CliRunner
 
@@ -142,10 +141,8 @@ def test_a_run_whose_scenario_names_mqperf_2021_is_reported_next_to_its_rows(
     from mqlab.published import base as published
     from mqlab.report.markdown import report_run
 
-    root = Path(__file__).resolve().parents[3] / "results"
-    [src] = sorted(root.glob("*_quickstart_nats-r3_5t-1s-2r"))
-    run_dir = tmp_path / "results" / src.name
-    shutil.copytree(src, run_dir)
+    [src] = committed_runs("results/*_quickstart_nats-r3_5t-1s-2r")
+    run_dir = copy_committed(src, tmp_path / "results" / src.name)
     scenario = run_dir / "scenario.toml"
     text = scenario.read_text()
     assert "[reference]" not in text and published.of_run(run_dir) is None

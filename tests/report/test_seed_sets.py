@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mqlab.published import base as published
 from mqlab.published import mqperf2015, treat
+from mqlab.published import sets as published_sets
 
 
 def run(broker: str, threads: int, sn: int, rn: int, **extra: Any) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def run(broker: str, threads: int, sn: int, rn: int, **extra: Any) -> dict[str, 
 
 
 def test_both_sets_are_registered_beside_mqperf_2021() -> None:
-    assert {"mqperf-2015", "mqperf-2021", "treat-commit-logs"} <= set(published.names())
+    assert {"mqperf-2015", "mqperf-2021", "treat-commit-logs"} <= set(published_sets.names())
 
 
 def test_mqperf_2015_holds_every_published_table_and_row() -> None:
@@ -58,7 +58,7 @@ def test_mqperf_2015_holds_every_published_table_and_row() -> None:
         "kafka-async": 9,
         "kafka-sync": 9,
     }
-    assert published.get("mqperf-2015").experiments() == set(counts)
+    assert published_sets.get("mqperf-2015").experiments() == set(counts)
     by = {(r.table, r.engine, r.nodes, r.threads, r.send_batch_max): r for r in rows}
     # read off the article: MongoDB async, mmap, 5 threads, 1 node: 10 687 sent, 2 761 received
     m = by[("mongodb-async", "mmap", 1, 5, 10)]
@@ -101,24 +101,24 @@ def test_mqperf_2015_maps_hornetq_to_artemis_approximately_and_activemq_to_nothi
 
 
 def test_a_2015_block_puts_a_run_beside_its_nodes_and_threads() -> None:
-    (block,) = published.get("mqperf-2015").blocks([run("kafka", 25, 2, 2)], None)
+    (block,) = published_sets.get("mqperf-2015").blocks([run("kafka", 25, 2, 2)], None)
     assert block.rows[0] == ("mqlab (measured period)", "batch <= 10", 100.0, 90.0)
     assert block.rows[1:] == [
         ("mqperf-2015 Kafka (kafka-async)", "async", 26892.0, 24310.0),
         ("mqperf-2015 Kafka (kafka-sync)", "sync", 10645.0, 10267.0),
     ]
-    (only_sync,) = published.get("mqperf-2015").blocks([run("kafka", 25, 2, 2)], "kafka-sync")
+    (only_sync,) = published_sets.get("mqperf-2015").blocks([run("kafka", 25, 2, 2)], "kafka-sync")
     assert [r[0] for r in only_sync.rows[1:]] == ["mqperf-2015 Kafka (kafka-sync)"]
-    (hornet,) = published.get("mqperf-2015").blocks([run("artemis", 1, 1, 1)], "hornetq")
+    (hornet,) = published_sets.get("mqperf-2015").blocks([run("artemis", 1, 1, 1)], "hornetq")
     assert hornet.rows[1][2:] == (1108.0, 1106.0)
     assert any("HornetQ" in n for n in hornet.notes)
 
 
 def test_a_2015_block_without_a_row_says_why() -> None:
-    (block,) = published.get("mqperf-2015").blocks([run("kafka", 5, 1, 2)], None)
+    (block,) = published_sets.get("mqperf-2015").blocks([run("kafka", 5, 1, 2)], None)
     assert len(block.rows) == 1
     assert any("as many sender as receiver nodes" in n for n in block.notes)
-    (standin,) = published.get("mqperf-2015").blocks(
+    (standin,) = published_sets.get("mqperf-2015").blocks(
         [run("mongodb", 1, 1, 1, stand_in="mongoeco")], "mongodb-sync"
     )
     assert [r[2:] for r in standin.rows[1:]] == [(1952.0, 1630.0), (1531.0, 1239.0)]
@@ -136,7 +136,7 @@ def test_treat_commit_logs_holds_the_four_tables_as_published() -> None:
     # --file_sync=false, 1MB: 1296.1464 ...; Kafka RF 1, 1KB: 0.5942 1.3123 17.6556
     assert by[("nats-streaming-file-nosync", 1_048_576)][0] == 1296.1464
     assert by[("kafka-rf1", 1024)][:3] == (0.5942, 1.3123, 17.6556)
-    assert published.get("treat-commit-logs").experiments() == {
+    assert published_sets.get("treat-commit-logs").experiments() == {
         "nats-streaming-memory",
         "nats-streaming-file",
         "nats-streaming-file-nosync",
@@ -146,7 +146,7 @@ def test_treat_commit_logs_holds_the_four_tables_as_published() -> None:
 
 @pytest.mark.parametrize(("size", "published_size"), [(256, 256), (1_000_000, 1_048_576)])
 def test_a_treat_block_matches_the_message_size(size: int, published_size: int) -> None:
-    (block,) = published.get("treat-commit-logs").blocks(
+    (block,) = published_sets.get("treat-commit-logs").blocks(
         [run("nats", 1, 1, 1, message_bytes=size)], "nats-streaming-file"
     )
     assert block.rows[0] == (
@@ -163,7 +163,7 @@ def test_a_treat_block_matches_the_message_size(size: int, published_size: int) 
 
 
 def test_a_treat_block_says_latency_counts_from_the_intended_time_as_the_post() -> None:
-    (block,) = published.get("treat-commit-logs").blocks(
+    (block,) = published_sets.get("treat-commit-logs").blocks(
         [run("nats", 1, 1, 1, sender_lag_ms_max=16)], None
     )
     lag = [n for n in block.notes if "behind" in n]
@@ -187,7 +187,7 @@ def test_treat_commit_logs_holds_the_whole_kafka_table_as_published() -> None:
 
 
 def test_a_kafka_run_meets_the_posts_kafka_row_of_its_size() -> None:
-    (block,) = published.get("treat-commit-logs").blocks(
+    (block,) = published_sets.get("treat-commit-logs").blocks(
         [run("kafka", 1, 1, 1, message_bytes=5120)], "kafka-rf1"
     )
     assert block.rows[1] == (
