@@ -30,7 +30,7 @@ from typing import Any
 
 from mqlab.analysis import faults
 from mqlab.errors import FleetError, MqlabError
-from mqlab.hosts.host import Attached, Host
+from mqlab.hosts.base import Attached, Host
 
 IMPAIR_SCRIPT = Path(__file__).with_name("impair.py")
 VIA_TC = "tc netem"

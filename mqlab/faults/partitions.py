@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from mqlab.errors import FleetError
-from mqlab.hosts.host import Host
-from mqlab.scenario import PARTITION_KINDS
+from mqlab.hosts.base import Host
+from mqlab.scenario.model import PARTITION_KINDS
 
 ROUTE_PROTO = 213  # the tag on mqlab's blackhole routes (`ip route ... proto 213`)
 CMD_TIMEOUT_S = 30.0

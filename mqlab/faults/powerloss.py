@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from mqlab.errors import FleetError, MqlabError
-from mqlab.hosts.host import Host
+from mqlab.hosts.base import Host
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # SysRq enabled for the call, then ``b``: reboot now, no sync, no unmount

@@ -26,9 +26,11 @@ from typing import Any
 
 from mqlab.brokers.base import Endpoints
 from mqlab.errors import FleetError, ScenarioError
-from mqlab.hosts.host import Host, LocalHost, SshHost
+from mqlab.hosts.base import Host
+from mqlab.hosts.local import LocalHost
+from mqlab.hosts.ssh import SshHost
 from mqlab.labs.aws.inventory import Inventory
-from mqlab.scenario import Scenario
+from mqlab.scenario.model import Scenario
 
 LOG = logging.getLogger(__name__)
 Progress = Callable[[str], None]

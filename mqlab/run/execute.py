@@ -6,7 +6,7 @@ broker and placement for the whole sweep (or the one `mqlab cluster up` left run
 Where things run is one seam (``mqlab.labs.placement``): all on this machine
 (``target = "local"``), or broker nodes and workers on hosts of their own reached over
 SSH (``netns``, ``ssh``, ``aws``). The phases are the same either way; every worker is
-a process attached to the coordinator by stdin/stdout (``mqlab.hosts.host``).
+a process attached to the coordinator by stdin/stdout (``mqlab.hosts``).
 
 - On hosts of their own, each client host's clock offset to the coordinator is
   measured before and after the run (``mqlab.hosts.clocks``); receivers correct
@@ -42,7 +42,6 @@ from typing import Any, TypeAlias
 from pyroaring import BitMap64
 
 from mqlab import cpu, envelope, typed
-from mqlab import scenario as scenario_mod
 from mqlab.analysis.job import summarize_run
 from mqlab.analysis.tables import FAILED
 from mqlab.archive import layout
@@ -56,9 +55,11 @@ from mqlab.errors import ClusterError, FleetError, MqlabError
 from mqlab.faults import link as linkfaults
 from mqlab.faults import partitions, powerloss
 from mqlab.hosts import clocks
-from mqlab.hosts.host import Attached, Host
+from mqlab.hosts.base import Attached, Host
 from mqlab.labs.placement import Placement, for_scenario
-from mqlab.scenario import Scenario
+from mqlab.scenario import load as scenario_load
+from mqlab.scenario import model as scenario_model
+from mqlab.scenario.model import Scenario
 from mqlab.signals import sigterm_as_interrupt
 from mqlab.workload.spec import WorkerSpec, processes, queue_names
 
@@ -248,7 +249,7 @@ def run_one(
     placement = placement or for_scenario(s, observer.phase)
     run_dir = _new_run_dir(results_dir, s)
     run_id = run_dir.name
-    (run_dir / "scenario.toml").write_text(scenario_mod.to_toml(s))
+    (run_dir / "scenario.toml").write_text(scenario_load.to_toml(s))
     driver_cls = registry.driver_class(s.broker)
     manifest = base_manifest(run_id, s, driver_cls.client_libraries)
     manifest["lab"] = placement.lab_manifest()
@@ -934,7 +935,7 @@ def _apply_fault(f: Any, ctx: _FaultRun) -> None:
     if f.action == "netem":
         _netem(f, ctx)
         return
-    if f.action in scenario_mod.POWER_LOSS:
+    if f.action in scenario_model.POWER_LOSS:
         _power_loss(f, ctx)
         return
     if f.action == "kill_leader":
@@ -978,7 +979,7 @@ def _partition(f: Any, ctx: _FaultRun) -> None:
     cluster, driver, manifest, observer = ctx.cluster, ctx.driver, ctx.manifest, ctx.observer
     pending, placement, cuts = ctx.pending, ctx.placement, ctx.cuts
     node = f.node
-    if f.partition in scenario_mod.LEADER_PARTITIONS:
+    if f.partition in scenario_model.LEADER_PARTITIONS:
         node = _leader(cluster, driver, f"partition {f.partition}")
     at_ms = int(time.time() * 1000)
     _on_own_hosts(placement, "a partition")
@@ -1208,6 +1209,6 @@ def _stop_workers(workers: list[_Worker], grace_s: float = STOP_GRACE_S) -> None
 def execute_files(
     paths: list[Path], results_dir: Path, observer: Observer | None = None
 ) -> list[RunResult]:
-    scenarios = [s for p in paths for s in scenario_mod.load_scenario(p)]
+    scenarios = [s for p in paths for s in scenario_load.load_scenario(p)]
     with sigterm_as_interrupt():
         return execute(scenarios, results_dir, observer)

@@ -2,7 +2,7 @@
 
 ``python -m mqlab.workload.worker SPEC.json`` — the same entry point runs locally and
 on remote hosts (from the shipped bundle); the coordinator attaches to its stdin and
-stdout through ``mqlab.hosts.host`` in both cases.
+stdout through ``mqlab.hosts`` in both cases.
 
 Commands (stdin, one per line): ``go`` is the common start of every sender (sent once
 all workers are ready); ``receivers-stop`` ends the receivers' drain; ``stop`` ends the
@@ -30,7 +30,7 @@ from mqlab.archive import layout
 from mqlab.archive.records import WorkerRecord, write_delivery, write_sent, write_worker
 from mqlab.brokers import registry
 from mqlab.brokers.base import Driver, Endpoints
-from mqlab.scenario import Workload
+from mqlab.scenario.model import Workload
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats, now_ms
 from mqlab.workload.spec import WorkerSpec, queue_of
 from mqlab.workload.threads import run_receiver, run_sender, run_sender_lanes

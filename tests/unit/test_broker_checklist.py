@@ -67,7 +67,7 @@ def test_every_driven_broker_without_a_local_server_has_a_cloud_scenario_and_uni
     scenario for a lab whose images run it (target "aws"), which validates; its driver's
     own logic has unit tests of its own; and mqlab refuses a local target in one line."""
     from mqlab.errors import ScenarioError
-    from mqlab.scenario import load_scenario
+    from mqlab.scenario.load import load_scenario
 
     profiles = _profiles()
     cloud: dict[str, list[Path]] = {}
@@ -154,7 +154,8 @@ def test_the_checklist_names_each_place() -> None:
 def test_every_launcher_is_built_the_way_the_run_builds_it(tmp_path: Path) -> None:
     """run.ClusterPool builds every launcher as cls(workdir, nodes, hosts or None)."""
     from mqlab.errors import ClusterError
-    from mqlab.hosts.host import LocalHost, SshHost
+    from mqlab.hosts.local import LocalHost
+    from mqlab.hosts.ssh import SshHost
 
     remote = [SshHost(f"broker-{i}", f"10.9.9.{i + 10}", root="/tmp/x") for i in range(3)]
     for b in LOCAL:

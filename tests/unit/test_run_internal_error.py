@@ -9,7 +9,7 @@ import pytest
 
 from mqlab.archive.formats import read_json
 from mqlab.run import execute as run_mod
-from mqlab.scenario import load_scenario
+from mqlab.scenario.load import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -42,7 +42,7 @@ from mqlab.brokers.cluster import LocalCluster, Progress
 from mqlab.brokers.postgres import node as pgconf
 from mqlab.errors import ClusterError
 from mqlab.hosts import process
-from mqlab.hosts.host import Host
+from mqlab.hosts.base import Host
 from mqlab.hosts.process import ProcessRecord
 
 LOG = logging.getLogger(__name__)

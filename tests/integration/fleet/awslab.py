@@ -18,7 +18,7 @@ from mqlab.labs import netns
 from mqlab.labs.aws import inventory
 from mqlab.labs.aws.keys import PRIVATE_NAME
 from mqlab.labs.aws.labs import LabDir, LabRecord
-from mqlab.scenario import Scenario
+from mqlab.scenario.model import Scenario
 
 
 def record_live_lab(

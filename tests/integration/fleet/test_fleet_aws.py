@@ -26,7 +26,7 @@ from mqlab.labs import netns
 from mqlab.labs.aws.labs import spec_from_scenarios
 from mqlab.labs.placement import hosts_of
 from mqlab.run import execute as run_mod
-from mqlab.scenario import load_scenario
+from mqlab.scenario.load import load_scenario
 from tests.integration.conftest import processes_mentioning
 from tests.integration.fleet.awslab import record_live_lab
 

@@ -30,13 +30,13 @@ from mqlab.brokers import cluster as base
 from mqlab.brokers import image
 from mqlab.brokers.kafka import cluster as kafka
 from mqlab.hosts import process
-from mqlab.hosts.host import Host
+from mqlab.hosts.base import Host
 from mqlab.hosts.process import ProcessRecord
 from mqlab.labs import netns
 from mqlab.labs.aws.labs import spec_from_scenarios
 from mqlab.labs.placement import hosts_of
 from mqlab.run import execute as run_mod
-from mqlab.scenario import load_scenario
+from mqlab.scenario.load import load_scenario
 from tests.integration.conftest import processes_mentioning
 from tests.integration.fleet.awslab import record_live_lab
 

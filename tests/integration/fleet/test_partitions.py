@@ -19,7 +19,7 @@ import pytest
 
 from mqlab.archive.formats import read_json
 from mqlab.faults import partitions
-from mqlab.hosts.host import Host
+from mqlab.hosts.base import Host
 from mqlab.labs import netns
 from mqlab.labs.placement import TEST_SKEW_ENV, hosts_of
 from mqlab.report import plots

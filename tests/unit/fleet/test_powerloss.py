@@ -15,7 +15,8 @@ import pytest
 from mqlab.analysis import faults
 from mqlab.errors import FleetError
 from mqlab.faults import powerloss
-from mqlab.hosts.host import LocalHost, Result
+from mqlab.hosts.base import Result
+from mqlab.hosts.local import LocalHost
 
 
 class Rebooting(LocalHost):
