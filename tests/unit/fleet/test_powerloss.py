@@ -2,7 +2,7 @@
 as back only once it answers from a new kernel (a new boot id).
 
 Scripted hosts: rebooting a real host is for real hosts only (target "ssh" or "aws"); the
-scenario refuses it where the kernel is this machine's (tests/unit/test_scenario.py).
+scenario refuses it where the kernel is this machine's (tests/scenario/test_scenario.py).
 """
 
 from __future__ import annotations
