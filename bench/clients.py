@@ -71,7 +71,8 @@ from mqlab.brokers.cluster import LocalCluster
 from mqlab.brokers.local import cluster_class
 from mqlab.brokers.redis.streams import FIELD
 from mqlab.errors import MqlabError
-from mqlab.scenario import PROJECT_PROFILES, Profile, Workload, load_profile
+from mqlab.scenario.load import PROJECT_PROFILES, load_profile
+from mqlab.scenario.model import Profile, Workload
 from mqlab.workload.spec import WorkerSpec
 
 GOAL_RATIO = 0.8

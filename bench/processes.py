@@ -41,10 +41,11 @@ from mqlab.brokers import registry
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.brokers.local import cluster_class
 from mqlab.errors import MqlabError
-from mqlab.hosts.host import LocalHost
+from mqlab.hosts.local import LocalHost
 from mqlab.labs.placement import Placement
 from mqlab.run import workers as run
-from mqlab.scenario import PROJECT_PROFILES, Clients, Cluster, Scenario, Workload, load_profile
+from mqlab.scenario.load import PROJECT_PROFILES, load_profile
+from mqlab.scenario.model import Clients, Cluster, Scenario, Workload
 
 PROFILE = "redis-async"
 

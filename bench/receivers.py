@@ -32,7 +32,7 @@ from typing import Any
 
 from mqlab import envelope
 from mqlab.brokers import local, registry
-from mqlab.scenario import PROJECT_PROFILES, load_profile
+from mqlab.scenario.load import PROJECT_PROFILES, load_profile
 
 PROFILES = {"nats": "nats-r3", "redis": "redis-wait1"}
 SEND_BATCH = 500  # messages per send() while preloading

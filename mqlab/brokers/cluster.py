@@ -1,7 +1,7 @@
 """Clusters: real broker servers started, checked and stopped by mqlab, on one host or many.
 
 A launcher subclass knows one broker's recipe (config files, start order, health).
-Every node runs on a ``Host`` (``mqlab.hosts.host``): by default all nodes on this
+Every node runs on a ``Host`` (``mqlab.hosts``): by default all nodes on this
 machine on 127.0.0.1 with free ports (the embedded default); on a lab, node ``i`` on
 ``hosts[i]`` at that host's address with the broker's standard ports, started over SSH.
 The same recipe serves both. This base keeps the state (PIDs, ports, data dirs) in
@@ -30,7 +30,7 @@ from mqlab.hosts import process
 from mqlab.hosts.process import ProcessRecord
 
 if TYPE_CHECKING:
-    from mqlab.hosts.host import Host
+    from mqlab.hosts.base import Host
 
 LOG = logging.getLogger(__name__)
 STATE_FORMAT_VERSION = 1
@@ -67,7 +67,7 @@ class LocalCluster(ABC):
     follows_advertised: ClassVar[bool] = False
 
     def __init__(self, workdir: Path, nodes: int | None = None, hosts: list[Host] | None = None):
-        from mqlab.hosts.host import LocalHost
+        from mqlab.hosts.local import LocalHost
 
         self.workdir = Path(workdir)
         self.nodes = nodes or self.default_nodes

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from mqlab.cli import checks as checks  # registers the scenario checks from above
 from mqlab.errors import MqlabError
 
 console = Console(stderr=True, log_path=False)  # log lines say what happens, not where
@@ -266,7 +267,7 @@ def unknown_notes(summary: dict[str, Any], run: str) -> list[str]:
 def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
     """Run SCENARIO files (every sweep point) and archive each run under --results."""
     from mqlab.run.sweep import execute_files
-    from mqlab.scenario import to_toml  # noqa: F401  (import check before any work)
+    from mqlab.scenario.load import to_toml  # noqa: F401  (import check before any work)
 
     results = execute_files(list(scenarios), results_dir, _observer())
     rows, notes = [], []
@@ -296,7 +297,7 @@ def run(scenarios: tuple[Path, ...], results_dir: Path) -> None:
 @click.argument("scenarios", nargs=-1, required=True, type=click.Path(path_type=Path))
 def validate(scenarios: tuple[Path, ...]) -> None:
     """Check SCENARIO files without running them; list the runs each expands into."""
-    from mqlab.scenario import load_scenario
+    from mqlab.scenario.load import load_scenario
 
     for path in scenarios:
         points = load_scenario(path)

@@ -8,7 +8,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from mqlab.labs import netns
+from mqlab.labs.netns import lab as netns_lab
+from mqlab.labs.netns import plan as netns_plan
+from mqlab.labs.netns import state as netns_state
 
 ERR = Console(stderr=True, log_path=False)
 OUT = Console()
@@ -25,9 +27,15 @@ def lab() -> None:
 
 @lab.command()
 @NAME_OPTION
-@click.option("--brokers", type=click.IntRange(0, netns.MAX_HOSTS), default=3, show_default=True)
-@click.option("--senders", type=click.IntRange(0, netns.MAX_HOSTS), default=1, show_default=True)
-@click.option("--receivers", type=click.IntRange(0, netns.MAX_HOSTS), default=2, show_default=True)
+@click.option(
+    "--brokers", type=click.IntRange(0, netns_plan.MAX_HOSTS), default=3, show_default=True
+)
+@click.option(
+    "--senders", type=click.IntRange(0, netns_plan.MAX_HOSTS), default=1, show_default=True
+)
+@click.option(
+    "--receivers", type=click.IntRange(0, netns_plan.MAX_HOSTS), default=2, show_default=True
+)
 @click.option("--delay-ms", type=click.FloatRange(0, 1000), default=0.0, help="netem delay.")
 @click.option("--jitter-ms", type=click.FloatRange(0, 1000), default=0.0, help="netem jitter.")
 def up(
@@ -35,7 +43,7 @@ def up(
 ) -> None:
     """Create the lab (or reuse it when it is up with this shape): hosts, sshd, inventory."""
     with ERR.status("lab up") as spinner:
-        made = netns.up(
+        made = netns_lab.up(
             name, brokers, senders, receivers, delay_ms, jitter_ms, progress=spinner.update
         )
     inv = made.inventory
@@ -57,11 +65,11 @@ def up(
 @click.option("--name", default=None, help="One lab (default: every lab).")
 def status(name: str | None) -> None:
     """Show labs: hosts, addresses, whether each namespace and sshd is alive, netem."""
-    names = [name] if name else netns.list_labs()
+    names = [name] if name else netns_state.list_labs()
     if not names:
         OUT.print("no labs")
     for n in names:
-        _print_status(netns.status(n))
+        _print_status(netns_state.status(n))
 
 
 def _print_status(s: dict[str, Any]) -> None:
@@ -96,10 +104,10 @@ def down(name: str | None, all_labs: bool) -> None:
     """Remove the lab: its processes, namespaces, links and directory."""
     if all_labs and name:
         raise click.UsageError("give --name or --all, not both")
-    names = netns.list_labs() if all_labs else [name or "lab"]
+    names = netns_state.list_labs() if all_labs else [name or "lab"]
     if all_labs and not names:
         OUT.print("no labs")
     for n in names:
         with ERR.status(f"lab down {n}"):
-            removed = netns.down(n)
+            removed = netns_lab.down(n)
         OUT.print(f"lab {n}: removed" if removed else f"lab {n}: nothing to remove")

@@ -41,7 +41,7 @@ def _one_line_errors(fn: F) -> F:
 
 
 def _spec(scenario: str) -> LabSpec:
-    from mqlab.scenario import load_scenario
+    from mqlab.scenario.load import load_scenario
 
     return spec_from_scenarios(load_scenario(Path(scenario)))
 

@@ -37,7 +37,7 @@ from typing import Any
 from mqlab.archive.manifest import netem_label
 from mqlab.errors import FleetError, MqlabError
 from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
-from mqlab.hosts.host import Attached, Host
+from mqlab.hosts.base import Attached, Host
 
 IMPAIRER_DIR = Path(__file__).with_name("impairer")  # a program of its own (stdlib only)
 ZIP_MAIN = "import sys\nfrom impairer.main import main\nsys.exit(main())\n"

@@ -41,8 +41,8 @@ from typing import Any, Protocol, TypeVar
 from mqlab.errors import FleetError, MqlabError
 from mqlab.faults import process
 from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
-from mqlab.hosts.host import Host
-from mqlab.scenario import LEADER_PARTITIONS, PARTITION_KINDS
+from mqlab.hosts.base import Host
+from mqlab.scenario.model import LEADER_PARTITIONS, PARTITION_KINDS
 
 ROUTE_PROTO = 213  # the tag on mqlab's blackhole routes (`ip route ... proto 213`)
 CMD_TIMEOUT_S = 30.0

@@ -28,7 +28,7 @@ from typing import Any
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.errors import ClusterError, FleetError, MqlabError
 from mqlab.faults.target import Target, Where, now_ms
-from mqlab.hosts.host import Host
+from mqlab.hosts.base import Host
 
 ACTIONS = ("power_loss", "power_loss_all")  # unsynced reboots of broker hosts
 BOOT_ID = "/proc/sys/kernel/random/boot_id"

@@ -19,7 +19,7 @@ from typing import Any
 from mqlab.brokers.base import Driver
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.errors import FleetError
-from mqlab.hosts.host import Host
+from mqlab.hosts.base import Host
 
 # (when, action, node) of the second halves of faults: restart_node, resume_node,
 # restart_all; heal with the key of what is in place in ``Target.cuts``

@@ -26,9 +26,11 @@ from typing import Any
 
 from mqlab.brokers.base import Endpoints
 from mqlab.errors import FleetError, ScenarioError
-from mqlab.hosts.host import Host, LocalHost, SshHost
+from mqlab.hosts.base import Host
+from mqlab.hosts.local import LocalHost
+from mqlab.hosts.ssh import SshHost
 from mqlab.labs.aws.inventory import Inventory
-from mqlab.scenario import Scenario
+from mqlab.scenario.model import Scenario
 
 LOG = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -218,10 +220,10 @@ class Placement:
             with contextlib.suppress(Exception):
                 h.close()
         if self.owned_lab is not None:
-            from mqlab.labs import netns
+            from mqlab.labs.netns import lab as netns_lab
 
             progress(f"removing lab {self.owned_lab}")
-            netns.down(self.owned_lab)
+            netns_lab.down(self.owned_lab)
             self.owned_lab = None
 
 
@@ -266,16 +268,17 @@ def for_scenario(s: Scenario, progress: Progress = _quiet) -> Placement:
         here = LocalHost()
         return Placement("local", "local", [here] * s.cluster.nodes, [here], [here])
     if target == "netns":
-        from mqlab.labs import netns
+        from mqlab.labs.netns import lab as netns_lab
+        from mqlab.labs.netns import state as netns_state
 
         name = lab_name(s)
         n = s.cluster.netns
         delay, jitter = (n.delay_ms, n.jitter_ms) if n else (0.0, 0.0)
-        existing = netns.find(name)
+        existing = netns_state.find(name)
         owned = None
         if existing is None:
             progress(f"creating lab {name}: network namespaces with their own sshd")
-            existing = netns.up(
+            existing = netns_lab.up(
                 name,
                 brokers=s.cluster.nodes,
                 senders=s.clients.sender_nodes,
@@ -305,7 +308,7 @@ def for_scenario(s: Scenario, progress: Progress = _quiet) -> Placement:
             return from_inventory("netns", existing.inventory, owned)
         except BaseException:
             if owned:
-                netns.down(owned)
+                netns_lab.down(owned)
             raise
     if target == "ssh":
         from mqlab.labs.aws import inventory

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mqlab import scenario as scenario_mod
 from mqlab.analysis.job import summarize_run
 from mqlab.archive import layout
 from mqlab.archive.manifest import Manifest, Measure, base_manifest
@@ -18,7 +17,8 @@ from mqlab.labs.placement import Placement
 from mqlab.provenance import flake_provenance
 from mqlab.run import clocks, workers
 from mqlab.run.context import RunContext
-from mqlab.scenario import Scenario
+from mqlab.scenario import load as scenario_mod
+from mqlab.scenario.model import Scenario
 
 
 def new_run_dir(results_dir: Path, s: Scenario) -> Path:

@@ -11,9 +11,9 @@ from typing import Any
 
 from mqlab.errors import FleetError, MqlabError
 from mqlab.hosts import clocks
-from mqlab.hosts.host import Attached, Host
+from mqlab.hosts.base import Attached, Host
 from mqlab.labs.placement import Placement
-from mqlab.scenario import Scenario
+from mqlab.scenario.model import Scenario
 from mqlab.workload.spec import processes
 
 LOG = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from mqlab.brokers.base import Driver
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.labs.placement import Placement
 from mqlab.run.workers import Worker
-from mqlab.scenario import Scenario
+from mqlab.scenario.model import Scenario
 
 
 class Observer:

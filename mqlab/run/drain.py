@@ -17,7 +17,7 @@ from mqlab.archive.records import UndrainedRecord, write_undrained
 from mqlab.brokers.base import Driver, Remaining
 from mqlab.run.context import RunContext
 from mqlab.run.workers import Worker, command, totals
-from mqlab.scenario import Scenario
+from mqlab.scenario.model import Scenario
 from mqlab.workload.protocol import ReceiversStop
 
 LOG = logging.getLogger(__name__)

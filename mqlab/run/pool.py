@@ -11,7 +11,7 @@ from mqlab.brokers.cluster import LocalCluster
 from mqlab.errors import MqlabError
 from mqlab.labs.placement import Placement, lab_name
 from mqlab.run.context import Observer
-from mqlab.scenario import Scenario
+from mqlab.scenario.model import Scenario
 
 
 class ClusterPool:

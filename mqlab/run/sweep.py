@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from mqlab import scenario as scenario_mod
 from mqlab.analysis.context import FAILED
 from mqlab.errors import MqlabError
 from mqlab.labs.placement import Placement, for_scenario
@@ -41,7 +40,8 @@ from mqlab.run.measure import measure
 from mqlab.run.pool import ClusterPool, placement_key
 from mqlab.run.setup import setup
 from mqlab.run.teardown import teardown
-from mqlab.scenario import Scenario
+from mqlab.scenario import load as scenario_mod
+from mqlab.scenario.model import Scenario
 from mqlab.signals import sigterm_as_interrupt
 
 LOG = logging.getLogger(__name__)

@@ -19,10 +19,10 @@ from mqlab import typed
 from mqlab.archive import layout
 from mqlab.archive.formats import read_json
 from mqlab.errors import ClusterError, FleetError, MqlabError
-from mqlab.hosts.host import Attached, Host
+from mqlab.hosts.base import Attached, Host
 from mqlab.labs.placement import Placement
 from mqlab.run.clocks import corrections
-from mqlab.scenario import Scenario
+from mqlab.scenario.model import Scenario
 from mqlab.workload import protocol
 from mqlab.workload.spec import WorkerSpec, processes
 

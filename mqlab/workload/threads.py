@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from mqlab import clock, envelope
 from mqlab.brokers.base import Driver, Lane, Sender
-from mqlab.scenario import Workload
+from mqlab.scenario.model import Workload
 from mqlab.workload.recorder import ReceiverStats, SenderStats
 from mqlab.workload.schedules import ClosedLoop, Schedule, make_schedule
 

@@ -2,7 +2,7 @@
 
 ``python -m mqlab.workload.worker SPEC.json`` — the same entry point runs locally and
 on remote hosts (from the shipped bundle); the coordinator attaches to its stdin and
-stdout through ``mqlab.hosts.host`` in both cases.
+stdout through ``mqlab.hosts`` in both cases.
 
 Commands on stdin, events on stdout, as :mod:`mqlab.workload.protocol` defines them
 (``go``, ``measure``, ``receivers-stop``, ``stop``; ``started``, ``ready``,
@@ -27,7 +27,7 @@ from mqlab.archive import layout
 from mqlab.archive.records import WorkerRecord, write_delivery, write_sent, write_worker
 from mqlab.brokers import registry
 from mqlab.brokers.base import Driver, Endpoints
-from mqlab.scenario import Workload
+from mqlab.scenario.model import Workload
 from mqlab.workload import protocol
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats, now_ms
 from mqlab.workload.spec import WorkerSpec, queue_of

@@ -95,7 +95,7 @@ def test_a_profile_and_a_short_scenario(name: str, tmp_path: Path) -> None:
     for a lab whose images run it (target "aws"), which validates, and a local target is
     refused in one line."""
     from mqlab.errors import ScenarioError
-    from mqlab.scenario import load_scenario
+    from mqlab.scenario.load import load_scenario
 
     assert name in _profiles().values(), f"{name}: add scenarios/profiles/<profile>.toml"
     if BROKERS[name].local_cluster is not None:
@@ -116,7 +116,8 @@ def test_a_profile_and_a_short_scenario(name: str, tmp_path: Path) -> None:
 def test_a_local_launcher_or_the_reason_there_is_none(name: str, tmp_path: Path) -> None:
     """run.ClusterPool builds every launcher as cls(workdir, nodes, hosts or None)."""
     from mqlab.errors import ClusterError
-    from mqlab.hosts.host import LocalHost, SshHost
+    from mqlab.hosts.local import LocalHost
+    from mqlab.hosts.ssh import SshHost
 
     b = BROKERS[name]
     if b.local_cluster is None:

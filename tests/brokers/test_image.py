@@ -353,7 +353,7 @@ def test_the_run_attaches_to_an_aws_lab_with_the_attach_class(
     from mqlab.labs.placement import Placement
     from mqlab.run.context import Observer
     from mqlab.run.pool import ClusterPool
-    from mqlab.scenario import load_scenario
+    from mqlab.scenario.load import load_scenario
 
     monkeypatch.setenv("MQLAB_STATE_DIR", str(tmp_path / "state"))
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):

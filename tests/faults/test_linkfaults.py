@@ -17,7 +17,8 @@ from mqlab.archive.manifest import netem_label
 from mqlab.errors import FleetError
 from mqlab.faults import link as linkfaults
 from mqlab.faults.link import VIA_NFQUEUE, VIA_TC, LinkFault
-from mqlab.hosts.host import Attached, LocalHost, Result
+from mqlab.hosts.base import Attached, Result
+from mqlab.hosts.local import LocalHost
 
 ROUTE = "10.213.0.11 dev eth0 src 10.213.0.10 uid 0 \\    cache"
 NO_NETEM = "Error: Specified qdisc kind is unknown.\n"

@@ -16,7 +16,8 @@ import pytest
 from mqlab.errors import FleetError
 from mqlab.faults import partitions
 from mqlab.faults.partitions import Cut, Route
-from mqlab.hosts.host import LocalHost, Result
+from mqlab.hosts.base import Result
+from mqlab.hosts.local import LocalHost
 
 
 @dataclass(frozen=True)

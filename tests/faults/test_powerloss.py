@@ -2,7 +2,7 @@
 as back only once it answers from a new kernel (a new boot id).
 
 Scripted hosts: rebooting a real host is for real hosts only (target "ssh" or "aws"); the
-scenario refuses it where the kernel is this machine's (tests/unit/test_scenario.py).
+scenario refuses it where the kernel is this machine's (tests/scenario/test_scenario.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 from mqlab.analysis import faults
 from mqlab.errors import FleetError
 from mqlab.faults import powerloss
-from mqlab.hosts.host import LocalHost, Result
+from mqlab.hosts.base import Result
+from mqlab.hosts.local import LocalHost
 
 
 class Rebooting(LocalHost):

@@ -11,7 +11,7 @@ from mqlab.archive.manifest import FAULT_ACTIONS
 from mqlab.errors import FleetError
 from mqlab.faults import schedule
 from mqlab.faults.target import Where
-from mqlab.scenario import Fault
+from mqlab.scenario.model import Fault
 
 LOCAL, NETNS, AWS = Where(False, "local"), Where(True, "netns"), Where(True, "aws")
 

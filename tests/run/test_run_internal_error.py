@@ -11,7 +11,7 @@ from mqlab.archive.formats import read_json
 from mqlab.run import sweep
 from mqlab.run.context import Observer
 from mqlab.run.pool import ClusterPool
-from mqlab.scenario import load_scenario
+from mqlab.scenario.load import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 
 from mqlab.errors import FleetError
-from mqlab.hosts.host import LocalHost, Result
+from mqlab.hosts.base import Result
+from mqlab.hosts.local import LocalHost
 from mqlab.labs.placement import Placement
 from mqlab.run import workers as run_mod
-from mqlab.scenario import Scenario, load_scenario
+from mqlab.scenario.load import load_scenario
+from mqlab.scenario.model import Scenario
 from mqlab.workload.spec import WorkerSpec, queue_names
 from mqlab.workload.worker import Worker
 

@@ -43,7 +43,7 @@ from mqlab.brokers.postgres.binaries import (
 )
 from mqlab.errors import ClusterError
 from mqlab.hosts import process
-from mqlab.hosts.host import Host
+from mqlab.hosts.base import Host
 from mqlab.hosts.process import ProcessRecord
 
 LOG = logging.getLogger(__name__)

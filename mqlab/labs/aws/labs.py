@@ -27,7 +27,7 @@ from mqlab.errors import InfraError, ScenarioError
 from mqlab.labs.aws.prices import CostEstimate, NodeGroup, estimate
 
 if TYPE_CHECKING:
-    from mqlab.scenario import Scenario
+    from mqlab.scenario.model import Scenario
 
 FORMAT_VERSION = 1
 ACCEPTED_VERSIONS = (1,)

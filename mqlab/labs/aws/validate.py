@@ -3,18 +3,19 @@
 ``validate_aws`` raises ``ScenarioError(file, "cluster.aws.<field>", problem, fix)``
 so the CLI prints one line naming the field. The same rules are repeated as
 validation blocks in terraform/ (defence in depth), but users see these first.
+Importing this module registers the check with the scenario package
+(:func:`mqlab.scenario.checks.register`): every scenario loaded afterwards whose
+target is "aws" passes through it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING
 
 from mqlab.errors import ScenarioError
-
-if TYPE_CHECKING:
-    from mqlab.scenario import Scenario
+from mqlab.scenario import checks
+from mqlab.scenario.model import Scenario
 
 INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$")
@@ -22,6 +23,12 @@ AMI_ID = re.compile(r"^ami-[0-9a-f]{8,17}$")
 EBS_TYPES = ("gp2", "gp3", "io1", "io2", "st1")
 MAX_BROKERS = 15
 MAX_CLIENTS_PER_ROLE = 64
+
+
+def on_aws(scenario: Scenario) -> None:
+    """The registered check: :func:`validate_aws` for a scenario whose target is AWS."""
+    if scenario.cluster.target == "aws":
+        validate_aws(scenario)
 
 
 def validate_aws(scenario: Scenario) -> None:
@@ -94,3 +101,6 @@ def _check_operator_cidr(scenario: Scenario, cidr: str | None) -> None:
         raise ScenarioError(scenario.source, key, f"{cidr!r} is IPv6; the lab VPC is IPv4", fix)
     if net.prefixlen == 0:
         raise ScenarioError(scenario.source, key, f"{cidr!r} opens SSH to the whole internet", fix)
+
+
+checks.register(on_aws)

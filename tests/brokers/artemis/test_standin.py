@@ -11,7 +11,7 @@ import pytest
 
 from mqlab.brokers.artemis import cluster as standin
 from mqlab.errors import ClusterError
-from mqlab.hosts.host import SshHost
+from mqlab.hosts.ssh import SshHost
 
 AMQ = "{http://activemq.apache.org/schema/core}"
 

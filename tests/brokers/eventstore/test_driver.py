@@ -37,7 +37,7 @@ from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
 from mqlab.brokers.eventstore import driver as es
 from mqlab.brokers.eventstore import events as es_events
 from mqlab.errors import DriverError, ScenarioError
-from mqlab.scenario import load_profile
+from mqlab.scenario.load import load_profile
 from mqlab.typed import build
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from mqlab.brokers.postgres.cluster import PostgresCluster
-from mqlab.hosts.host import LocalHost
+from mqlab.hosts.local import LocalHost
 
 
 def _node(tmp_path: Path) -> SimpleNamespace:

@@ -78,7 +78,7 @@ def test_settings_come_from_the_profile_and_are_checked(tmp_path: Path) -> None:
 
 
 def test_the_profile_validates_and_names_its_driver() -> None:
-    from mqlab.scenario import load_profile
+    from mqlab.scenario.load import load_profile
 
     p = load_profile(ROOT / "scenarios" / "profiles" / "rocketmq-dledger.toml")
     assert p.broker == "rocketmq" and p.settings == rm.Settings()
@@ -125,7 +125,7 @@ def test_the_client_library_is_not_imported_with_the_driver_module() -> None:
     code = (
         "import sys\n"
         "from mqlab.brokers.rocketmq import driver as rocketmq\n"
-        "from mqlab.scenario import load_scenario\n"
+        "from mqlab.scenario.load import load_scenario\n"
         "from pathlib import Path\n"
         "load_scenario(Path('scenarios/aws/rocketmq-short-aws.toml'))\n"
         "print('rocketmq' in sys.modules, 'grpc' in sys.modules)\n"

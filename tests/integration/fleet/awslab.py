@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from mqlab.brokers import cluster as base
-from mqlab.labs import netns
 from mqlab.labs.aws import inventory
 from mqlab.labs.aws.keys import PRIVATE_NAME
 from mqlab.labs.aws.labs import LabDir, LabRecord
-from mqlab.scenario import Scenario
+from mqlab.labs.netns import plan as netns_plan
+from mqlab.scenario.model import Scenario
 
 
 def record_live_lab(
-    up: netns.Lab,
+    up: netns_plan.Lab,
     lab_id: str,
     scenario_path: Path,
     scenario: Scenario,

@@ -22,11 +22,11 @@ import pytest
 from mqlab.archive.formats import read_json
 from mqlab.brokers import cluster as base
 from mqlab.brokers.nats.cluster import NatsCluster
-from mqlab.labs import netns
 from mqlab.labs.aws.labs import spec_from_scenarios
+from mqlab.labs.netns import lab as netns_lab
 from mqlab.labs.placement import hosts_of
 from mqlab.run import sweep
-from mqlab.scenario import load_scenario
+from mqlab.scenario.load import load_scenario
 from tests.conftest import processes_mentioning
 from tests.integration.fleet.awslab import record_live_lab
 
@@ -44,7 +44,7 @@ def aws_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[s
     [s] = load_scenario(SCENARIO)
     spec = spec_from_scenarios([s])
     name = f"aws{os.getpid() % 100000}"
-    up = netns.up(name, brokers=3, senders=1, receivers=2)
+    up = netns_lab.up(name, brokers=3, senders=1, receivers=2)
     cluster = None
     try:
         # what the broker images do at boot: NATS on every broker host, standard ports
@@ -58,7 +58,7 @@ def aws_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[s
             cluster.stop()
             for h in cluster.hosts:
                 h.close()
-        netns.down(name)
+        netns_lab.down(name)
 
 
 @pytest.mark.timeout(300)

@@ -30,13 +30,13 @@ from mqlab.brokers import cluster as base
 from mqlab.brokers import image
 from mqlab.brokers.kafka import cluster as kafka
 from mqlab.hosts import process
-from mqlab.hosts.host import Host
+from mqlab.hosts.base import Host
 from mqlab.hosts.process import ProcessRecord
-from mqlab.labs import netns
 from mqlab.labs.aws.labs import spec_from_scenarios
+from mqlab.labs.netns import lab as netns_lab
 from mqlab.labs.placement import hosts_of
 from mqlab.run import sweep
-from mqlab.scenario import load_scenario
+from mqlab.scenario.load import load_scenario
 from tests.conftest import processes_mentioning
 from tests.integration.fleet.awslab import record_live_lab
 
@@ -80,7 +80,7 @@ def kafka_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kafka
     [s] = load_scenario(scenario)
     spec = spec_from_scenarios([s])
     name = f"awk{os.getpid() % 100000}"
-    up = netns.up(name, brokers=1, senders=1, receivers=1)
+    up = netns_lab.up(name, brokers=1, senders=1, receivers=1)
     host: Host | None = None
     server: ProcessRecord | None = None
     try:
@@ -101,7 +101,7 @@ def kafka_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kafka
             if server is not None and host.is_alive(server):
                 host.stop(server)  # by its PID and start time, as the host started it
             host.close()
-        netns.down(name)
+        netns_lab.down(name)
 
 
 @pytest.mark.timeout(300)

@@ -17,7 +17,8 @@ from mqlab.archive.formats import read_json
 from mqlab.brokers import nodeconf
 from mqlab.brokers.postgres.cluster import PostgresCluster
 from mqlab.hosts import process
-from mqlab.labs import netns
+from mqlab.labs.netns import lab as netns_lab
+from mqlab.labs.netns import state as netns_state
 from mqlab.labs.placement import hosts_of
 from mqlab.run import sweep
 from tests.conftest import processes_mentioning
@@ -33,10 +34,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     os.environ["MQLAB_STATE_DIR"] = str(state)
     name = f"brk{os.getpid() % 100000}"
     try:
-        netns.up(name, brokers=3, senders=1, receivers=1)
+        netns_lab.up(name, brokers=3, senders=1, receivers=1)
         yield name, state
     finally:
-        netns.down(name)
+        netns_lab.down(name)
         if old is None:
             os.environ.pop("MQLAB_STATE_DIR", None)
         else:
@@ -71,7 +72,7 @@ def test_short_run_across_hosts(
     lab: tuple[str, Path], tmp_path: Path, source: str, server: str
 ) -> None:
     name, _state = lab
-    inv = netns.find(name)
+    inv = netns_state.find(name)
     assert inv is not None
     addresses = {h.name: h.private_ip for h in inv.inventory.hosts}
     [result] = sweep.execute_files([_scenario(tmp_path, source, name)], tmp_path / "results")
@@ -124,7 +125,7 @@ def test_lab_down_after_a_crash_removes_the_brokers_and_their_data(
     `lab down` ends the servers and removes their data dirs outside the lab's folder.
     Runs last in this module: it takes the lab down."""
     name, _state = lab
-    up = netns.find(name)
+    up = netns_state.find(name)
     assert up is not None
     brokers, _s, _r = hosts_of(up.inventory)
     cluster = PostgresCluster(tmp_path / "crashed", 3, brokers)
@@ -135,7 +136,7 @@ def test_lab_down_after_a_crash_removes_the_brokers_and_their_data(
     assert all(cluster.alive())
     for h in brokers:
         h.close()  # what a killed coordinator leaves: servers and data, no stop
-    assert netns.down(name)
+    assert netns_lab.down(name)
     assert not [r for r in roots if r.exists()]
     at = [h.address for h in brokers]
     assert not [c for _p, c in processes_mentioning("mqlab-pgdata-") if any(a in c for a in at)]

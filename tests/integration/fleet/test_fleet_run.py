@@ -30,7 +30,10 @@ import pytest
 from mqlab.archive.formats import read_json
 from mqlab.archive.layout import list_runs
 from mqlab.errors import FleetError
-from mqlab.labs import bundle, netns, placement
+from mqlab.labs import bundle, placement
+from mqlab.labs.netns import lab as netns_lab
+from mqlab.labs.netns import plan as netns_plan
+from mqlab.labs.netns import state as netns_state
 from mqlab.labs.placement import TEST_SKEW_ENV
 from mqlab.run import sweep
 from mqlab.run.context import Observer, RunResult
@@ -101,14 +104,14 @@ def write_scenario(path: Path, **sections: dict[str, Any]) -> Path:
 def namespaces_of(name: str) -> list[str]:
     out = subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True, timeout=10)
     names = [n["name"] for n in json.loads(out.stdout or "[]")]
-    return [n for n in names if netns.lab_of_namespace(n) == name]
+    return [n for n in names if netns_plan.lab_of_namespace(n) == name]
 
 
 def assert_lab_gone(name: str, lab_dir: Path) -> None:
     assert namespaces_of(name) == []
     assert not lab_dir.exists()
     assert processes_mentioning(str(lab_dir)) == []
-    assert netns.find(name) is None
+    assert netns_state.find(name) is None
 
 
 def check_delivery(summary: dict[str, Any]) -> dict[str, Any]:
@@ -174,15 +177,15 @@ def fleet_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def module_lab(fleet_state: Path) -> Iterator[netns.Lab]:
+def module_lab(fleet_state: Path) -> Iterator[netns_plan.Lab]:
     """A quickstart-shaped lab (3 brokers, 1 sender, 2 receivers) shared by the module."""
     name = new_lab_name("m")
     try:
-        lab = netns.up(name, brokers=3, senders=1, receivers=2)
+        lab = netns_lab.up(name, brokers=3, senders=1, receivers=2)
         yield lab
     finally:
-        netns.down(name)
-    assert_lab_gone(name, netns.lab_dir(name))
+        netns_lab.down(name)
+    assert_lab_gone(name, netns_state.lab_dir(name))
 
 
 # -- tests ------------------------------------------------------------------------------------
@@ -191,7 +194,7 @@ def test_quickstart_netns_shape_end_to_end_in_a_lab_the_run_makes(
     tmp_path: Path, fleet_state: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = new_lab_name("q")
-    lab_dir = netns.lab_dir(name)
+    lab_dir = netns_state.lab_dir(name)
     scenario = write_scenario(tmp_path / "quickstart.toml", cluster={"netns": {"lab": name}})
     # what runs on the lab's hosts once the broker cluster is stopped and before the lab goes:
     # the run's own processes must have ended by then (not merely with the lab)
@@ -204,11 +207,11 @@ def test_quickstart_netns_shape_end_to_end_in_a_lab_the_run_makes(
 
     monkeypatch.setattr(placement.Placement, "close", checked_close)
     phases = Phases()
-    assert netns.find(name) is None
+    assert netns_state.find(name) is None
     try:
         result = run_files(scenario, tmp_path / "results", phases)
     finally:
-        removed_here = netns.down(name)  # False: the run removed its lab itself
+        removed_here = netns_lab.down(name)  # False: the run removed its lab itself
     assert not removed_here
     assert phases.said(f"creating lab {name}") and phases.said(f"removing lab {name}")
     assert before_lab_removed == [[]]
@@ -228,7 +231,7 @@ def test_quickstart_netns_shape_end_to_end_in_a_lab_the_run_makes(
     assert len(set(addresses)) == 6
     subnet = ipaddress.ip_network(f"{addresses[0]}/24", strict=False)
     assert all(a in subnet for a in addresses)
-    assert any(subnet.subnet_of(pool) for pool in netns.SUBNET_POOLS), subnet
+    assert any(subnet.subnet_of(pool) for pool in netns_plan.SUBNET_POOLS), subnet
 
     # the bundle the run shipped is this checkout's (same cache dir: a cache hit here)
     expected = bundle.build(fleet_state / "bundles")
@@ -250,7 +253,7 @@ def test_quickstart_netns_shape_end_to_end_in_a_lab_the_run_makes(
 
 @pytest.mark.timeout(240)
 def test_ssh_target_runs_on_the_hosts_of_an_inventory_file_and_leaves_them_up(
-    tmp_path: Path, module_lab: netns.Lab
+    tmp_path: Path, module_lab: netns_plan.Lab
 ) -> None:
     inv = module_lab.inventory
     assert inv.ssh_key is not None and inv.known_hosts is not None
@@ -289,14 +292,14 @@ def test_ssh_target_runs_on_the_hosts_of_an_inventory_file_and_leaves_them_up(
 
     # the run does not own these hosts: the lab is still up, only the run's processes ended
     assert not phases.said("removing lab") and not phases.said("creating lab")
-    assert netns.find(module_lab.name) is not None
+    assert netns_state.find(module_lab.name) is not None
     assert processes_mentioning(result.run_dir.name) == []
     assert processes_mentioning(str(module_lab.dir / "hosts")) == []
 
 
 @pytest.mark.timeout(180)
 def test_bundle_is_shipped_once_rechecked_on_the_host_and_needs_the_right_python(
-    module_lab: netns.Lab, fleet_state: Path, monkeypatch: pytest.MonkeyPatch
+    module_lab: netns_plan.Lab, fleet_state: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b = bundle.build(fleet_state / "bundles")
     brokers, senders, receivers = placement.hosts_of(module_lab.inventory)
@@ -365,7 +368,7 @@ def test_ctrl_c_mid_run_leaves_a_partial_archive_with_the_workers_and_nothing_ru
     tmp_path: Path, fleet_state: Path
 ) -> None:
     name = new_lab_name("i")
-    lab_dir = netns.lab_dir(name)
+    lab_dir = netns_state.lab_dir(name)
     scenario = write_scenario(
         tmp_path / "long.toml",
         workload={"duration_s": 30, "warmup_s": 1},
@@ -413,7 +416,7 @@ def test_ctrl_c_mid_run_leaves_a_partial_archive_with_the_workers_and_nothing_ru
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        removed_here = netns.down(name)  # False: the run removed its lab itself
+        removed_here = netns_lab.down(name)  # False: the run removed its lab itself
     output = "".join(lines)
     assert rc == 1, output[-3000:]  # a partial run
     assert not removed_here, output[-3000:]
@@ -438,7 +441,7 @@ def test_ctrl_c_mid_run_leaves_a_partial_archive_with_the_workers_and_nothing_ru
 
 @pytest.mark.timeout(300)
 def test_a_skewed_sender_clock_is_measured_and_corrected_out_of_the_latencies(
-    tmp_path: Path, module_lab: netns.Lab, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, module_lab: netns_plan.Lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def one_run(skew_ms: int) -> tuple[RunResult, dict[str, Any]]:
         if skew_ms:
@@ -464,7 +467,7 @@ def test_a_skewed_sender_clock_is_measured_and_corrected_out_of_the_latencies(
 
     plain, plain_manifest = one_run(0)
     skewed, skewed_manifest = one_run(50)
-    assert netns.find(module_lab.name) is not None  # the runs did not own the lab
+    assert netns_state.find(module_lab.name) is not None  # the runs did not own the lab
 
     # measured: sender-0 runs 50 ms ahead in the skewed run only
     check_clock(plain_manifest, {})

@@ -22,8 +22,11 @@ import paramiko
 import pytest
 
 from mqlab.errors import FleetError
-from mqlab.labs import netns
 from mqlab.labs.aws.inventory import Host, Inventory
+from mqlab.labs.netns import lab as netns_lab
+from mqlab.labs.netns import machine as netns_machine
+from mqlab.labs.netns import plan as netns_plan
+from mqlab.labs.netns import state as netns_state
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -42,7 +45,7 @@ def namespaces_of(name: str) -> list[str]:
 
 def links_of(name: str) -> list[str]:
     out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True, timeout=10)
-    prefix = netns.link_prefix(name)
+    prefix = netns_plan.link_prefix(name)
     return [
         link["ifname"]
         for link in json.loads(out.stdout)
@@ -108,13 +111,13 @@ def lab_name(state_dir: Path) -> Iterator[str]:
         yield name
     finally:
         os.environ["MQLAB_STATE_DIR"] = str(state_dir)  # a test may have pointed it elsewhere
-        netns.down(name)
+        netns_lab.down(name)
         assert namespaces_of(name) == [] and links_of(name) == []
 
 
 # -- tests ------------------------------------------------------------------------------------
 def test_hosts_have_their_address_reach_each_other_and_nothing_else(lab_name: str) -> None:
-    lab = netns.up(lab_name, brokers=1, senders=1, receivers=1)
+    lab = netns_lab.up(lab_name, brokers=1, senders=1, receivers=1)
     inv = lab.inventory
     assert inv.kind == "netns" and len(inv.hosts) == 3
     assert inv.ssh_key is not None and (inv.ssh_key.stat().st_mode & 0o777) == 0o600
@@ -148,20 +151,20 @@ def test_hosts_have_their_address_reach_each_other_and_nothing_else(lab_name: st
         for c in clients.values():
             c.close()
 
-    st = netns.status(lab_name)
+    st = netns_state.status(lab_name)
     assert st["up"] and all(h["sshd_alive"] and h["namespace_exists"] for h in st["hosts"])
-    assert lab_name in netns.list_labs()
+    assert lab_name in netns_state.list_labs()
 
     t0 = time.monotonic()
-    again = netns.up(lab_name, brokers=1, senders=1, receivers=1)  # reused, not rebuilt
+    again = netns_lab.up(lab_name, brokers=1, senders=1, receivers=1)  # reused, not rebuilt
     assert time.monotonic() - t0 < 2 and again.inventory == inv and sshd_pids(lab.dir) == pids
     with pytest.raises(FleetError, match=f"mqlab lab down --name {lab_name}"):
-        netns.up(lab_name, brokers=2, senders=1, receivers=1)
+        netns_lab.up(lab_name, brokers=2, senders=1, receivers=1)
 
-    assert netns.down(lab_name) is True
+    assert netns_lab.down(lab_name) is True
     assert_gone(lab_name, lab.dir, pids)
-    assert netns.down(lab_name) is False
-    assert netns.find(lab_name) is None
+    assert netns_lab.down(lab_name) is False
+    assert netns_state.find(lab_name) is None
 
 
 def _has_netem() -> bool:
@@ -182,15 +185,15 @@ def _has_netem() -> bool:
 def test_netem_delays_both_directions(lab_name: str) -> None:
     if not _has_netem():
         with pytest.raises(FleetError, match="no netem qdisc") as e:
-            netns.up(lab_name, brokers=1, senders=1, receivers=0, delay_ms=20)
+            netns_lab.up(lab_name, brokers=1, senders=1, receivers=0, delay_ms=20)
         assert "\n" not in str(e.value)
-        assert_gone(lab_name, netns.lab_dir(lab_name), [])  # up cleaned up after itself
+        assert_gone(lab_name, netns_state.lab_dir(lab_name), [])  # up cleaned up after itself
         return  # this kernel has no netem (CONFIG_NET_SCH_NETEM): the clear error is the outcome
 
-    lab = netns.up(lab_name, brokers=1, senders=1, receivers=0, delay_ms=20)
+    lab = netns_lab.up(lab_name, brokers=1, senders=1, receivers=0, delay_ms=20)
     inv = lab.inventory
     assert inv.network["delay_ms"] == 20 and inv.network["jitter_ms"] == 0
-    assert netns.status(lab_name)["netem"] == {"delay_ms": 20.0, "jitter_ms": 0.0}
+    assert netns_state.status(lab_name)["netem"] == {"delay_ms": 20.0, "jitter_ms": 0.0}
     a, b = inv.hosts
     probe = (
         "import socket, time; best = 1e9\n"
@@ -206,12 +209,12 @@ def test_netem_delays_both_directions(lab_name: str) -> None:
         client.close()
     assert rtt_ms >= 38, f"TCP connect took {rtt_ms:.1f} ms; 2 x 20 ms netem expected"
     pids = sshd_pids(lab.dir)
-    assert netns.down(lab_name)
+    assert netns_lab.down(lab_name)
     assert_gone(lab_name, lab.dir, pids)
 
 
 def test_down_ends_every_process_in_the_namespaces(lab_name: str) -> None:
-    lab = netns.up(lab_name, brokers=1, senders=0, receivers=0)
+    lab = netns_lab.up(lab_name, brokers=1, senders=0, receivers=0)
     host = lab.inventory.hosts[0]
     pids = sshd_pids(lab.dir)
     # a "broker" started by a run over ssh that ignores SIGTERM (down must SIGKILL it) ...
@@ -235,7 +238,7 @@ def test_down_ends_every_process_in_the_namespaces(lab_name: str) -> None:
     try:
         assert pid_alive(remote_pid) and worker.poll() is None
         t0 = time.monotonic()
-        assert netns.down(lab_name)
+        assert netns_lab.down(lab_name)
         took = time.monotonic() - t0
         assert worker.wait(timeout=5) is not None
         assert not pid_alive(remote_pid)
@@ -286,7 +289,7 @@ def test_down_after_up_was_killed_half_way(
         if stall_at == "lo":
             return bool(seen["netns"]) and stall_ns in namespaces_of(lab_name)
         started = [rec for rec in seen["sshd"].values() if rec]
-        return len(started) == 5 and netns._ns_pids(stall_ns) != []
+        return len(started) == 5 and netns_machine.ns_pids(stall_ns) != []
 
     proc = subprocess.Popen(
         cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -306,45 +309,45 @@ def test_down_after_up_was_killed_half_way(
 
     state = json.loads(journal.read_text())
     assert state["status"] == "creating" and state["netns"]
-    assert netns.find(lab_name) is None
-    assert netns.status(lab_name)["up"] is False
+    assert netns_state.find(lab_name) is None
+    assert netns_state.status(lab_name)["up"] is False
     lab_dir = journal.parent
     pids = sshd_pids(lab_dir)
     if stall_at == "sshd":  # orphans now: sshds (and the fake one) outlived mqlab
         assert len(pids) == 5 and all(pid_alive(p) for p in pids)
-    assert netns.down(lab_name) is True
+    assert netns_lab.down(lab_name) is True
     assert_gone(lab_name, lab_dir, pids)
 
 
 def test_down_sweeps_by_name_when_the_journal_is_lost(lab_name: str) -> None:
-    lab = netns.up(lab_name, brokers=1, senders=1, receivers=0)
+    lab = netns_lab.up(lab_name, brokers=1, senders=1, receivers=0)
     pids = sshd_pids(lab.dir)
     shutil.rmtree(lab.dir)
     # another state dir's lab, or remains: up does not touch them without a journal
     with pytest.raises(FleetError, match=f"mqlab lab down --name {lab_name}"):
-        netns.up(lab_name, brokers=1, senders=1, receivers=0)
-    assert len(namespaces_of(lab_name)) == 2 and lab_name in netns.list_labs()
-    assert netns.down(lab_name) is True
+        netns_lab.up(lab_name, brokers=1, senders=1, receivers=0)
+    assert len(namespaces_of(lab_name)) == 2 and lab_name in netns_state.list_labs()
+    assert netns_lab.down(lab_name) is True
     assert_gone(lab_name, lab.dir, pids)
 
 
 def test_a_lab_of_another_state_dir_is_left_alone(
     lab_name: str, state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lab = netns.up(lab_name, brokers=1, senders=0, receivers=1)
+    lab = netns_lab.up(lab_name, brokers=1, senders=0, receivers=1)
     pids = sshd_pids(lab.dir)
     monkeypatch.setenv("MQLAB_STATE_DIR", str(tmp_path / "another"))
-    assert lab_name not in netns.list_labs()
-    assert netns.find(lab_name) is None
-    assert netns.status(lab_name)["up"] is True  # shown, read-only
+    assert lab_name not in netns_state.list_labs()
+    assert netns_state.find(lab_name) is None
+    assert netns_state.status(lab_name)["up"] is True  # shown, read-only
     with pytest.raises(FleetError, match=f"MQLAB_STATE_DIR={state_dir} mqlab lab down"):
-        netns.down(lab_name)
+        netns_lab.down(lab_name)
     with pytest.raises(FleetError, match="belongs to another state dir"):
-        netns.up(lab_name, brokers=1, senders=0, receivers=1)
+        netns_lab.up(lab_name, brokers=1, senders=0, receivers=1)
     assert all(pid_alive(p) for p in pids) and len(namespaces_of(lab_name)) == 2
     monkeypatch.setenv("MQLAB_STATE_DIR", str(state_dir))
-    assert netns.find(lab_name) is not None
-    assert netns.down(lab_name)
+    assert netns_state.find(lab_name) is not None
+    assert netns_lab.down(lab_name)
     assert_gone(lab_name, lab.dir, pids)
 
 
@@ -362,5 +365,5 @@ def test_the_cli_without_root_says_so_on_one_line(tmp_path: Path) -> None:
         timeout=60,
     )
     assert out.returncode == 2, out.stderr
-    assert out.stderr == f"mqlab: error: {netns.ROOT_MESSAGE}\n"
+    assert out.stderr == f"mqlab: error: {netns_plan.ROOT_MESSAGE}\n"
     assert not (tmp_path / "state").exists()

@@ -19,8 +19,10 @@ import pytest
 
 from mqlab.archive.formats import read_json
 from mqlab.faults import partitions
-from mqlab.hosts.host import Host
-from mqlab.labs import netns
+from mqlab.hosts.base import Host
+from mqlab.labs.netns import lab as netns_lab
+from mqlab.labs.netns import plan as netns_plan
+from mqlab.labs.netns import state as netns_state
 from mqlab.labs.placement import TEST_SKEW_ENV, hosts_of
 from mqlab.report import plots
 from mqlab.run import sweep
@@ -37,7 +39,7 @@ CONNECT_S = 3  # bound on one TCP connect between two hosts
 def namespaces_of(name: str) -> list[str]:
     out = subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True, timeout=10)
     names = [n["name"] for n in json.loads(out.stdout or "[]")]
-    return [n for n in names if netns.lab_of_namespace(n) == name]
+    return [n for n in names if netns_plan.lab_of_namespace(n) == name]
 
 
 def blackholes(lab: str) -> dict[str, list[str]]:
@@ -45,7 +47,15 @@ def blackholes(lab: str) -> dict[str, list[str]]:
     out = {}
     for host in HOSTS:
         res = subprocess.run(
-            ["ip", "-n", netns.namespace_name(lab, host), "route", "show", "type", "blackhole"],
+            [
+                "ip",
+                "-n",
+                netns_plan.namespace_name(lab, host),
+                "route",
+                "show",
+                "type",
+                "blackhole",
+            ],
             capture_output=True,
             text=True,
             timeout=10,
@@ -143,23 +153,23 @@ def scenario(tmp: Path, lab: str, kind: str, duration: int = 12, cut_s: int = 4)
 
 # -- fixtures -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[netns.Lab]:
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[netns_plan.Lab]:
     state = tmp_path_factory.mktemp("partitions-state")
     name = f"pt{secrets.token_hex(3)}"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MQLAB_STATE_DIR", str(state))
         mp.delenv(TEST_SKEW_ENV, raising=False)
         try:
-            yield netns.up(name, brokers=3, senders=1, receivers=1)
+            yield netns_lab.up(name, brokers=3, senders=1, receivers=1)
         finally:
-            netns.down(name)
+            netns_lab.down(name)
     assert namespaces_of(name) == []
-    assert netns.find(name) is None
+    assert netns_state.find(name) is None
     assert processes_mentioning(str(state)) == []
 
 
 @pytest.fixture
-def hosts(lab: netns.Lab) -> Iterator[dict[str, Host]]:
+def hosts(lab: netns_plan.Lab) -> Iterator[dict[str, Host]]:
     brokers, senders, receivers = hosts_of(lab.inventory)
     by_name = {h.name: h for h in [*brokers, *senders, *receivers]}
     assert set(by_name) == set(HOSTS)
@@ -193,7 +203,7 @@ def hosts(lab: netns.Lab) -> Iterator[dict[str, Host]]:
     ],
 )
 def test_a_cut_blocks_exactly_its_pairs_both_ways_and_heal_restores_them(
-    lab: netns.Lab, hosts: dict[str, Host], kind: str, node: int, cut: set[tuple[str, str]]
+    lab: netns_plan.Lab, hosts: dict[str, Host], kind: str, node: int, cut: set[tuple[str, str]]
 ) -> None:
     assert blackholes(lab.name) == {}
     assert reachability(hosts) == set()  # everyone reaches everyone
@@ -242,7 +252,7 @@ def check_run(result: RunResult, kind: str) -> list[dict[str, Any]]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_nats_r3_runs_through_node_0_cut_from_the_other_brokers(
-    lab: netns.Lab, tmp_path: Path
+    lab: netns_plan.Lab, tmp_path: Path
 ) -> None:
     phases = Phases(lab.name)
     [result] = sweep.execute_files(
@@ -268,7 +278,7 @@ def test_nats_r3_runs_through_node_0_cut_from_the_other_brokers(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_nats_r3_runs_through_the_clients_cut_from_the_stream_leader(
-    lab: netns.Lab, tmp_path: Path
+    lab: netns_plan.Lab, tmp_path: Path
 ) -> None:
     [result] = sweep.execute_files(
         [scenario(tmp_path, lab.name, "clients_from_leader")], tmp_path / "results"
@@ -293,7 +303,7 @@ def test_nats_r3_runs_through_the_clients_cut_from_the_stream_leader(
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("failure", ["interrupt", "crash"])
 def test_a_run_that_stops_mid_partition_heals_it_on_the_way_out(
-    lab: netns.Lab, tmp_path: Path, failure: str
+    lab: netns_plan.Lab, tmp_path: Path, failure: str
 ) -> None:
     error: BaseException = KeyboardInterrupt() if failure == "interrupt" else RuntimeError("bug")
     phases = Phases(lab.name, fail_with=error)
@@ -354,7 +364,16 @@ SLOW_US, FAST_US = 80_000, 40_000
 
 def impair_rules(lab: str, host: str) -> list[str]:
     res = subprocess.run(
-        ["ip", "netns", "exec", netns.namespace_name(lab, host), "iptables", "-w", "-S", "OUTPUT"],
+        [
+            "ip",
+            "netns",
+            "exec",
+            netns_plan.namespace_name(lab, host),
+            "iptables",
+            "-w",
+            "-S",
+            "OUTPUT",
+        ],
         capture_output=True,
         text=True,
         timeout=20,
@@ -366,7 +385,7 @@ def impair_rules(lab: str, host: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_slow_link_on_the_postgres_primary_slows_every_commit_by_its_delay(
-    lab: netns.Lab, tmp_path: Path
+    lab: netns_plan.Lab, tmp_path: Path
 ) -> None:
     """PostgreSQL's primary is node 0; with synchronous standbys a commit's answer leaves
     node 0 after the standby's ack reached it, so 80 ms more on node 0's outbound link is

@@ -16,7 +16,7 @@ import numpy as np
 
 from mqlab import envelope
 from mqlab.brokers.base import Lane, Sender
-from mqlab.scenario import Workload
+from mqlab.scenario.model import Workload
 from mqlab.workload.recorder import SenderStats
 from mqlab.workload.threads import BatchSizes, _Lane, _ran, run_sender, run_sender_lanes
 

@@ -11,9 +11,14 @@ import pytest
 
 from mqlab.errors import FleetError
 from mqlab.hosts.process import ProcessRecord
-from mqlab.labs import netns
 from mqlab.labs.aws import inventory
-from mqlab.labs.netns import Journal, Netem, Shape
+from mqlab.labs.netns import journal as netns_journal
+from mqlab.labs.netns import lab as netns_lab
+from mqlab.labs.netns import machine as netns_machine
+from mqlab.labs.netns import plan as netns_plan
+from mqlab.labs.netns import state as netns_state
+from mqlab.labs.netns.journal import Journal
+from mqlab.labs.netns.plan import Netem, Shape
 
 SUBNET = ipaddress.IPv4Network("10.213.7.0/24")
 
@@ -37,8 +42,8 @@ ADDRS = [
 SHAPE = Shape(3, 1, 2)
 
 
-def plan(name: str = "lab", shape: Shape = SHAPE) -> netns.LabPlan:
-    return netns.plan_lab(name, shape, SUBNET)
+def plan(name: str = "lab", shape: Shape = SHAPE) -> netns_plan.LabPlan:
+    return netns_plan.plan_lab(name, shape, SUBNET)
 
 
 # -- names ------------------------------------------------------------------------------------
@@ -60,49 +65,49 @@ def test_hosts_are_named_by_role_with_addresses_from_ten_on() -> None:
 
 def test_link_names_are_short_unique_and_derived_from_the_name() -> None:
     longest = "a" * 32
-    p = netns.plan_lab(longest, Shape(100, 50, 50), SUBNET)
+    p = netns_plan.plan_lab(longest, Shape(100, 50, 50), SUBNET)
     names = [h.veth for h in p.hosts] + [p.bridge]
     assert all(len(n) <= 15 for n in names), max(names, key=len)
     assert len(set(names)) == len(names)
-    assert all(n.startswith(netns.link_prefix(longest)) for n in names)
-    assert netns.link_prefix("lab") == netns.link_prefix("lab")
-    assert netns.link_prefix("lab") != netns.link_prefix("lab2")
+    assert all(n.startswith(netns_plan.link_prefix(longest)) for n in names)
+    assert netns_plan.link_prefix("lab") == netns_plan.link_prefix("lab")
+    assert netns_plan.link_prefix("lab") != netns_plan.link_prefix("lab2")
     assert p.hosts[-1].address == "10.213.7.209"
 
 
 @pytest.mark.parametrize("bad", ["", "Lab", "a_b", "-a", "a-", "a" * 33, "a/b", "a b", "ä"])
 def test_bad_lab_names_are_refused(bad: str) -> None:
     with pytest.raises(FleetError, match="lab name"):
-        netns.check_name(bad)
+        netns_plan.check_name(bad)
 
 
 def test_namespaces_map_back_to_their_lab_without_prefix_confusion() -> None:
-    assert netns.lab_of_namespace("mqlab-lab-broker-0") == "lab"
-    assert netns.lab_of_namespace("mqlab-a-b-receiver-12") == "a-b"
-    assert netns.lab_of_namespace("mqlab-a-broker-broker-0") == "a-broker"
-    assert netns.lab_of_namespace("mqlab-lab-client-0") is None
-    assert netns.lab_of_namespace("other-lab-broker-0") is None
+    assert netns_plan.lab_of_namespace("mqlab-lab-broker-0") == "lab"
+    assert netns_plan.lab_of_namespace("mqlab-a-b-receiver-12") == "a-b"
+    assert netns_plan.lab_of_namespace("mqlab-a-broker-broker-0") == "a-broker"
+    assert netns_plan.lab_of_namespace("mqlab-lab-client-0") is None
+    assert netns_plan.lab_of_namespace("other-lab-broker-0") is None
 
 
 # -- subnet -----------------------------------------------------------------------------------
 def test_subnet_avoids_routes_addresses_and_other_labs() -> None:
-    assert str(netns.choose_subnet([], [], [])) == "10.213.0.0/24"
+    assert str(netns_plan.choose_subnet([], [], [])) == "10.213.0.0/24"
     # 10.213.0 is routed, 10.213.1 holds an address, 10.213.2 belongs to another lab
-    chosen = netns.choose_subnet(ROUTES, ADDRS, ["10.213.2.0/24"])
+    chosen = netns_plan.choose_subnet(ROUTES, ADDRS, ["10.213.2.0/24"])
     assert str(chosen) == "10.213.3.0/24"
 
 
 def test_the_default_route_does_not_count_but_a_covering_route_does() -> None:
     covering = [{"dst": "default"}, {"dst": "10.0.0.0/8", "dev": "vpn0"}]
-    assert str(netns.choose_subnet(covering, [], [])) == "172.29.0.0/24"
+    assert str(netns_plan.choose_subnet(covering, [], [])) == "172.29.0.0/24"
     everything = [{"dst": "10.0.0.0/8"}, {"dst": "172.16.0.0/12"}]
     with pytest.raises(FleetError, match="no free /24"):
-        netns.choose_subnet(everything, [], [])
+        netns_plan.choose_subnet(everything, [], [])
 
 
 def test_host_routes_and_junk_are_read_safely() -> None:
     routes = [{"dst": "10.213.0.5"}, {"dst": "fe80::/64"}, {"dst": "nonsense"}, {}]
-    assert str(netns.choose_subnet(routes, [], [])) == "10.213.1.0/24"
+    assert str(netns_plan.choose_subnet(routes, [], [])) == "10.213.1.0/24"
 
 
 # -- journal ----------------------------------------------------------------------------------
@@ -148,7 +153,7 @@ def test_leftovers_are_the_journal_plus_the_name_sweep(tmp_path: Path) -> None:
     j.will_create_netns("mqlab-lab-broker-1")  # recorded, never created
     j.will_create_link("mq0000000xbr")  # recorded under an old name
     existing_ns = ["mqlab-lab-broker-0", "mqlab-lab-sender-0", "mqlab-lab2-broker-0", "other"]
-    prefix = netns.link_prefix("lab")
+    prefix = netns_plan.link_prefix("lab")
     links = [
         {"ifname": "eth0"},
         {"ifname": f"{prefix}br"},
@@ -156,12 +161,12 @@ def test_leftovers_are_the_journal_plus_the_name_sweep(tmp_path: Path) -> None:
         {"ifname": "mq0000000xbr"},
         {"ifname": "renamed0", "ifalias": "mqlab-lab:lab"},
         {"ifname": "other0", "ifalias": "mqlab-lab:lab2"},
-        {"ifname": netns.link_prefix("lab2") + "br"},
+        {"ifname": netns_plan.link_prefix("lab2") + "br"},
     ]
-    ns, found = netns.leftovers("lab", j, existing_ns, links)
+    ns, found = netns_journal.leftovers("lab", j, existing_ns, links)
     assert ns == ["mqlab-lab-broker-0", "mqlab-lab-sender-0"]
     assert found == sorted([f"{prefix}br", f"{prefix}v3", "mq0000000xbr", "renamed0"])
-    ns, found = netns.leftovers("lab", None, existing_ns, links)  # journal lost
+    ns, found = netns_journal.leftovers("lab", None, existing_ns, links)  # journal lost
     assert ns == ["mqlab-lab-broker-0", "mqlab-lab-sender-0"]
     assert found == sorted([f"{prefix}br", f"{prefix}v3", "renamed0"])
 
@@ -169,7 +174,7 @@ def test_leftovers_are_the_journal_plus_the_name_sweep(tmp_path: Path) -> None:
 # -- files the lab writes ---------------------------------------------------------------------
 def test_sshd_config_has_the_lab_settings(tmp_path: Path) -> None:
     h = plan().hosts[1]
-    cfg = netns.sshd_config(h, tmp_path)
+    cfg = netns_plan.sshd_config(h, tmp_path)
     lines = set(cfg.splitlines())
     for expected in (
         f"ListenAddress {h.address}:22",
@@ -190,7 +195,7 @@ def test_sshd_config_has_the_lab_settings(tmp_path: Path) -> None:
 
 
 def test_known_hosts_lines_drop_comments() -> None:
-    text = netns.known_hosts_text([("10.213.7.10", "ssh-ed25519 AAAAC3Nz root@x")])
+    text = netns_plan.known_hosts_text([("10.213.7.10", "ssh-ed25519 AAAAC3Nz root@x")])
     assert text == "10.213.7.10 ssh-ed25519 AAAAC3Nz\n"
 
 
@@ -201,7 +206,7 @@ def test_netem_arguments() -> None:
 
 def test_inventory_round_trips_through_the_inventory_module(tmp_path: Path) -> None:
     p = plan("lab", Shape(2, 1, 1))
-    inv = netns.build_inventory(p, tmp_path, Netem(20, 1))
+    inv = netns_plan.build_inventory(p, tmp_path, Netem(20, 1))
     path = tmp_path / "inventory.json"
     inventory.save(inv, path)
     raw = json.loads(path.read_text())
@@ -227,10 +232,10 @@ def test_inventory_round_trips_through_the_inventory_module(tmp_path: Path) -> N
 
 # -- environment checks -----------------------------------------------------------------------
 def test_not_root_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(netns_machine.os, "geteuid", lambda: 1000)
     with pytest.raises(FleetError) as e:
-        netns.up("lab", 1, 1, 1)
-    assert str(e.value) == netns.ROOT_MESSAGE
+        netns_lab.up("lab", 1, 1, 1)
+    assert str(e.value) == netns_plan.ROOT_MESSAGE
     assert "\n" not in str(e.value)
 
 
@@ -246,15 +251,17 @@ def test_not_root_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_missing_tools_name_their_package(
     monkeypatch: pytest.MonkeyPatch, missing: str, package: str, delay: float
 ) -> None:
-    monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(netns.shutil, "which", lambda t: None if t == missing else f"/x/{t}")
+    monkeypatch.setattr(netns_machine.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(
+        netns_machine.shutil, "which", lambda t: None if t == missing else f"/x/{t}"
+    )
     with pytest.raises(FleetError, match=f"install the Debian package {package}"):
-        netns.up("lab", 1, 1, 1, delay_ms=delay)
+        netns_lab.up("lab", 1, 1, 1, delay_ms=delay)
 
 
 def test_tc_is_only_needed_for_netem(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(netns.shutil, "which", lambda t: None if t == "tc" else f"/x/{t}")
-    netns.require_tools(netem=False)
+    monkeypatch.setattr(netns_machine.shutil, "which", lambda t: None if t == "tc" else f"/x/{t}")
+    netns_machine.require_tools(netem=False)
 
 
 @pytest.mark.parametrize(
@@ -267,46 +274,46 @@ def test_tc_is_only_needed_for_netem(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_shapes_are_checked_before_anything(args: tuple[int, int, int], problem: str) -> None:
     with pytest.raises(FleetError, match=problem):
-        netns.up("lab", *args)
+        netns_lab.up("lab", *args)
 
 
 def test_jitter_needs_a_delay() -> None:
     with pytest.raises(FleetError, match="jitter needs a delay"):
-        netns.up("lab", 1, 1, 1, delay_ms=0, jitter_ms=3)
+        netns_lab.up("lab", 1, 1, 1, delay_ms=0, jitter_ms=3)
 
 
 # -- ownership across state dirs --------------------------------------------------------------
 def test_labs_of_another_state_dir_are_not_ours(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(netns, "REGISTRY_DIR", tmp_path / "registry")
+    monkeypatch.setattr(netns_state, "REGISTRY_DIR", tmp_path / "registry")
     monkeypatch.setattr(
-        netns, "_namespaces", lambda: ["mqlab-theirs-broker-0", "mqlab-gone-broker-0"]
+        netns_machine, "namespaces", lambda: ["mqlab-theirs-broker-0", "mqlab-gone-broker-0"]
     )
-    monkeypatch.setattr(netns, "_links", lambda: [])
-    monkeypatch.setattr(netns, "require_root", lambda: None)
-    monkeypatch.setattr(netns, "require_tools", lambda netem: None)
-    monkeypatch.setattr(netns, "_labs_lock", contextlib.nullcontext)
+    monkeypatch.setattr(netns_machine, "links", lambda: [])
+    monkeypatch.setattr(netns_machine, "require_root", lambda: None)
+    monkeypatch.setattr(netns_machine, "require_tools", lambda netem: None)
+    monkeypatch.setattr(netns_state, "labs_lock", contextlib.nullcontext)
     other, mine = tmp_path / "other", tmp_path / "mine"
     for state, name in ((other, "theirs"), (other, "gone"), (mine, "ours")):
         monkeypatch.setenv("MQLAB_STATE_DIR", str(state))
-        netns.lab_dir(name).mkdir(parents=True)
-        (netns.lab_dir(name) / "state.json").write_text("{}")
-        netns._claim(name)
+        netns_state.lab_dir(name).mkdir(parents=True)
+        (netns_state.lab_dir(name) / "state.json").write_text("{}")
+        netns_state.claim(name)
     (other / "labs" / "gone" / "state.json").unlink()  # its state dir lost the lab
 
     monkeypatch.setenv("MQLAB_STATE_DIR", str(mine))
-    assert netns.foreign_owner("ours") is None
-    assert netns.foreign_owner("theirs") == other / "labs" / "theirs"
-    assert netns.foreign_owner("gone") is None  # an orphan: anyone may remove it
-    assert netns.foreign_owner("never") is None
-    assert netns.list_labs() == ["gone", "ours"]
+    assert netns_state.foreign_owner("ours") is None
+    assert netns_state.foreign_owner("theirs") == other / "labs" / "theirs"
+    assert netns_state.foreign_owner("gone") is None  # an orphan: anyone may remove it
+    assert netns_state.foreign_owner("never") is None
+    assert netns_state.list_labs() == ["gone", "ours"]
     with pytest.raises(FleetError, match=f"MQLAB_STATE_DIR={other} mqlab lab down"):
-        netns.up("theirs", 1, 1, 1)
+        netns_lab.up("theirs", 1, 1, 1)
 
     monkeypatch.setenv("MQLAB_STATE_DIR", str(other))
-    assert netns.foreign_owner("ours") == mine / "labs" / "ours"
-    assert netns.list_labs() == ["gone", "theirs"]
+    assert netns_state.foreign_owner("ours") == mine / "labs" / "ours"
+    assert netns_state.list_labs() == ["gone", "theirs"]
 
 
 def test_owned_paths_are_only_mqlab_temp_dirs(tmp_path: Path) -> None:
@@ -316,8 +323,8 @@ def test_owned_paths_are_only_mqlab_temp_dirs(tmp_path: Path) -> None:
         "/tmp/mqlab-pgdata-a1\n/etc\n/tmp/other\nrelative/mqlab-x\n/tmp/mqlab-x/../../etc\n\n"
     )
     (tmp_path / "hosts" / "broker-1" / "owned").write_text("/tmp/mqlab-pgdata-b2\n")
-    assert netns.owned_paths(tmp_path) == [
+    assert netns_lab.owned_paths(tmp_path) == [
         Path("/tmp/mqlab-pgdata-a1"),
         Path("/tmp/mqlab-pgdata-b2"),
     ]
-    assert netns.owned_paths(tmp_path / "nothing") == []
+    assert netns_lab.owned_paths(tmp_path / "nothing") == []

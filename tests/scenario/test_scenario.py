@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import mqlab.cli.checks  # noqa: F401 - registers the checks from above (AWS, published sets)
 from mqlab.cli import main
 from mqlab.errors import ScenarioError
-from mqlab.scenario import load_scenario, to_toml
+from mqlab.scenario.load import load_scenario, to_toml
 
 PROFILE = """
 format_version = 1

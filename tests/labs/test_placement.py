@@ -6,7 +6,7 @@ import socket
 
 from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.errors import FleetError
-from mqlab.hosts.host import LocalHost
+from mqlab.hosts.local import LocalHost
 from mqlab.labs.aws.inventory import Host, Inventory
 from mqlab.labs.placement import Placement, from_inventory
 

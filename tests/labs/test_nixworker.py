@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mqlab.errors import FleetError
-from mqlab.hosts.host import Result
+from mqlab.hosts.base import Result
 from mqlab.labs import nixworker
 
 WORKER = "/nix/store/abcd1234abcd1234abcd1234abcd1234-mqlab-worker"

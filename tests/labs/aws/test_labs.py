@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import mqlab.cli.checks  # noqa: F401 - registers the checks from above (AWS, published sets)
 from mqlab.errors import InfraError
 from mqlab.labs.aws.labs import (
     Backend,
@@ -14,7 +15,7 @@ from mqlab.labs.aws.labs import (
     lab_id_for,
     spec_from_scenarios,
 )
-from mqlab.scenario import load_scenario
+from mqlab.scenario.load import load_scenario
 
 REPO = Path(__file__).resolve().parents[3]
 

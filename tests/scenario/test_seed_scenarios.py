@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mqlab.scenario import Scenario, load_scenario
+import mqlab.cli.checks  # noqa: F401 - registers the checks from above (AWS, published sets)
+from mqlab.scenario.load import load_scenario
+from mqlab.scenario.model import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = ROOT / "scenarios" / "seeds"

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import mqlab.cli.checks  # noqa: F401 - registers the checks from above (AWS, published sets)
 from mqlab.cli.infra import infra
 from mqlab.errors import InfraError
 from mqlab.labs.aws import lifecycle
 from mqlab.labs.aws.labs import LabDir, LabSpec, spec_from_scenarios
-from mqlab.scenario import load_scenario
+from mqlab.scenario.load import load_scenario
 
 from .conftest import calls
 

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
+import mqlab.cli.checks  # noqa: F401 - registers the checks from above (AWS, published sets)
 from mqlab.errors import ScenarioError
-from mqlab.scenario import load_scenario
+from mqlab.scenario.load import load_scenario
 
 CIDR = 'operator_cidr = "203.0.113.7/32"'
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 README = "README.md"
 MAX_README_LINES = 200
 # every page under docs/ and the contributing guide: links and named paths must exist

@@ -1,0 +1,225 @@
+"""The scenario model: the frozen dataclasses a run is described by (``Workload``,
+``Clients``, ``Cluster``, ``Fault``, ...). Workers import this module alone: it needs
+nothing but :mod:`mqlab.typed`'s field specs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mqlab.typed import spec
+
+FORMAT_VERSION = 1
+# Fault.partition: node ``node`` from the other brokers (clients still reach it); the
+# leader's host from the other brokers (clients still reach it); every client host from
+# the leader's host; node ``node`` from every other broker and client host
+PARTITION_KINDS = (
+    "node_from_brokers",
+    "leader_from_brokers",
+    "clients_from_leader",
+    "majority_minority",
+)
+ORDERS = ("any", "strict")  # workload.order: the order requirement a run is held to
+POWER_LOSS = ("power_loss", "power_loss_all")  # unsynced reboots of broker hosts
+LEADER_PARTITIONS = ("leader_from_brokers", "clients_from_leader")  # aimed at the leader
+
+
+@dataclass(frozen=True)
+class AwsCluster:
+    region: str = "eu-west-1"
+    availability_zones: int = spec(1, min=1, max=6)
+    broker_instance_type: str = "r5.2xlarge"
+    client_instance_type: str = "r5.2xlarge"
+    ebs_type: str = spec("gp3", choices=("gp2", "gp3", "io1", "io2"))
+    ebs_size_gb: int = spec(100, min=8)
+    operator_cidr: str | None = None
+    ami_id: str = ""
+    flake_rev: str = ""
+    placement_group: bool = False
+    ttl_hours: float = spec(8.0, min=0.25)
+    ssh_user: str = "root"
+
+
+@dataclass(frozen=True)
+class NetnsCluster:
+    """A lab of network namespaces on this machine (``target = "netns"``)."""
+
+    delay_ms: float = spec(0.0, min=0, max=1000, help="netem delay on every host's link")
+    jitter_ms: float = spec(0.0, min=0, max=1000, help="netem jitter on every host's link")
+    lab: str = spec("", help="lab name; default: one per scenario shape")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    target: str = spec("local", choices=("local", "aws", "ssh", "netns"))
+    nodes: int = spec(3, min=1, max=15, help="broker nodes")
+    inventory: str = spec("", help='target "ssh": the hosts\' inventory file')
+    clock_budget_ms: float = spec(
+        5.0, min=0, help="largest clock error bound across hosts before the run is flagged"
+    )
+    aws: AwsCluster | None = None
+    netns: NetnsCluster | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    message_bytes: int = spec(1024, min=24, max=16 * 1024 * 1024, help="24 B header included")
+    send_batch_min: int = spec(1, min=1, max=10_000)
+    send_batch_max: int = spec(10, min=1, max=10_000)
+    receive_batch_max: int = spec(10, min=1, max=10_000)
+    messages_per_thread: int = spec(0, min=0, help="0: use duration_s")
+    duration_s: float = spec(0.0, min=0, help="0: use messages_per_thread")
+    mode: str = spec("closed_loop", choices=("closed_loop", "fixed_rate"))
+    rate_per_s: float = spec(0.0, min=0, help="fixed_rate: messages/s per sender thread")
+    warmup_s: float = spec(0.0, min=0)
+    drain_timeout_s: float = spec(
+        0.0,
+        min=0,
+        help="longest drain after the senders stop; 0: the profile's redelivery timeout "
+        "x 2 + 10 s. Receivers stop earlier once the broker holds nothing",
+    )
+    max_run_s: float = spec(3600.0, min=1, help="hard cap on one run's wall time")
+    order: str = spec(
+        "any",
+        choices=ORDERS,
+        help='"strict": every receiver must get each sender\'s messages in the order sent; '
+        'a run that reorders any fails (after it is archived); "any": no requirement',
+    )
+    queues: int = spec(
+        1,
+        min=1,
+        max=10_000,
+        help="queues (topics, streams) the run spreads over: sender thread s sends to "
+        "queue s % queues, receiver thread r receives from queue r % queues",
+    )
+
+
+@dataclass(frozen=True)
+class Clients:
+    sender_nodes: int = spec(1, min=1, max=1000)
+    receiver_nodes: int = spec(1, min=1, max=1000)
+    sender_threads: int = spec(1, min=1, max=1000)
+    receiver_threads: int = spec(1, min=1, max=1000)
+    threads: int | None = spec(None, min=1, max=1000, help="sets sender and receiver threads")
+    processes_per_node: int | None = spec(
+        None,
+        min=1,
+        max=1000,
+        help="worker processes per client node, each running the threads; "
+        "default: the node's cores",
+    )
+
+
+@dataclass(frozen=True)
+class Fault:
+    at_s: float = spec(min=0, help="seconds after senders start")
+    action: str = spec(
+        choices=(
+            "kill_node",
+            "kill_leader",
+            "restart_node",
+            "pause_node",
+            "crash_all",
+            "partition",
+            "netem",
+            "power_loss",
+            "power_loss_all",
+        )
+    )
+    node: int = spec(
+        0,
+        min=0,
+        help="the node (kill_node, restart_node, pause_node, netem; partition: "
+        "node_from_brokers and majority_minority)",
+    )
+    restart_after_s: float | None = spec(
+        None,
+        min=0,
+        help="kill_node, crash_all: restart after this long (crash_all: 0 if unset); "
+        "power_loss, power_loss_all: restart no sooner than this (the hosts reboot first)",
+    )
+    duration_s: float | None = spec(
+        None,
+        min=0,
+        help="pause_node: resume after this long; partition, netem: heal after this long",
+    )
+    partition: str | None = spec(
+        None,
+        choices=PARTITION_KINDS,
+        help="partition: which hosts are cut apart (blackhole routes on lab hosts)",
+    )
+    delay_ms: float | None = spec(
+        None, min=0, max=10_000, help="netem: delay on the node's outbound link (ms)"
+    )
+    jitter_ms: float | None = spec(None, min=0, max=10_000, help="netem: ± this much (ms)")
+    loss_pct: float | None = spec(None, min=0, max=100, help="netem: packets dropped (%)")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The published experiment a scenario reproduces (``[reference]``): its rows are put
+    next to the scenario's runs by ``mqlab compare --reference`` and the report."""
+
+    set: str = spec(help="a published data set under mqlab/published/data/ (e.g. mqperf-2021)")
+    experiment: str = spec(help="the set's experiment this scenario reproduces")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    broker: str
+    description: str
+    settings: Any  # the driver's Settings dataclass instance
+    source: Path
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    source: Path
+    broker: str
+    profile: Profile
+    cluster: Cluster
+    workload: Workload
+    clients: Clients
+    faults: tuple[Fault, ...] = ()
+    sweep_point: dict[str, Any] = field(default_factory=dict)
+    reference: Reference | None = None
+
+    @property
+    def label(self) -> str:
+        """``<profile>_<T>t-<S>s-<R>r[_key-value...]`` as used in run directory names."""
+        c = self.clients
+        t = (
+            f"{c.sender_threads}t"
+            if c.sender_threads == c.receiver_threads
+            else f"{c.sender_threads}x{c.receiver_threads}t"
+        )
+        parts = [self.profile.name, f"{t}-{c.sender_nodes}s-{c.receiver_nodes}r"]
+        shown = {
+            "profile",
+            "clients.sender_threads",
+            "clients.receiver_threads",
+            "clients.threads",
+            "clients.sender_nodes",
+            "clients.receiver_nodes",
+        }
+        for key, value in sorted(self.sweep_point.items()):
+            if key not in shown:
+                parts.append(f"{key.split('.')[-1]}-{value}")
+        return "_".join(parts)
+
+
+def least_threads(clients: Clients, role: str) -> int:
+    """The fewest threads of ``role`` a run of ``clients`` has in total: nodes x processes
+    per node x threads, counting a node whose processes follow its cores as one process
+    (the least it runs), so that the answer does not depend on the machine."""
+    c = clients
+    nodes, threads = (
+        (c.sender_nodes, c.sender_threads)
+        if role == "sender"
+        else (c.receiver_nodes, c.receiver_threads)
+    )
+    return nodes * (c.processes_per_node or 1) * threads
