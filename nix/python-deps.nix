@@ -1,6 +1,6 @@
 # How the flake provides each dependency listed in pyproject.toml.
 # Every name in [project].dependencies must have an entry here, or evaluating
-# the flake fails (tests/integration/nix checks this against the stub nixpkgs),
+# the flake fails (tests/nix checks this against the stub nixpkgs),
 # so the flake tracks the package's dependencies as they grow.
 #
 #   role = "worker"        in the worker closure shipped to client nodes (and in the app)

@@ -1,4 +1,4 @@
-"""Shared test fixtures (tests/integration/ and tests/brokers/ alike): an isolated mqlab state
+"""Shared test fixtures (every integration test): an isolated mqlab state
 dir, the session's shared local clusters, a check that nothing is left running, and a run
 under faults."""
 

@@ -1,7 +1,7 @@
 """The netem fault's logic: which way a host's link is slowed down, and how it heals.
 
 The host is scripted (canned answers to each command); the real thing runs in
-tests/integration/fleet/test_netem_fault.py on a netns lab.
+tests/faults/test_impairer_live.py on a netns lab.
 """
 
 from __future__ import annotations

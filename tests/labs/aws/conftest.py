@@ -79,3 +79,7 @@ def calls(log: Path) -> list[list[str]]:
     import json
 
     return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+# the integration tests' fixtures: the real terraform binary, the provider mirror, moto_server
+from tests.labs.aws.live import moto_endpoint, plugin_dir, terraform_bin, tf_env  # noqa: E402, F401

@@ -24,7 +24,7 @@ from mqlab.run import sweep
 from tests.conftest import processes_mentioning
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

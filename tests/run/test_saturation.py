@@ -13,7 +13,7 @@ from mqlab.archive.formats import read_json
 from mqlab.archive.layout import list_runs
 from tests.conftest import SharedLab
 from tests.fixtures import reference
-from tests.integration.test_run import check_archive, mqlab, run_scenario
+from tests.run.test_run import check_archive, mqlab, run_scenario
 
 pytestmark = pytest.mark.integration
 

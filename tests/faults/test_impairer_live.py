@@ -29,7 +29,7 @@ import pytest
 from mqlab.faults.impairer import rules
 from mqlab.faults.impairer.delay import Counts
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 APT_LIST = "scripts/apt-packages.txt"
 ADDR_A, ADDR_B, PREFIX = "10.254.1.1", "10.254.1.2", 24
 DEV = "veth0"  # the same name on both sides: each lives in its own namespace

@@ -28,7 +28,7 @@ from tests.fixtures import reference
 from tests.fixtures.synthetic import SyntheticSpec, write_synthetic_run
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:

@@ -38,10 +38,10 @@ from mqlab.labs.placement import hosts_of
 from mqlab.run import sweep
 from mqlab.scenario.load import load_scenario
 from tests.conftest import processes_mentioning
-from tests.integration.fleet.awslab import record_live_lab
+from tests.labs.awslab import record_live_lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "aws" / "kafka-short-aws.toml"
 PRICE = 0.5  # USD per hour
 

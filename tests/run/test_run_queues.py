@@ -29,7 +29,7 @@ from mqlab.archive.layout import list_runs
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.report.markdown import report_run
 from tests.conftest import SharedLab
-from tests.integration.test_run import check_archive, mqlab
+from tests.run.test_run import check_archive, mqlab
 
 pytestmark = pytest.mark.integration
 QUEUES, SENDERS = 3, 6  # 6 sender threads: 2 per queue

@@ -28,7 +28,7 @@ from mqlab.labs.netns import machine as netns_machine
 from mqlab.labs.netns import plan as netns_plan
 from mqlab.labs.netns import state as netns_state
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.integration,

@@ -23,7 +23,7 @@ from mqlab.archive import manifest
 from mqlab.provenance import flake_provenance
 from mqlab.run.clocks import clock_info
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def new(*args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 FLAKE_FILES = ["flake.nix", "nix", "images", "pyproject.toml", "uv.lock"]
 
 

@@ -1,5 +1,5 @@
 """The sender thread on a slow broker (a fake driver: this tests mqlab's own logic; the
-real brokers run in tests/integration): headers carry the intended send time, and the
+real brokers run in the integration tests): headers carry the intended send time, and the
 messages whose slot passed before the run stopped are recorded as unsent."""
 
 from __future__ import annotations

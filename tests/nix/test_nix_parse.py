@@ -16,7 +16,7 @@ from mqlab.brokers.registry import self_hosted_brokers
 from .conftest import nix_tool
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 NIX_FILES = sorted(
     p.relative_to(REPO)

@@ -18,7 +18,7 @@ from mqlab.images.build import ImageError, build_image
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 SYSTEM = "x86_64-linux"
 NIXPKGS_STUB_REV = "0" * 40
 

@@ -19,7 +19,7 @@ import yaml
 
 from mqlab.brokers.registry import self_hosted_brokers
 
-SCRIPT = Path(__file__).resolve().parents[3] / "images" / "scripts" / "mqlab_node.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "images" / "scripts" / "mqlab_node.py"
 PEERS = ["10.0.1.10", "10.0.1.11", "10.0.1.12"]
 
 

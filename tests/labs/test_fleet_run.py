@@ -39,7 +39,7 @@ from mqlab.run import sweep
 from mqlab.run.context import Observer, RunResult
 from tests.conftest import ctrl_c_able, processes_mentioning
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "lab" / "quickstart-netns.toml"
 SHAPE = {"broker-0", "broker-1", "broker-2", "sender-0", "receiver-0", "receiver-1"}
 CLIENT_HOSTS = {"sender-0", "receiver-0", "receiver-1"}

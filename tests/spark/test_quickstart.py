@@ -19,7 +19,7 @@ from spark.summarize import summarize_runs
 from tests.conftest import SharedLab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quickstart_run_spark_equals_the_run_summary(

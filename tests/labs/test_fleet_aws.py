@@ -28,10 +28,10 @@ from mqlab.labs.placement import hosts_of
 from mqlab.run import sweep
 from mqlab.scenario.load import load_scenario
 from tests.conftest import processes_mentioning
-from tests.integration.fleet.awslab import record_live_lab
+from tests.labs.awslab import record_live_lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "aws" / "quickstart-aws.toml"
 PRICE = 0.75  # USD per hour, as `infra up` would record from prices.json
 

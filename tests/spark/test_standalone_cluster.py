@@ -22,7 +22,7 @@ from mqlab.analysis.job import summarize_run
 from tests.fixtures.synthetic import SyntheticSpec, write_synthetic_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent
 
 

@@ -1,4 +1,4 @@
-"""Integration fixtures: the real terraform binary, the on-disk provider mirror, moto_server."""
+"""Integration fixtures of the AWS lab: terraform, the provider mirror, moto_server."""
 
 from __future__ import annotations
 

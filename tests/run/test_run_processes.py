@@ -14,7 +14,7 @@ from mqlab.analysis.catalog import read_run_table
 from mqlab.archive import codecs, records
 from mqlab.archive.formats import read_json
 from tests.conftest import SharedLab
-from tests.integration.test_run import check_archive, run_scenario
+from tests.run.test_run import check_archive, run_scenario
 
 pytestmark = pytest.mark.integration
 SENDER_NODES, RECEIVER_NODES, PROCESSES, THREADS = 2, 1, 2, 2
