@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from mqlab.archive import faultlog as fl
 from mqlab.errors import FleetError, MqlabError
 from mqlab.faults import process
 from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
@@ -285,7 +286,7 @@ def unhealed_message(cut: Cut, problems: Mapping[str, str]) -> str:
     )
 
 
-ACTIONS = ("partition",)
+ACTIONS = (fl.PARTITION,)
 
 
 def check(f: Any, where: Where) -> None:
@@ -319,7 +320,7 @@ def apply(f: Any, target: Target) -> None:
     except MqlabError as e:
         entry["error"] = str(e)
         raise
-    target.pending.append((f.at_s + f.duration_s, "heal", key))
+    target.pending.append((f.at_s + f.duration_s, fl.HEAL, key))
 
 
 def heal(cut: Cut, key: int, target: Target) -> None:
@@ -329,7 +330,7 @@ def heal(cut: Cut, key: int, target: Target) -> None:
     problems = cut.heal()
     del target.cuts[key]  # only now: interrupted half-way, the rest is healed on the way out
     entry: dict[str, Any] = {
-        "action": "heal",
+        "action": fl.HEAL,
         "partition": cut.kind,
         "node": cut.node,
         "at_ms": now_ms(),

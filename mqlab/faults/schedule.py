@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mqlab.archive import faultlog as fl
 from mqlab.errors import FleetError, MqlabError
 from mqlab.faults import link, partitions, powerloss, process
 from mqlab.faults.target import Target, Where
@@ -82,7 +83,7 @@ def heal_open(target: Target) -> None:
 def end(action: str, node: int, target: Target) -> None:
     """The second half of a fault: ``heal`` (``node`` is then the key in ``target.cuts``)
     or a process fault's (:func:`mqlab.faults.process.end`)."""
-    if action == "heal":
+    if action == fl.HEAL:
         heal(target, node)
     else:
         process.end(action, node, target)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mqlab.archive.manifest import FAULT_ACTIONS
+from mqlab.archive.faultlog import FAULT_ACTIONS
 from mqlab.errors import FleetError
 from mqlab.faults import schedule
 from mqlab.faults.target import Where
