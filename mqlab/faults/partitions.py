@@ -43,7 +43,7 @@ from mqlab.errors import FleetError, MqlabError
 from mqlab.faults import process
 from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
 from mqlab.hosts.base import Host
-from mqlab.scenario.model import LEADER_PARTITIONS, PARTITION_KINDS
+from mqlab.scenario.model import LEADER_PARTITIONS
 
 ROUTE_PROTO = 213  # the tag on mqlab's blackhole routes (`ip route ... proto 213`)
 CMD_TIMEOUT_S = 30.0
@@ -91,13 +91,13 @@ def sides(
         raise FleetError(f"partition: node {node} does not exist (nodes 0..{len(brokers) - 1})")
     alone: list[Addressed] = [brokers[node]]
     others = [b for i, b in enumerate(brokers) if i != node]
-    if kind in ("node_from_brokers", "leader_from_brokers"):
+    if kind in (fl.NODE_FROM_BROKERS, fl.LEADER_FROM_BROKERS):
         return alone, others
-    if kind == "clients_from_leader":
+    if kind == fl.CLIENTS_FROM_LEADER:
         return alone, list(clients)
-    if kind == "majority_minority":
+    if kind == fl.MAJORITY_MINORITY:
         return alone, [*others, *clients]
-    raise FleetError(f"unknown partition {kind!r} (one of: {', '.join(PARTITION_KINDS)})")
+    raise FleetError(f"unknown partition {kind!r} (one of: {', '.join(fl.PARTITION_KINDS)})")
 
 
 def plan(
@@ -119,13 +119,13 @@ def plan(
 
 def describe(kind: str, node: int) -> str:
     """One line for the run's progress and the report: what is cut from what."""
-    if kind == "node_from_brokers":
+    if kind == fl.NODE_FROM_BROKERS:
         return f"partition: node {node} from brokers"
-    if kind == "leader_from_brokers":
+    if kind == fl.LEADER_FROM_BROKERS:
         return f"partition: leader (node {node}) from brokers"
-    if kind == "clients_from_leader":
+    if kind == fl.CLIENTS_FROM_LEADER:
         return f"partition: clients from leader (node {node})"
-    if kind == "majority_minority":
+    if kind == fl.MAJORITY_MINORITY:
         return f"partition: node {node} in the minority"
     return f"partition: {kind}"
 
