@@ -9,6 +9,7 @@ without the rest of the archive.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 # the actions a scenario's faults name, as each entry records them
@@ -47,6 +48,43 @@ LEADER_FROM_BROKERS = "leader_from_brokers"
 CLIENTS_FROM_LEADER = "clients_from_leader"
 MAJORITY_MINORITY = "majority_minority"
 PARTITION_KINDS = (NODE_FROM_BROKERS, LEADER_FROM_BROKERS, CLIENTS_FROM_LEADER, MAJORITY_MINORITY)
+
+
+@dataclass
+class FaultEntry:
+    """One entry of the fault log: a fault applied (``action`` one of
+    :data:`FAULT_ACTIONS`; ``details`` holds the scenario fault's fields and what its kind
+    records: ``routes``, ``boot_ids``, ``via``, ``dev``, ...) or ended (one of
+    :data:`END_ACTIONS`; a heal's ``partition``, an impairer's counts, ``routes_left``).
+    :meth:`to_json` is the entry as ``manifest.json`` holds it."""
+
+    action: str
+    node: int
+    at_ms: int = 0  # wall clock ms: when it struck, or ended
+    nodes: int | None = None  # crash_all, power_loss_all: the cluster's nodes
+    error: str | None = None  # what went wrong applying or ending it
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def applied(cls, fault: dict[str, Any], node: int, at_ms: int, **details: Any) -> FaultEntry:
+        """The entry of a fault applied: ``fault`` is the scenario fault's fields."""
+        rest = {k: v for k, v in fault.items() if k not in ("action", "node")}
+        return cls(str(fault["action"]), node, at_ms, details={**rest, **details})
+
+    def to_json(self) -> dict[str, Any]:
+        out = {**self.details, "action": self.action, "node": self.node, "at_ms": self.at_ms}
+        if self.nodes is not None:
+            out["nodes"] = self.nodes
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FaultEntry:
+        rest = {
+            k: v for k, v in d.items() if k not in ("action", "node", "at_ms", "nodes", "error")
+        }
+        return cls(d["action"], d["node"], d["at_ms"], d.get("nodes"), d.get("error"), rest)
 
 
 def netem_label(f: dict[str, Any]) -> str:

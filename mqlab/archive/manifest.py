@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mqlab.archive.faultlog import FaultEntry
 from mqlab.archive.formats import FORMAT_VERSION
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -172,7 +173,7 @@ class Manifest:
     queue_names: list[str] | None = None  # their names once created
     workers: list[dict[str, Any]] = field(default_factory=list)
     # the fault log: one entry a fault applied or ended (action, node, at_ms, ...)
-    faults: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[FaultEntry] = field(default_factory=list)
     drain: dict[str, Any] | None = None  # {"ended_by", "seconds"}
     # {"brokers_recorded": bool, ...} once the measured run starts
     cpu: dict[str, Any] | _Unset = NOT_SET
@@ -200,7 +201,7 @@ class Manifest:
                 "clock": self.clock,
                 "lab": self.lab,
                 "workers": self.workers,
-                "faults": self.faults,
+                "faults": [e.to_json() for e in self.faults],
                 "drain": self.drain,
                 "cpu": self.cpu,
             }

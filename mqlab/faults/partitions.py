@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from mqlab.archive import faultlog as fl
+from mqlab.archive.faultlog import FaultEntry
 from mqlab.errors import FleetError, MqlabError
 from mqlab.faults import process
 from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
@@ -306,19 +307,16 @@ def apply(f: Any, target: Target) -> None:
     hosts = {h.name: h for h in [*cluster.hosts, *clients]}
     cut = Cut(f.partition, node, routes, hosts)
     key = len(target.log)
-    entry = {
-        **dataclasses.asdict(f),
-        "node": node,
-        "at_ms": at_ms,
-        "routes": [[r.host, r.address] for r in routes],
-    }
+    entry = FaultEntry.applied(
+        dataclasses.asdict(f), node, at_ms, routes=[[r.host, r.address] for r in routes]
+    )
     target.log.append(entry)
     target.cuts[key] = cut  # before a route is added: whatever happens next, it is healed
     target.phase(f"fault: {cut.label} for {f.duration_s:g} s ({len(routes)} blackhole routes)")
     try:
         cut.apply()
     except MqlabError as e:
-        entry["error"] = str(e)
+        entry.error = str(e)
         raise
     target.pending.append((f.at_s + f.duration_s, fl.HEAL, key))
 
@@ -329,14 +327,9 @@ def heal(cut: Cut, key: int, target: Target) -> None:
     target.phase(f"fault: healing the {cut.label}")
     problems = cut.heal()
     del target.cuts[key]  # only now: interrupted half-way, the rest is healed on the way out
-    entry: dict[str, Any] = {
-        "action": fl.HEAL,
-        "partition": cut.kind,
-        "node": cut.node,
-        "at_ms": now_ms(),
-    }
+    entry = FaultEntry(fl.HEAL, cut.node, now_ms(), details={"partition": cut.kind})
     target.log.append(entry)
     if cut.in_place:
-        entry["error"] = unhealed_message(cut, problems)
-        entry["routes_left"] = [[r.host, r.address] for r in sorted(cut.in_place)]
-        raise FleetError(entry["error"])
+        entry.error = unhealed_message(cut, problems)
+        entry.details["routes_left"] = [[r.host, r.address] for r in sorted(cut.in_place)]
+        raise FleetError(entry.error)

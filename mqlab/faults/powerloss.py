@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqlab.archive import faultlog as fl
+from mqlab.archive.faultlog import FaultEntry
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.errors import ClusterError, FleetError, MqlabError
 from mqlab.faults.target import Target, Where, now_ms
@@ -142,9 +143,9 @@ def apply(f: Any, target: Target) -> None:
     target.phase(f"fault: power loss on {where} (unsynced reboot)")
     at_ms = now_ms()
     boot_ids = cut_power(hosts)
-    entry = {**dataclasses.asdict(f), "node": nodes[0], "at_ms": at_ms, "boot_ids": boot_ids}
+    entry = FaultEntry.applied(dataclasses.asdict(f), nodes[0], at_ms, boot_ids=boot_ids)
     if f.action == fl.POWER_LOSS_ALL:
-        entry["nodes"] = cluster.nodes
+        entry.nodes = cluster.nodes
     key = len(target.log)
     target.log.append(entry)
     target.cuts[key] = PowerCut(cluster, nodes, hosts, boot_ids)
@@ -159,4 +160,4 @@ def heal(cut: PowerCut, key: int, target: Target) -> None:
         del target.cuts[key]
     at_ms = now_ms()
     for i in cut.nodes:
-        target.log.append({"action": fl.RESTART_NODE, "node": i, "at_ms": at_ms})
+        target.log.append(FaultEntry(fl.RESTART_NODE, i, at_ms))

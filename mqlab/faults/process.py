@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from mqlab.archive import faultlog as fl
+from mqlab.archive.faultlog import FaultEntry
 from mqlab.brokers.base import Driver
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.errors import ClusterError, MqlabError
@@ -67,9 +68,9 @@ def apply(f: Any, target: Target) -> None:
         pending.append((f.at_s + after, RESTART_ALL, cluster.nodes))
     else:
         cluster.restart_node(f.node)
-    entry = {**dataclasses.asdict(f), "node": node, "at_ms": at_ms}
+    entry = FaultEntry.applied(dataclasses.asdict(f), node, at_ms)
     if f.action == fl.CRASH_ALL:
-        entry["nodes"] = cluster.nodes
+        entry.nodes = cluster.nodes
     target.log.append(entry)
 
 
@@ -82,7 +83,7 @@ def end(action: str, node: int, target: Target) -> None:
         cluster.restart_nodes(list(range(node)))
         at_ms = now_ms()
         for i in range(node):
-            target.log.append({"action": fl.RESTART_NODE, "node": i, "at_ms": at_ms})
+            target.log.append(FaultEntry(fl.RESTART_NODE, i, at_ms))
         return
     if action == fl.RESUME_NODE:
         phase(f"fault: resuming node {node}")
@@ -90,4 +91,4 @@ def end(action: str, node: int, target: Target) -> None:
     else:
         phase(f"fault: restarting node {node}")
         cluster.restart_node(node)
-    target.log.append({"action": action, "node": node, "at_ms": now_ms()})
+    target.log.append(FaultEntry(action, node, now_ms()))
