@@ -29,31 +29,33 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from mqlab.archive.manifest import netem_label
+from mqlab.archive import faultlog as fl
+from mqlab.archive.faultlog import netem_label
 
 RECOVERY_FACTOR = 2.0
 BASELINE_S = 10
 STEADY_S = 3
+# a fault on one node, until what ends it on that node
 ENDS = {
-    "kill_node": "restart_node",
-    "kill_leader": "restart_node",
-    "pause_node": "resume_node",
-    "power_loss": "restart_node",
+    fl.KILL_NODE: fl.RESTART_NODE,
+    fl.KILL_LEADER: fl.RESTART_NODE,
+    fl.PAUSE_NODE: fl.RESUME_NODE,
+    fl.POWER_LOSS: fl.RESTART_NODE,
 }
 LABELS = {
-    "kill_node": "kill node {node}",
-    "kill_leader": "kill leader (node {node})",
-    "pause_node": "pause node {node}",
-    "power_loss": "power loss on node {node}'s host",
+    fl.KILL_NODE: "kill node {node}",
+    fl.KILL_LEADER: "kill leader (node {node})",
+    fl.PAUSE_NODE: "pause node {node}",
+    fl.POWER_LOSS: "power loss on node {node}'s host",
 }
 # every node at once, until the last of them is restarted
-ALL_NODES = {"crash_all": "crash of every node", "power_loss_all": "power loss on every host"}
-# a partition (manifest action "partition", ended by "heal"), by its kind
+ALL_NODES = {fl.CRASH_ALL: "crash of every node", fl.POWER_LOSS_ALL: "power loss on every host"}
+# a partition (its entry, ended by a heal entry of the same kind), by its kind
 PARTITION_LABELS = {
-    "node_from_brokers": "partition: node {node} from brokers",
-    "leader_from_brokers": "partition: leader (node {node}) from brokers",
-    "clients_from_leader": "partition: clients from leader (node {node})",
-    "majority_minority": "partition: node {node} in the minority",
+    fl.NODE_FROM_BROKERS: "partition: node {node} from brokers",
+    fl.LEADER_FROM_BROKERS: "partition: leader (node {node}) from brokers",
+    fl.CLIENTS_FROM_LEADER: "partition: clients from leader (node {node})",
+    fl.MAJORITY_MINORITY: "partition: node {node} in the minority",
 }
 
 
@@ -84,31 +86,31 @@ def windows(faults: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if at is None:
             continue
 
-        if action == "partition":
+        if action == fl.PARTITION:
             kind = str(f.get("partition") or "")
             label = PARTITION_LABELS.get(kind, "partition: {kind}")
             cuts.append(_window(out, f, label.format(node=node, kind=kind), kind=kind))
-        elif action == "heal":
+        elif action == fl.HEAL:
             kind = str(f.get("partition") or "")
             match = [c for c in cuts if (c["kind"], c["node"]) == (kind, node)] or cuts[:1]
             if match:
                 cuts.remove(match[0])
                 match[0]["end_ms"] = at
             else:
-                _window(out, f, "heal", at)
+                _window(out, f, fl.HEAL, at)
         elif action in ENDS:
             open_by_node[node] = _window(out, f, LABELS[str(action)].format(node=node))
             crash = None
-        elif action == "netem":
+        elif action == fl.NETEM:
             links[node] = _window(out, f, netem_label(f))
-        elif action == "netem_end":
+        elif action == fl.NETEM_END:
             opened = links.pop(node, None)
             if opened is not None:
                 opened["end_ms"] = at
         elif action in ALL_NODES:
             crash = _window(out, f, ALL_NODES[str(action)])
             down = set(range(int(f.get("nodes") or 1)))
-        elif action in ("restart_node", "resume_node"):
+        elif action in (fl.RESTART_NODE, fl.RESUME_NODE):
             opened = open_by_node.pop(node) if node in open_by_node else None
             if opened is not None:
                 opened["end_ms"] = at

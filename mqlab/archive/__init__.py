@@ -10,4 +10,5 @@ undrained), the summary (typed readers), reports and test fixtures.
 - ``hlog``      HdrHistogram interval logs: writer and tolerant reader
 - ``records``   typed readers of worker, sent, delivery and undrained records
 - ``manifest``  what produced a run (versions, host, clock)
+- ``faultlog``  the manifest's fault log: its actions, partition kinds, entries
 """

@@ -23,23 +23,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mqlab.archive.faultlog import FaultEntry
 from mqlab.archive.formats import FORMAT_VERSION
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
-# the fault log (``faults``): the actions a scenario's faults name, as each entry records
-# them; the entries that end one say "restart_node", "resume_node", "heal", "netem_end"
-FAULT_ACTIONS = (
-    "kill_node",
-    "kill_leader",
-    "restart_node",
-    "pause_node",
-    "crash_all",
-    "partition",
-    "netem",
-    "power_loss",
-    "power_loss_all",
-)
-END_ACTIONS = ("restart_node", "resume_node", "heal", "netem_end")
 NO_FLAKE = {"flake_rev": None, "nixpkgs_rev": None}
 CORE_LIBRARIES = ("mqlab", "hdrhistogram", "pyroaring", "numpy", "click")
 
@@ -110,19 +97,6 @@ def local_lab() -> dict[str, Any]:
         "price_per_hour_usd": None,
         "hosts": {"local": {"role": "all", "address": "127.0.0.1"}},
     }
-
-
-def netem_label(f: dict[str, Any]) -> str:
-    """``netem: node 1, delay 50 ms ± 10 ms, loss 2 %`` from a manifest entry, with the way
-    it was done when the entry says (``netem (nfqueue impairer): …``)."""
-    delay, jitter, loss = (float(f.get(k) or 0) for k in ("delay_ms", "jitter_ms", "loss_pct"))
-    parts = []
-    if delay or jitter:
-        parts.append(f"delay {delay:g} ms" + (f" ± {jitter:g} ms" if jitter else ""))
-    if loss:
-        parts.append(f"loss {loss:g} %")
-    via = f" ({f['via']})" if f.get("via") else ""
-    return f"netem{via}: node {f.get('node')}, " + ", ".join(parts)
 
 
 class _Unset(enum.Enum):
@@ -199,7 +173,7 @@ class Manifest:
     queue_names: list[str] | None = None  # their names once created
     workers: list[dict[str, Any]] = field(default_factory=list)
     # the fault log: one entry a fault applied or ended (action, node, at_ms, ...)
-    faults: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[FaultEntry] = field(default_factory=list)
     drain: dict[str, Any] | None = None  # {"ended_by", "seconds"}
     # {"brokers_recorded": bool, ...} once the measured run starts
     cpu: dict[str, Any] | _Unset = NOT_SET
@@ -227,7 +201,7 @@ class Manifest:
                 "clock": self.clock,
                 "lab": self.lab,
                 "workers": self.workers,
-                "faults": self.faults,
+                "faults": [e.to_json() for e in self.faults],
                 "drain": self.drain,
                 "cpu": self.cpu,
             }

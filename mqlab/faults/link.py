@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mqlab.archive.manifest import netem_label
+from mqlab.archive import faultlog as fl
+from mqlab.archive.faultlog import FaultEntry, netem_label
 from mqlab.errors import FleetError, MqlabError
 from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
 from mqlab.hosts.base import Attached, Host
@@ -43,7 +44,7 @@ IMPAIRER_DIR = Path(__file__).with_name("impairer")  # a program of its own (std
 ZIP_MAIN = "import sys\nfrom impairer.main import main\nsys.exit(main())\n"
 VIA_TC = "tc netem"
 VIA_NFQUEUE = "nfqueue impairer"
-ACTIONS = ("netem",)
+ACTIONS = (fl.NETEM,)
 QUEUE_NUM = 213  # the NFQUEUE number of mqlab's impairer (one per host at a time)
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
@@ -213,20 +214,20 @@ class LinkFault:
 
 
 def check(f: Any, where: Where) -> None:
-    on_own_hosts(where, "netem")
+    on_own_hosts(where, fl.NETEM)
 
 
 def apply(f: Any, target: Target) -> None:
     """Slow down node ``f.node``'s outbound link; healed later (:func:`heal`)."""
     at_ms = now_ms()
-    on_own_hosts(target, "netem")
+    on_own_hosts(target, fl.NETEM)
     hosts = target.cluster.hosts
     peer = hosts[(f.node + 1) % len(hosts)].address if len(hosts) > 1 else hosts[0].address
     link = LinkFault(
         hosts[f.node], f.node, peer, f.delay_ms or 0.0, f.jitter_ms or 0.0, f.loss_pct or 0.0
     )
     key = len(target.log)
-    entry = {**dataclasses.asdict(f), "at_ms": at_ms}
+    entry = FaultEntry.applied(dataclasses.asdict(f), f.node, at_ms)
     target.log.append(entry)
     target.cuts[key] = link  # before the link is touched: whatever happens next, it is healed
     target.phase(f"fault: {link.label} for {f.duration_s:g} s")
@@ -234,25 +235,25 @@ def apply(f: Any, target: Target) -> None:
     try:
         link.apply()
     except MqlabError as e:
-        entry["error"] = str(e)
+        entry.error = str(e)
         raise
     finally:
-        entry.update(via=link.via, dev=link.dev)
-    entry["at_ms"] = now_ms()  # in effect from now, for duration_s
-    target.pending.append((f.at_s + (time.monotonic() - began) + f.duration_s, "heal", key))
+        entry.details.update(via=link.via, dev=link.dev)
+    entry.at_ms = now_ms()  # in effect from now, for duration_s
+    target.pending.append((f.at_s + (time.monotonic() - began) + f.duration_s, fl.HEAL, key))
 
 
 def heal(link: LinkFault, key: int, target: Target) -> None:
     target.phase(f"fault: healing the link of node {link.node}")
-    entry: dict[str, Any] = {"action": "netem_end", "node": link.node}
+    entry = FaultEntry(fl.NETEM_END, link.node)
     try:
         counts = link.heal()
     except MqlabError as e:
-        entry["error"] = str(e)
+        entry.error = str(e)
         raise
     finally:
         del target.cuts[key]
-        entry["at_ms"] = now_ms()
+        entry.at_ms = now_ms()
         target.log.append(entry)
     if counts:
-        entry["impairer"] = counts
+        entry.details["impairer"] = counts

@@ -38,11 +38,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from mqlab.archive import faultlog as fl
+from mqlab.archive.faultlog import FaultEntry
 from mqlab.errors import FleetError, MqlabError
 from mqlab.faults import process
 from mqlab.faults.target import Target, Where, now_ms, on_own_hosts
 from mqlab.hosts.base import Host
-from mqlab.scenario.model import LEADER_PARTITIONS, PARTITION_KINDS
+from mqlab.scenario.model import LEADER_PARTITIONS
 
 ROUTE_PROTO = 213  # the tag on mqlab's blackhole routes (`ip route ... proto 213`)
 CMD_TIMEOUT_S = 30.0
@@ -90,13 +92,13 @@ def sides(
         raise FleetError(f"partition: node {node} does not exist (nodes 0..{len(brokers) - 1})")
     alone: list[Addressed] = [brokers[node]]
     others = [b for i, b in enumerate(brokers) if i != node]
-    if kind in ("node_from_brokers", "leader_from_brokers"):
+    if kind in (fl.NODE_FROM_BROKERS, fl.LEADER_FROM_BROKERS):
         return alone, others
-    if kind == "clients_from_leader":
+    if kind == fl.CLIENTS_FROM_LEADER:
         return alone, list(clients)
-    if kind == "majority_minority":
+    if kind == fl.MAJORITY_MINORITY:
         return alone, [*others, *clients]
-    raise FleetError(f"unknown partition {kind!r} (one of: {', '.join(PARTITION_KINDS)})")
+    raise FleetError(f"unknown partition {kind!r} (one of: {', '.join(fl.PARTITION_KINDS)})")
 
 
 def plan(
@@ -118,13 +120,13 @@ def plan(
 
 def describe(kind: str, node: int) -> str:
     """One line for the run's progress and the report: what is cut from what."""
-    if kind == "node_from_brokers":
+    if kind == fl.NODE_FROM_BROKERS:
         return f"partition: node {node} from brokers"
-    if kind == "leader_from_brokers":
+    if kind == fl.LEADER_FROM_BROKERS:
         return f"partition: leader (node {node}) from brokers"
-    if kind == "clients_from_leader":
+    if kind == fl.CLIENTS_FROM_LEADER:
         return f"partition: clients from leader (node {node})"
-    if kind == "majority_minority":
+    if kind == fl.MAJORITY_MINORITY:
         return f"partition: node {node} in the minority"
     return f"partition: {kind}"
 
@@ -285,7 +287,7 @@ def unhealed_message(cut: Cut, problems: Mapping[str, str]) -> str:
     )
 
 
-ACTIONS = ("partition",)
+ACTIONS = (fl.PARTITION,)
 
 
 def check(f: Any, where: Where) -> None:
@@ -305,21 +307,18 @@ def apply(f: Any, target: Target) -> None:
     hosts = {h.name: h for h in [*cluster.hosts, *clients]}
     cut = Cut(f.partition, node, routes, hosts)
     key = len(target.log)
-    entry = {
-        **dataclasses.asdict(f),
-        "node": node,
-        "at_ms": at_ms,
-        "routes": [[r.host, r.address] for r in routes],
-    }
+    entry = FaultEntry.applied(
+        dataclasses.asdict(f), node, at_ms, routes=[[r.host, r.address] for r in routes]
+    )
     target.log.append(entry)
     target.cuts[key] = cut  # before a route is added: whatever happens next, it is healed
     target.phase(f"fault: {cut.label} for {f.duration_s:g} s ({len(routes)} blackhole routes)")
     try:
         cut.apply()
     except MqlabError as e:
-        entry["error"] = str(e)
+        entry.error = str(e)
         raise
-    target.pending.append((f.at_s + f.duration_s, "heal", key))
+    target.pending.append((f.at_s + f.duration_s, fl.HEAL, key))
 
 
 def heal(cut: Cut, key: int, target: Target) -> None:
@@ -328,14 +327,9 @@ def heal(cut: Cut, key: int, target: Target) -> None:
     target.phase(f"fault: healing the {cut.label}")
     problems = cut.heal()
     del target.cuts[key]  # only now: interrupted half-way, the rest is healed on the way out
-    entry: dict[str, Any] = {
-        "action": "heal",
-        "partition": cut.kind,
-        "node": cut.node,
-        "at_ms": now_ms(),
-    }
+    entry = FaultEntry(fl.HEAL, cut.node, now_ms(), details={"partition": cut.kind})
     target.log.append(entry)
     if cut.in_place:
-        entry["error"] = unhealed_message(cut, problems)
-        entry["routes_left"] = [[r.host, r.address] for r in sorted(cut.in_place)]
-        raise FleetError(entry["error"])
+        entry.error = unhealed_message(cut, problems)
+        entry.details["routes_left"] = [[r.host, r.address] for r in sorted(cut.in_place)]
+        raise FleetError(entry.error)

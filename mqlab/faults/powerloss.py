@@ -25,12 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from mqlab.archive import faultlog as fl
+from mqlab.archive.faultlog import FaultEntry
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.errors import ClusterError, FleetError, MqlabError
 from mqlab.faults.target import Target, Where, now_ms
 from mqlab.hosts.base import Host
 
-ACTIONS = ("power_loss", "power_loss_all")  # unsynced reboots of broker hosts
+ACTIONS = (fl.POWER_LOSS, fl.POWER_LOSS_ALL)  # unsynced reboots of broker hosts
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # SysRq enabled for the call, then ``b``: reboot now, no sync, no unmount
 REBOOT_NOW = "echo 1 > /proc/sys/kernel/sysrq; echo b > /proc/sysrq-trigger"
@@ -135,19 +137,19 @@ def apply(f: Any, target: Target) -> None:
     back (at ``restart_after_s`` at the soonest)."""
     cluster = target.cluster
     check(f, Where(target.remote, target.lab_kind))
-    nodes = list(range(cluster.nodes)) if f.action == "power_loss_all" else [f.node]
+    nodes = list(range(cluster.nodes)) if f.action == fl.POWER_LOSS_ALL else [f.node]
     hosts = list({cluster.hosts[i].name: cluster.hosts[i] for i in nodes}.values())
-    where = "every broker host" if f.action == "power_loss_all" else f"node {f.node}'s host"
+    where = "every broker host" if f.action == fl.POWER_LOSS_ALL else f"node {f.node}'s host"
     target.phase(f"fault: power loss on {where} (unsynced reboot)")
     at_ms = now_ms()
     boot_ids = cut_power(hosts)
-    entry = {**dataclasses.asdict(f), "node": nodes[0], "at_ms": at_ms, "boot_ids": boot_ids}
-    if f.action == "power_loss_all":
-        entry["nodes"] = cluster.nodes
+    entry = FaultEntry.applied(dataclasses.asdict(f), nodes[0], at_ms, boot_ids=boot_ids)
+    if f.action == fl.POWER_LOSS_ALL:
+        entry.nodes = cluster.nodes
     key = len(target.log)
     target.log.append(entry)
     target.cuts[key] = PowerCut(cluster, nodes, hosts, boot_ids)
-    target.pending.append((f.at_s + (f.restart_after_s or 0.0), "heal", key))
+    target.pending.append((f.at_s + (f.restart_after_s or 0.0), fl.HEAL, key))
 
 
 def heal(cut: PowerCut, key: int, target: Target) -> None:
@@ -158,4 +160,4 @@ def heal(cut: PowerCut, key: int, target: Target) -> None:
         del target.cuts[key]
     at_ms = now_ms()
     for i in cut.nodes:
-        target.log.append({"action": "restart_node", "node": i, "at_ms": at_ms})
+        target.log.append(FaultEntry(fl.RESTART_NODE, i, at_ms))

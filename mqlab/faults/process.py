@@ -10,6 +10,8 @@ import logging
 import time
 from typing import Any
 
+from mqlab.archive import faultlog as fl
+from mqlab.archive.faultlog import FaultEntry
 from mqlab.brokers.base import Driver
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.errors import ClusterError, MqlabError
@@ -17,7 +19,9 @@ from mqlab.faults.target import Target, Where, now_ms
 
 LOG = logging.getLogger(__name__)
 LEADER_WAIT_S = 30.0  # a fault aimed at the leader waits this long for one (an election)
-ACTIONS = ("kill_node", "kill_leader", "restart_node", "pause_node", "crash_all")
+ACTIONS = (fl.KILL_NODE, fl.KILL_LEADER, fl.RESTART_NODE, fl.PAUSE_NODE, fl.CRASH_ALL)
+# the second half of crash_all: every node restarted together (a pending step, not logged)
+RESTART_ALL = "restart_all"
 
 
 def leader(cluster: LocalCluster, driver: Driver, what: str, wait_s: float = LEADER_WAIT_S) -> int:
@@ -44,29 +48,29 @@ def check(f: Any, where: Where) -> None:
 def apply(f: Any, target: Target) -> None:
     cluster, phase, pending = target.cluster, target.phase, target.pending
     node = f.node
-    if f.action == "kill_leader":
-        node = leader(cluster, target.driver, "kill_leader")
+    if f.action == fl.KILL_LEADER:
+        node = leader(cluster, target.driver, fl.KILL_LEADER)
     at_ms = now_ms()  # once the leader is known: when the fault strikes
-    if f.action in ("kill_node", "kill_leader"):
-        which = " (the leader)" if f.action == "kill_leader" else ""
+    if f.action in (fl.KILL_NODE, fl.KILL_LEADER):
+        which = " (the leader)" if f.action == fl.KILL_LEADER else ""
         phase(f"fault: killing node {node}{which}")
         cluster.kill_node(node)
         if f.restart_after_s is not None:
-            pending.append((f.at_s + f.restart_after_s, "restart_node", node))
-    elif f.action == "pause_node":
+            pending.append((f.at_s + f.restart_after_s, fl.RESTART_NODE, node))
+    elif f.action == fl.PAUSE_NODE:
         phase(f"fault: pausing node {f.node} for {f.duration_s:g} s")
         cluster.pause_node(f.node)
-        pending.append((f.at_s + f.duration_s, "resume_node", f.node))
-    elif f.action == "crash_all":
+        pending.append((f.at_s + f.duration_s, fl.RESUME_NODE, f.node))
+    elif f.action == fl.CRASH_ALL:
         phase("fault: killing every node at once")
         cluster.crash_all()
         after = f.restart_after_s or 0.0
-        pending.append((f.at_s + after, "restart_all", cluster.nodes))
+        pending.append((f.at_s + after, RESTART_ALL, cluster.nodes))
     else:
         cluster.restart_node(f.node)
-    entry = {**dataclasses.asdict(f), "node": node, "at_ms": at_ms}
-    if f.action == "crash_all":
-        entry["nodes"] = cluster.nodes
+    entry = FaultEntry.applied(dataclasses.asdict(f), node, at_ms)
+    if f.action == fl.CRASH_ALL:
+        entry.nodes = cluster.nodes
     target.log.append(entry)
 
 
@@ -74,17 +78,17 @@ def end(action: str, node: int, target: Target) -> None:
     """The second half of a process fault: a killed node restarted, every node restarted
     together after a crash (``node`` is then how many), a paused node resumed."""
     cluster, phase = target.cluster, target.phase
-    if action == "restart_all":  # after crash_all: every node together; ``node``: how many
+    if action == RESTART_ALL:  # after crash_all: every node together; ``node``: how many
         phase("fault: restarting every node")
         cluster.restart_nodes(list(range(node)))
         at_ms = now_ms()
         for i in range(node):
-            target.log.append({"action": "restart_node", "node": i, "at_ms": at_ms})
+            target.log.append(FaultEntry(fl.RESTART_NODE, i, at_ms))
         return
-    if action == "resume_node":
+    if action == fl.RESUME_NODE:
         phase(f"fault: resuming node {node}")
         cluster.resume_node(node)
     else:
         phase(f"fault: restarting node {node}")
         cluster.restart_node(node)
-    target.log.append({"action": action, "node": node, "at_ms": now_ms()})
+    target.log.append(FaultEntry(action, node, now_ms()))

@@ -4,8 +4,10 @@ place healed when the run ends, however it ends.
 
 The kinds: :mod:`mqlab.faults.process` (kill, pause, crash, restart),
 :mod:`mqlab.faults.partitions`, :mod:`mqlab.faults.link` (netem),
-:mod:`mqlab.faults.powerloss`. A new kind is one module with ``apply`` and ``heal``,
-and one row of :data:`KINDS`.
+:mod:`mqlab.faults.powerloss`. A new kind is one module with ``ACTIONS``, ``check``,
+``apply`` and ``heal``, one row per new action in the scenario's table
+(:data:`mqlab.scenario.model.TAKES`: which fields it takes) and one name in the fault
+log's vocabulary (:mod:`mqlab.archive.faultlog`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mqlab.archive import faultlog as fl
 from mqlab.errors import FleetError, MqlabError
 from mqlab.faults import link, partitions, powerloss, process
 from mqlab.faults.target import Target, Where
+from mqlab.scenario.model import TAKES
 
 LOG = logging.getLogger(__name__)
 
@@ -30,12 +34,20 @@ class Kind:
     apply: Callable[[Any, Target], None]
 
 
-# the fault vocabulary: every ``faults[].action`` a scenario may name, by its kind
-KINDS: dict[str, Kind] = {
-    action: Kind(module.check, module.apply)
-    for module in (process, partitions, link, powerloss)
-    for action in module.ACTIONS
-}
+MODULES = (process, partitions, link, powerloss)
+
+
+def _kind(action: str) -> Kind:
+    """The kind that carries out ``action``: a row of the scenario's table with no kind
+    fails the import."""
+    module = next((m for m in MODULES if action in m.ACTIONS), None)
+    if module is None:
+        raise ImportError(f"fault action {action!r} has no kind in mqlab.faults")
+    return Kind(module.check, module.apply)
+
+
+# every ``faults[].action`` a scenario may name (its table, TAKES), by its kind
+KINDS: dict[str, Kind] = {action: _kind(action) for action in TAKES}
 ACTIONS = tuple(KINDS)
 
 
@@ -82,7 +94,7 @@ def heal_open(target: Target) -> None:
 def end(action: str, node: int, target: Target) -> None:
     """The second half of a fault: ``heal`` (``node`` is then the key in ``target.cuts``)
     or a process fault's (:func:`mqlab.faults.process.end`)."""
-    if action == "heal":
+    if action == fl.HEAL:
         heal(target, node)
     else:
         process.end(action, node, target)

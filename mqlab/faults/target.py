@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqlab.archive.faultlog import FaultEntry
 from mqlab.brokers.base import Driver
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.errors import FleetError
@@ -48,7 +49,7 @@ class Target:
     client_hosts: Callable[[], list[Host]]
     remote: bool
     lab_kind: str
-    log: list[dict[str, Any]]
+    log: list[FaultEntry]
     phase: Callable[[str], None]
     pending: list[Pending] = field(default_factory=list)
     # a partitions.Cut, link.LinkFault or powerloss.PowerCut, healed by its kind's heal

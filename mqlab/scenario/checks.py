@@ -9,11 +9,11 @@ import itertools
 from collections.abc import Callable
 from pathlib import Path
 
+from mqlab.archive import faultlog as fl
 from mqlab.brokers import registry
 from mqlab.errors import ScenarioError
 from mqlab.scenario.model import (
-    PARTITION_KINDS,
-    POWER_LOSS,
+    TAKES,
     Clients,
     Cluster,
     Fault,
@@ -89,31 +89,32 @@ def _cross_checks(
             f"use nodes >= {replicas} or a profile with fewer replicas",
         )
     for i, f in enumerate(faults):
-        if f.action == "kill_leader" and profile.broker == "sqs":
+        takes = TAKES[f.action]
+        if takes.leader and profile.broker == "sqs":
             raise ScenarioError(
                 path,
                 f"faults[{i}].action",
                 "sqs has no leader node to kill",
-                "use kill_node, or a broker with a leader",
+                f"use {fl.KILL_NODE}, or a broker with a leader",
             )
-        if f.action == "pause_node" and f.duration_s is None:
+        if f.action == fl.PAUSE_NODE and f.duration_s is None:
             raise ScenarioError(
                 path,
                 f"faults[{i}].duration_s",
-                "pause_node needs how long the node stays frozen",
+                f"{fl.PAUSE_NODE} needs how long the node stays frozen",
                 "set duration_s = 5 (seconds)",
             )
-        if f.action == "partition":
+        if takes.partition:
             _check_partition(path, i, f, cluster, profile)
         elif f.partition is not None:
             raise ScenarioError(
                 path,
                 f"faults[{i}].partition",
                 f"{f.action} takes no partition",
-                'use action = "partition" to cut hosts apart',
+                f'use action = "{fl.PARTITION}" to cut hosts apart',
             )
         _check_netem(path, i, f, cluster, profile)
-        if f.action in POWER_LOSS and cluster.target not in ("ssh", "aws"):
+        if takes.reboots and cluster.target not in ("ssh", "aws"):
             raise ScenarioError(
                 path,
                 f"faults[{i}].action",
@@ -121,14 +122,14 @@ def _cross_checks(
                 f'"{cluster.target}" that kernel is this machine\'s',
                 'run it on hosts of their own: target = "ssh" or "aws"',
             )
-        if f.action in POWER_LOSS:
+        if takes.reboots:
             _check_self_hosted(path, f"faults[{i}]", profile, "no host to cut the power of")
-        if f.duration_s is not None and f.action not in ("pause_node", "partition", "netem"):
+        if f.duration_s is not None and not takes.duration_s:
             raise ScenarioError(
                 path,
                 f"faults[{i}].duration_s",
                 f"{f.action} takes no duration_s",
-                "use restart_after_s for kill_node and crash_all",
+                f"use restart_after_s for {fl.KILL_NODE} and {fl.CRASH_ALL}",
             )
         if f.node >= cluster.nodes:
             raise ScenarioError(
@@ -191,16 +192,16 @@ def _check_partition(path: Path, i: int, f: Fault, cluster: Cluster, profile: Pr
             path,
             f"{key}.partition",
             "a partition needs which hosts to cut apart",
-            "set partition = one of " + ", ".join(f'"{k}"' for k in PARTITION_KINDS),
+            "set partition = one of " + ", ".join(f'"{k}"' for k in fl.PARTITION_KINDS),
         )
     _check_heals(path, key, f, "a partition", "it heals", "the partition heals")
-    if f.partition != "clients_from_leader" and cluster.nodes < 2:
-        who = "the leader" if f.partition == "leader_from_brokers" else f"node {f.node}"
+    if f.partition != fl.CLIENTS_FROM_LEADER and cluster.nodes < 2:
+        who = "the leader" if f.partition == fl.LEADER_FROM_BROKERS else f"node {f.node}"
         raise ScenarioError(
             path,
             f"{key}.partition",
             f"{f.partition} needs other brokers to cut {who} from (nodes = 1)",
-            'use nodes >= 2, or partition = "clients_from_leader"',
+            f'use nodes >= 2, or partition = "{fl.CLIENTS_FROM_LEADER}"',
         )
 
 
@@ -208,22 +209,22 @@ def _check_netem(path: Path, i: int, f: Fault, cluster: Cluster, profile: Profil
     """netem: lab hosts only, something to do, how long; its settings on netem only."""
     key = f"faults[{i}]"
     given = [k for k in ("delay_ms", "jitter_ms", "loss_pct") if getattr(f, k) is not None]
-    if f.action != "netem":
+    if not TAKES[f.action].netem:
         if given:
             raise ScenarioError(
                 path,
                 f"{key}.{given[0]}",
                 f"{f.action} takes no {given[0]}",
-                'use action = "netem" to slow down or drop packets on a link',
+                f'use action = "{fl.NETEM}" to slow down or drop packets on a link',
             )
         return
-    _check_lab(path, key, cluster, "netem slows a host's own link")
+    _check_lab(path, key, cluster, f"{fl.NETEM} slows a host's own link")
     _check_self_hosted(path, key, profile, "no link to slow down")
     if not (f.delay_ms or f.loss_pct):
         raise ScenarioError(
             path,
             f"{key}.delay_ms",
-            "netem needs a delay or a loss",
+            f"{fl.NETEM} needs a delay or a loss",
             "set delay_ms = 50 and/or loss_pct = 2",
         )
     if f.jitter_ms and not f.delay_ms:
@@ -233,7 +234,7 @@ def _check_netem(path: Path, i: int, f: Fault, cluster: Cluster, profile: Profil
             "jitter varies a delay: there is none",
             "set delay_ms as well",
         )
-    _check_heals(path, key, f, "netem", "the link heals", "the link heals")
+    _check_heals(path, key, f, fl.NETEM, "the link heals", "the link heals")
 
 
 def _check_lab(path: Path, key: str, cluster: Cluster, what: str) -> None:
@@ -267,7 +268,7 @@ def _check_heals(path: Path, key: str, f: Fault, what: str, heals: str, fix: str
             f"{what} needs how long it lasts before {heals}",
             "set duration_s = 5 (seconds)",
         )
-    if f.restart_after_s is not None:
+    if f.restart_after_s is not None and not TAKES[f.action].restart_after_s:
         raise ScenarioError(
             path,
             f"{key}.restart_after_s",
@@ -281,7 +282,7 @@ def _check_partitions_apart(path: Path, faults: tuple[Fault, ...]) -> None:
     cuts = sorted(
         (f.at_s, i, f.at_s + (f.duration_s or 0.0))
         for i, f in enumerate(faults)
-        if f.action == "partition"
+        if f.action == fl.PARTITION
     )
     for (_at, i, healed), (at, j, _end) in itertools.pairwise(cuts):
         if at < healed:
@@ -299,7 +300,7 @@ def _check_netem_apart(path: Path, faults: tuple[Fault, ...]) -> None:
     spans = sorted(
         (f.node, f.at_s, i, f.at_s + (f.duration_s or 0.0))
         for i, f in enumerate(faults)
-        if f.action == "netem"
+        if f.action == fl.NETEM
     )
     for (node, _at, i, healed), (node_b, at, j, _end) in itertools.pairwise(spans):
         if node == node_b and at < healed:

@@ -1,6 +1,7 @@
 """The scenario model: the frozen dataclasses a run is described by (``Workload``,
 ``Clients``, ``Cluster``, ``Fault``, ...). Workers import this module alone: it needs
-nothing but :mod:`mqlab.typed`'s field specs."""
+nothing but :mod:`mqlab.typed`'s field specs and the fault log's vocabulary
+(:mod:`mqlab.archive.faultlog`, standard library only)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mqlab.archive import faultlog as fl
 from mqlab.typed import spec
 
 FORMAT_VERSION = 1
-# Fault.partition: node ``node`` from the other brokers (clients still reach it); the
-# leader's host from the other brokers (clients still reach it); every client host from
-# the leader's host; node ``node`` from every other broker and client host
-PARTITION_KINDS = (
-    "node_from_brokers",
-    "leader_from_brokers",
-    "clients_from_leader",
-    "majority_minority",
-)
 ORDERS = ("any", "strict")  # workload.order: the order requirement a run is held to
-POWER_LOSS = ("power_loss", "power_loss_all")  # unsynced reboots of broker hosts
-LEADER_PARTITIONS = ("leader_from_brokers", "clients_from_leader")  # aimed at the leader
+# Fault.partition kinds aimed at the node that leads the queue when the fault strikes
+LEADER_PARTITIONS = (fl.LEADER_FROM_BROKERS, fl.CLIENTS_FROM_LEADER)
+
+
+@dataclass(frozen=True)
+class Takes:
+    """Which of :class:`Fault`'s fields an action takes and what it needs of where it
+    runs: one row of :data:`TAKES`, the one table of it (the scenario's checks and
+    :mod:`mqlab.faults.schedule` read it)."""
+
+    duration_s: bool = False  # needs how long it lasts (the others take none)
+    # accepted; used by the kills, crash_all and the power losses (restart_node and
+    # pause_node accept it and do nothing with it); refused where the fault heals itself
+    restart_after_s: bool = True
+    partition: bool = False  # which hosts to cut apart
+    netem: bool = False  # delay_ms, jitter_ms, loss_pct
+    leader: bool = False  # aimed at the leader node: a broker without one (sqs) cannot
+    between_hosts: bool = False  # needs a lab's hosts, on a self-hosted broker
+    reboots: bool = False  # reboots broker hosts' kernels: hosts of their own (ssh, aws)
+
+
+# every action a scenario's ``faults[].action`` may name (the fault log's vocabulary)
+TAKES = {
+    fl.KILL_NODE: Takes(),
+    fl.KILL_LEADER: Takes(leader=True),
+    fl.RESTART_NODE: Takes(),
+    fl.PAUSE_NODE: Takes(duration_s=True),
+    fl.CRASH_ALL: Takes(),
+    fl.PARTITION: Takes(duration_s=True, restart_after_s=False, partition=True, between_hosts=True),
+    fl.NETEM: Takes(duration_s=True, restart_after_s=False, netem=True, between_hosts=True),
+    fl.POWER_LOSS: Takes(reboots=True),
+    fl.POWER_LOSS_ALL: Takes(reboots=True),
+}
 
 
 @dataclass(frozen=True)
@@ -114,19 +138,7 @@ class Clients:
 @dataclass(frozen=True)
 class Fault:
     at_s: float = spec(min=0, help="seconds after senders start")
-    action: str = spec(
-        choices=(
-            "kill_node",
-            "kill_leader",
-            "restart_node",
-            "pause_node",
-            "crash_all",
-            "partition",
-            "netem",
-            "power_loss",
-            "power_loss_all",
-        )
-    )
+    action: str = spec(choices=fl.FAULT_ACTIONS)
     node: int = spec(
         0,
         min=0,
@@ -146,7 +158,7 @@ class Fault:
     )
     partition: str | None = spec(
         None,
-        choices=PARTITION_KINDS,
+        choices=fl.PARTITION_KINDS,
         help="partition: which hosts are cut apart (blackhole routes on lab hosts)",
     )
     delay_ms: float | None = spec(

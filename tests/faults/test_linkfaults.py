@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mqlab.analysis import faults
-from mqlab.archive.manifest import netem_label
+from mqlab.archive.faultlog import netem_label
 from mqlab.errors import FleetError
 from mqlab.faults import link as linkfaults
 from mqlab.faults.link import VIA_NFQUEUE, VIA_TC, LinkFault

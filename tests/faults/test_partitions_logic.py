@@ -312,13 +312,13 @@ def test_a_run_logs_each_heal_and_fails_naming_the_routes_a_heal_left(
 ) -> None:
     from typing import Any
 
+    from mqlab.archive.faultlog import FaultEntry
     from mqlab.faults import schedule
     from mqlab.faults.target import Target
 
-    manifest: dict[str, list[dict[str, object]]] = {"faults": []}
+    log: list[FaultEntry] = []
 
     def target(cuts: dict[int, Any]) -> Target:
-        log: list[dict[str, Any]] = manifest["faults"]  # type: ignore[assignment]
         return Target(None, None, list, True, "netns", log, lambda _t: None, cuts=cuts)  # type: ignore[arg-type]
 
     healed, stuck = cut(lab), cut(lab, "clients_from_leader", 2)
@@ -329,7 +329,7 @@ def test_a_run_logs_each_heal_and_fails_naming_the_routes_a_heal_left(
     lab["sender-0"].unreachable = 100
     schedule.heal_open(target(cuts))  # logs, does not raise
     assert cuts == {}
-    first, second = manifest["faults"]
+    first, second = (e.to_json() for e in log)
     assert {k: first[k] for k in ("action", "partition", "node")} == {
         "action": "heal",
         "partition": "node_from_brokers",

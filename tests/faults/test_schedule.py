@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from mqlab.archive.manifest import FAULT_ACTIONS
+from mqlab.archive.faultlog import FAULT_ACTIONS
 from mqlab.errors import FleetError
 from mqlab.faults import schedule
 from mqlab.faults.target import Where
-from mqlab.scenario.model import Fault
+from mqlab.scenario.model import TAKES, Fault
 
 LOCAL, NETNS, AWS = Where(False, "local"), Where(True, "netns"), Where(True, "aws")
 
@@ -22,7 +22,7 @@ def fault(action: str, **kw: object) -> SimpleNamespace:
 
 def test_every_action_a_scenario_may_name_has_one_kind() -> None:
     choices = {f.name: f.metadata for f in dataclasses.fields(Fault)}["action"]["choices"]
-    assert sorted(schedule.ACTIONS) == sorted(FAULT_ACTIONS) == sorted(choices)
+    assert sorted(schedule.ACTIONS) == sorted(FAULT_ACTIONS) == sorted(choices) == sorted(TAKES)
 
 
 def test_process_faults_strike_anywhere() -> None:

@@ -26,6 +26,8 @@ def test_a_workload_comes_with_the_model_alone() -> None:
     mods = _modules("from mqlab.scenario.model import Workload")
     assert mods == {
         "mqlab",
+        "mqlab.archive",
+        "mqlab.archive.faultlog",
         "mqlab.errors",
         "mqlab.typed",
         "mqlab.scenario",
