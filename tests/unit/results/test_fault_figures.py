@@ -107,18 +107,24 @@ def test_a_run_without_gaps_or_faults() -> None:
 
 
 def test_the_report_states_each_fault_and_the_gaps() -> None:
-    from mqlab.report import markdown
+    from pathlib import Path
+
+    from mqlab.report.model import section_markdown
+    from mqlab.report.run_report import RunReport, faults_section
+
+    def shown(rows: Any) -> str:
+        return "\n".join(section_markdown(faults_section(RunReport(run, Path("."), faults=rows))))
 
     log = [
         {"action": "kill_leader", "node": 2, "at_ms": T0 + 5_300},
         {"action": "restart_node", "node": 2, "at_ms": T0 + 8_100},
     ]
     run = {"measure_start_ms": T0, "longest_gap_send_s": 3, "longest_gap_receive_s": 4}
-    text = "\n".join(markdown._faults(run, faults.figures(log, _timeline())))
+    text = shown(faults.figures(log, _timeline()))
     assert "| kill leader (node 2) | 5.3 s | 8.1 s | 3 s | 4 s | 5 s | 4 s | 6 | unknown" in text
     assert "without a confirmed send: 3 s; without a received message: 4 s." in text
-    assert "None injected." in "\n".join(markdown._faults(run, []))
-    assert "predates fault figures" in "\n".join(markdown._faults(run, None))
+    assert "None injected." in shown([])
+    assert "predates fault figures" in shown(None)
 
 
 def test_the_messages_of_a_fault_lost_and_recovered_counted_by_hand() -> None:
