@@ -17,15 +17,8 @@ from mqlab.analysis import catalog
 from mqlab.archive.layout import read_scenario
 from mqlab.errors import ArchiveError
 from mqlab.report import distribution, plots
-from mqlab.report.cells import (
-    clients_shape,
-    cost_text,
-    order_lines,
-    queues_note,
-    schedule_text,
-)
-from mqlab.report.model import section_markdown
-from mqlab.report.run_report import RunReport, run_sections
+from mqlab.report.model import block_markdown, section_markdown
+from mqlab.report.run_report import RunReport, facts, run_sections
 
 LOG = logging.getLogger(__name__)
 
@@ -36,21 +29,12 @@ DISTRIBUTION_TXT = distribution.DISTRIBUTION_TXT
 
 
 def _header(run: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
-    schedule = schedule_text(scenario)
     return [
         f"# {run['run_id']}",
         "",
         f"<!-- mqlab report, format_version {FORMAT_VERSION} -->",
         "",
-        f"- scenario `{run['scenario']}`, broker `{run['broker']}`, profile "
-        f"`{run['profile']}`, status `{run['status']}` ({run['end_reason']})",
-        f"- started {run['started_at']}, ended {run['ended_at']}",
-        f"- message size {run['message_bytes']} bytes, batch {run['batch']}"
-        + (f", {schedule}" if schedule else ""),
-        f"- {clients_shape(run)}",
-        *([f"- {q}"] if (q := queues_note(run)) else []),
-        *order_lines(run),
-        *([f"- {c}"] if (c := cost_text(run, lambda s: f"`{s}`")) else []),
+        *block_markdown(facts(run, scenario, {})),
         "",
     ]
 

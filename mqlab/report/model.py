@@ -73,7 +73,15 @@ class Plot:
     alt: str
 
 
-Block = Paragraph | Bullets | Table | Plot
+@dataclass(frozen=True)
+class Facts:
+    """A run's facts: (label, text) pairs; a definition list on the site, a list in
+    Markdown whose items say what they are in their text (the label is the site's)."""
+
+    items: Sequence[tuple[str, Text]]
+
+
+Block = Paragraph | Bullets | Table | Plot | Facts
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,8 @@ def block_markdown(block: Block) -> list[str]:
         return caption + markdown_table(block.header, block.rows, block.align)
     if isinstance(block, Bullets):
         return [f"- {inline_markdown(item)}" for item in block.items]
+    if isinstance(block, Facts):
+        return [f"- {inline_markdown(text)}" for _, text in block.items]
     if isinstance(block, Plot):
         return [f"![{block.alt}]({block.src})"]
     text = inline_markdown(block.text)

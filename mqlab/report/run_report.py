@@ -29,6 +29,7 @@ from mqlab.report.model import (
     Bullets,
     Cell,
     Code,
+    Facts,
     Link,
     Paragraph,
     Plot,
@@ -69,6 +70,45 @@ class RunReport:
     # a published set the renderer shows against the run in a section of its own (the
     # site's mqperf 2021 match): the report's "Published reference" leaves it out
     shown_apart: str | None = None
+
+
+def facts(run: dict[str, Any] | None, scenario: dict[str, Any], manifest: dict[str, Any]) -> Facts:
+    """What ran, when, with what clients and at what cost: from the ``runs`` row, or for a
+    run not summarized (``run`` None) from its scenario and manifest."""
+    got = run or {
+        "scenario": scenario.get("name"),
+        "broker": scenario.get("broker"),
+        "profile": scenario.get("profile"),
+        **{k: manifest.get(k) for k in ("status", "end_reason", "started_at", "ended_at")},
+    }
+    items: list[tuple[str, Text | None]] = [
+        (
+            "run",
+            [
+                *("scenario ", Code(str(got["scenario"])), ", broker ", Code(str(got["broker"]))),
+                *(", profile ", Code(str(got["profile"])), ", status ", Code(str(got["status"]))),
+                f" ({got['end_reason']})",
+            ],
+        ),
+        ("times", f"started {got['started_at']}, ended {got['ended_at']}"),
+    ]
+    if run is not None:
+        schedule = shown.schedule_text(scenario)
+        items += [
+            (
+                "messages",
+                f"message size {run['message_bytes']} bytes, batch {run['batch']}"
+                + (f", {schedule}" if schedule else ""),
+            ),
+            ("clients", shown.clients_shape(run)),
+            ("queues", shown.queues_note(run)),
+            ("order", shown.order_text(run)),
+            ("cost", shown.cost_text(run)),
+            ("cluster", f"cluster {c}" if (c := run.get("cluster_target")) else None),
+        ]
+    if scenario.get("description"):
+        items.append(("description", str(scenario["description"])))
+    return Facts([(k, v) for k, v in items if v is not None])
 
 
 def figure(run: dict[str, Any], key: str, digits: int = 0) -> Cell:

@@ -9,7 +9,19 @@ from importlib import metadata
 from typing import Any
 
 from mqlab.report import unknown
-from mqlab.report.model import Block, Bullets, Cell, Code, Link, Plot, Section, Strong, Table, Text
+from mqlab.report.model import (
+    Block,
+    Bullets,
+    Cell,
+    Code,
+    Facts,
+    Link,
+    Plot,
+    Section,
+    Strong,
+    Table,
+    Text,
+)
 
 NOT_SUMMARIZED = "–"  # as `mqlab ls` shows a figure of a run without a summary
 
@@ -183,6 +195,9 @@ def block_html(block: Block) -> str:
         align = block.align.ljust(len(block.header), "l")
         rows = [tr(cell_html(c, align[i] == "r") for i, c in enumerate(r)) for r in block.rows]
         return table(block.header, rows, table_id=block.name, sortable=False, caption=block.caption)
+    if isinstance(block, Facts):
+        dl = "".join(f"<dt>{esc(k)}</dt><dd>{inline_html(v)}</dd>" for k, v in block.items)
+        return f'<dl class="facts">{dl}</dl>'
     if isinstance(block, Bullets):
         return "<ul>" + "".join(f"<li>{inline_html(i)}</li>" for i in block.items) + "</ul>"
     if isinstance(block, Plot):

@@ -11,11 +11,11 @@ from typing import Any
 
 from mqlab.archive.layout import SCENARIO
 from mqlab.published import reference
-from mqlab.report import cells as shown
 from mqlab.report import unknown
-from mqlab.report.run_report import RunReport, run_sections
+from mqlab.report.run_report import RunReport, facts, run_sections
 from mqlab.report.site.gather import SiteRun
 from mqlab.report.site.html import (
+    block_html,
     esc,
     figure,
     page,
@@ -30,37 +30,7 @@ from mqlab.report.site.pages import REFERENCE, REFERENCE_LABEL, ms_cell
 
 def _facts(r: SiteRun) -> str:
     info = r.listed.info
-    run = r.run or {}
-    sc = info.scenario
-    m = info.manifest
-    items = [
-        ("scenario", sc.get("name")),
-        ("broker", sc.get("broker")),
-        ("profile", sc.get("profile")),
-        ("status", f"{run.get('status') or m.get('status')} ({m.get('end_reason')})"),
-        ("started", m.get("started_at")),
-        ("ended", m.get("ended_at")),
-    ]
-    if run:
-        schedule = shown.schedule_text(sc)
-        items += [
-            (
-                "messages",
-                f"{run['message_bytes']} bytes, batch {run['batch']}"
-                + (f", {schedule}" if schedule else ""),
-            ),
-            (
-                "clients",
-                shown.clients_shape(run),
-            ),
-            ("cluster", run.get("cluster_target")),
-        ]
-        if cost := shown.cost_text(run):
-            items.append(("cost", cost))
-    if sc.get("description"):
-        items.append(("description", sc["description"]))
-    dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items if v is not None)
-    return f'<dl class="facts">{dl}</dl>'
+    return block_html(facts(r.run, info.scenario, info.manifest))
 
 
 def _reference_rows(match: reference.ReferenceMatch) -> str:

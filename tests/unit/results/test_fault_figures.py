@@ -198,6 +198,7 @@ def test_a_busy_first_second_does_not_hide_the_outage_after_it() -> None:
 
 def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
     from mqlab.report import sweep
+    from mqlab.report.model import section_markdown
 
     nats = {"broker": "nats", "profile": "nats-r3"}
     redis = {"broker": "redis", "profile": "redis-async"}
@@ -211,7 +212,7 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
             "unavailable_send_s": quiet,
         }
 
-    lines = sweep.fault_matrix(
+    matrix = sweep.fault_matrix(
         [
             (nats, [f("kill_leader", 0, 3, 2), f("crash_all", 0, 0, 4)]),
             (
@@ -221,7 +222,8 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
             ({"broker": "pg", "profile": "postgres-sync"}, None),
         ]
     )
-    text = "\n".join(lines)
+    assert matrix is not None
+    text = "\n".join(section_markdown(matrix))
     assert "| broker | profile | kill_leader | crash_all | partition: x |" in text
     assert (
         "| nats | nats-r3 | lost 0 · duplicated 3 · 2 s | lost 0 · duplicated 0 · 4 s | – |" in text
@@ -231,4 +233,4 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
         "| lost unknown · duplicated 1 · 0 s |" in text
     )
     assert "| pg | postgres-sync | unknown | unknown | unknown |" in text
-    assert sweep.fault_matrix([(nats, [])]) == []
+    assert sweep.fault_matrix([(nats, [])]) is None
