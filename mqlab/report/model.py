@@ -63,6 +63,7 @@ class Table:
     align: str = ""  # one character per column: l or r (default l)
     name: str | None = None  # the site's table id
     caption: str | None = None  # a title above the table
+    marks: Sequence[str | None] = ()  # a word per row the site marks it with (its class)
 
 
 @dataclass(frozen=True)

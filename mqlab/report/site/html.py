@@ -193,7 +193,11 @@ def cell_html(cell: str | Cell, right: bool) -> str:
 def block_html(block: Block) -> str:
     if isinstance(block, Table):
         align = block.align.ljust(len(block.header), "l")
-        rows = [tr(cell_html(c, align[i] == "r") for i, c in enumerate(r)) for r in block.rows]
+        marks = [*block.marks, *[None] * (len(block.rows) - len(block.marks))]
+        rows = [
+            tr((cell_html(c, align[i] == "r") for i, c in enumerate(r)), cls=mark)
+            for r, mark in zip(block.rows, marks, strict=True)
+        ]
         return table(block.header, rows, table_id=block.name, sortable=False, caption=block.caption)
     if isinstance(block, Facts):
         dl = "".join(f"<dt>{esc(k)}</dt><dd>{inline_html(v)}</dd>" for k, v in block.items)

@@ -33,10 +33,6 @@ from mqlab.report.site.html import (
     tr,
 )
 
-REFERENCE = "mqperf-2021"
-REFERENCE_LABEL = "mqperf 2021 (published)"
-
-
 # the summary's figures that the index shows as columns, in its order
 INDEX_FIGURES = ("send_msgs_per_s", "receive_msgs_per_s", "lost", "duplicated", "undrained")
 

@@ -11,100 +11,21 @@ from typing import Any
 
 from mqlab.archive.layout import SCENARIO
 from mqlab.published import reference
-from mqlab.report import unknown
+from mqlab.report.against import REFERENCE, against_section
 from mqlab.report.run_report import RunReport, facts, run_sections
 from mqlab.report.site.gather import SiteRun
 from mqlab.report.site.html import (
     block_html,
     esc,
-    figure,
     page,
     pre,
     section_html,
-    table,
-    td,
-    tr,
 )
-from mqlab.report.site.pages import REFERENCE, REFERENCE_LABEL, ms_cell
 
 
 def _facts(r: SiteRun) -> str:
     info = r.listed.info
     return block_html(facts(r.run, info.scenario, info.manifest))
-
-
-def _reference_rows(match: reference.ReferenceMatch) -> str:
-    run = match.run
-    rows = [
-        tr(
-            [
-                td("mqlab (measured period)"),
-                figure(run["send_msgs_per_s"], ",.0f", unknown.why(run, "send_msgs_per_s")),
-                figure(run["receive_msgs_per_s"], ",.0f", unknown.why(run, "receive_msgs_per_s")),
-                ms_cell(run["processing_us_p95"], unknown.why(run, "processing_us_p95")),
-                ms_cell(run["send_call_us_p95"], unknown.why(run, "send_call_us_p95")),
-            ]
-        )
-    ]
-    ww = match.worst_window
-    if ww:
-        rows.append(
-            tr(
-                [
-                    td(f"mqlab worst {ww['window_s']:g} s window"),
-                    td(""),
-                    td(""),
-                    ms_cell(ww["processing_us_p95"]),
-                    ms_cell(ww["send_call_us_p95"]),
-                ]
-            )
-        )
-    for x in match.rows:
-        rows.append(tr(published_cells(x), cls="published"))
-    return table(
-        ("source", "send msgs/s", "receive msgs/s", "processing p95 (ms)", "send p95 (ms)"),
-        rows,
-        sortable=False,
-    )
-
-
-def published_cells(x: reference.ReferenceRow) -> list[str]:
-    label = f"{REFERENCE_LABEL}: {x.system}" + (f" ({x.table})" if x.table != "main" else "")
-    proc = (
-        td(
-            "fell behind",
-            sort=x.processing_latency_p95_ms,
-            title=f"receivers fell behind (published as {x.processing_latency_p95_ms:g} ms)",
-            cls="num",
-        )
-        if x.fell_behind
-        else td(f"{x.processing_latency_p95_ms:,.1f}", sort=x.processing_latency_p95_ms, cls="num")
-    )
-    return [
-        td(label, title=x.approximate),
-        td(f"{x.send_msgs_per_s:,.0f}", sort=x.send_msgs_per_s, cls="num"),
-        td(f"{x.receive_msgs_per_s:,.0f}", sort=x.receive_msgs_per_s, cls="num"),
-        proc,
-        td(f"{x.send_latency_p95_ms:,.1f}", sort=x.send_latency_p95_ms, cls="num"),
-    ]
-
-
-def _reference_section(match: reference.ReferenceMatch) -> str:
-    parts = [
-        f"<h2>Against {esc(REFERENCE_LABEL)}</h2>",
-        f"<p class=source>{esc(reference.SOURCE)}</p>",
-    ]
-    if match.rows or match.worst_window:
-        parts.append(_reference_rows(match))
-    if match.note:
-        parts.append(f"<p class=note>{esc(match.note)}</p>")
-    if match.other_configs:
-        parts.append(
-            "<p>Published configurations for this broker: "
-            + esc("; ".join(match.other_configs))
-            + ' (see <a href="../../compare.html#published">the comparison page</a>)</p>'
-        )
-    return "\n".join(parts)
 
 
 def _archive(r: SiteRun) -> str:
@@ -154,6 +75,6 @@ def run_page(r: SiteRun, images: Sequence[str], match: reference.ReferenceMatch 
     else:
         parts += [section_html(s) for s in run_sections(report(r, run, images, match is not None))]
         if match is not None:
-            parts.append(_reference_section(match))
+            parts.append(section_html(against_section(match, "../../compare.html#published")))
     parts.append(_archive(r))
     return page(r.run_id, "\n".join(p for p in parts if p), root="../../")
