@@ -6,14 +6,13 @@ faults' rows, and what each figure means. Renderers (Markdown, HTML) lay these o
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mqlab.analysis import faults as fault_figures
 from mqlab.analysis.context import clock_problem
 from mqlab.report import unknown
-from mqlab.report.model import Block, Paragraph, Section, Table
+from mqlab.report.model import Block, Code, Paragraph, Section, Strong, Table, Text
 
 MAX_PROBLEMS_SHOWN = 20
 # the mqperf table; "send latency" is the latency of one send() call (a batch)
@@ -154,9 +153,9 @@ def context_reasons(run: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
 
-def cost_text(run: dict[str, Any], code: Callable[[str], str] = str) -> str | None:
-    """The lab's price and the run's cost (the lab's name through ``code``: Markdown
-    marks it as code); None for a lab without a price."""
+def cost_text(run: dict[str, Any]) -> Text | None:
+    """The lab's price and the run's cost (the lab's name as code); None for a lab
+    without a price."""
     price = run.get("price_per_hour_usd")
     if price is None:
         return None
@@ -164,7 +163,7 @@ def cost_text(run: dict[str, Any], code: Callable[[str], str] = str) -> str | No
     hours = run.get("run_hours")
     per_m = run.get("cost_per_million_delivered_usd")
     line = (
-        f"lab {code(str(run.get('lab_name')))} ({run.get('lab_kind')}) at ${price:,.2f}/h: cost "
+        f" ({run.get('lab_kind')}) at ${price:,.2f}/h: cost "
         f"{usd(run.get('cost_usd'))}"
         + (f" over {hours * 60:,.1f} min" if hours is not None else "")
         + f", {usd(per_m)} per million messages delivered"
@@ -173,7 +172,7 @@ def cost_text(run: dict[str, Any], code: Callable[[str], str] = str) -> str | No
         line += f" ({why['cost_per_million_delivered_usd']})"
     elif run.get("cost_usd") is None and "cost_usd" in why:
         line += f" ({why['cost_usd']})"
-    return line
+    return ["lab ", Code(str(run.get("lab_name"))), line]
 
 
 def clocks_section(run: dict[str, Any]) -> Section | None:
@@ -230,16 +229,17 @@ def offset(x: float | None, sign: bool = True) -> str:
     return unknown.UNKNOWN if x is None else f"{x:+.3f}" if sign else f"{x:.3f}"
 
 
-def order_lines(run: dict[str, Any]) -> list[str]:
-    """The run's order requirement, and why it failed when it broke it (one line)."""
+def order_text(run: dict[str, Any]) -> Text | None:
+    """The run's order requirement, and why it failed when it broke it; None without
+    one."""
     if (run.get("order_requirement") or "any") != "strict":
-        return []
+        return None
     failures = json.loads(run.get("failures") or "[]")
     if failures:
-        return [f"- **failed**: {'; '.join(failures)}"]
+        return [Strong("failed"), f": {'; '.join(failures)}"]
     v = run.get("order_violations")
     seen = "unknown (see Unknown figures)" if v is None else f"{v:,} reordered"
-    return [f"- order requirement: strict, {seen}"]
+    return f"order requirement: strict, {seen}"
 
 
 def published_cell(x: Any) -> str:

@@ -14,7 +14,7 @@ from mqlab.errors import ArchiveError
 from mqlab.report import plots, unknown
 from mqlab.report.cells import MQPERF_HEADER, mqperf_row, num, seconds
 from mqlab.report.markdown import FORMAT_VERSION
-from mqlab.report.model import markdown_table
+from mqlab.report.model import Block, Paragraph, Plot, Section, Table, section_markdown
 
 LOG = logging.getLogger(__name__)
 
@@ -61,25 +61,53 @@ MATRIX_NOTE = (
 
 def fault_matrix(
     entries: Sequence[tuple[dict[str, Any], Sequence[dict[str, Any]] | None]],
-) -> list[str]:
+) -> Section | None:
     """The durability matrix of several runs: a row per run (broker and profile), a column
     per kind of fault, in each cell what that fault cost: the messages sent while it
     lasted that were lost and that were delivered more than once, and the seconds without
-    a confirmed send. Empty when no run had a fault."""
+    a confirmed send. None when no run had a fault."""
     columns = matrix_columns(entries)
     if not columns:
-        return []
+        return None
     rows = [
         [run["broker"], run["profile"], *matrix_cells(faults, columns)] for run, faults in entries
     ]
-    return [
-        "## Durability matrix",
-        "",
-        f"{MATRIX_NOTE} (each run's report.md has every figure of every fault).",
-        "",
-        *markdown_table(("broker", "profile", *columns), rows, "ll" + "l" * len(columns)),
-        "",
+    return Section(
+        "Durability matrix",
+        [
+            Paragraph(f"{MATRIX_NOTE} (each run's report.md has every figure of every fault)."),
+            Table(("broker", "profile", *columns), rows, "ll" + "l" * len(columns)),
+        ],
+    )
+
+
+def sweep_sections(
+    runs: Sequence[dict[str, Any]],
+    entries: Sequence[tuple[dict[str, Any], Sequence[dict[str, Any]] | None]],
+) -> list[Section]:
+    """The sweep report's sections: the runs' mqperf rows and plots, and the durability
+    matrix of ``entries`` (each run with its ``faults`` rows)."""
+    blocks: list[Block] = [
+        Table(
+            ("run", "broker", *MQPERF_HEADER, "Lost", "Undrained"),
+            [
+                [
+                    r["run_id"],
+                    r["broker"],
+                    *mqperf_row(r),
+                    num(r["delivery_lost"]),
+                    num(r["delivery_undrained"]),
+                ]
+                for r in runs
+            ],
+            "llllllrrrrrr",
+        )
     ]
+    if any(r["delivery_lost"] is None or r["delivery_undrained"] is None for r in runs):
+        blocks.append(Paragraph("Unknown figures: see each run's report.md for why."))
+    blocks += [Plot("sweep_throughput.png", "throughput"), Plot("sweep_p95.png", "p95")]
+    matrix = fault_matrix(entries)
+    return [Section("Runs", blocks), *([matrix] if matrix else [])]
 
 
 def report_sweep(run_dirs: Sequence[Path | str], out_dir: Path | str) -> Path:
@@ -108,24 +136,6 @@ def report_sweep(run_dirs: Sequence[Path | str], out_dir: Path | str) -> Path:
         "p95 against threads and nodes",
         scale=1 / 1000,
     )
-    lines = ["# Sweep", "", f"<!-- mqlab sweep report, format_version {FORMAT_VERSION} -->", ""]
-    lines += markdown_table(
-        ("run", "broker", *MQPERF_HEADER, "Lost", "Undrained"),
-        [
-            [
-                r["run_id"],
-                r["broker"],
-                *mqperf_row(r),
-                num(r["delivery_lost"]),
-                num(r["delivery_undrained"]),
-            ]
-            for r in runs
-        ],
-        "llllllrrrrrr",
-    )
-    if any(r["delivery_lost"] is None or r["delivery_undrained"] is None for r in runs):
-        lines += ["", "Unknown figures: see each run's report.md for why."]
-    lines += ["", "![throughput](sweep_throughput.png)", "", "![p95](sweep_p95.png)", ""]
     entries = []
     for d, r in zip(run_dirs, runs_in_order, strict=True):
         try:
@@ -133,7 +143,9 @@ def report_sweep(run_dirs: Sequence[Path | str], out_dir: Path | str) -> Path:
         except ArchiveError as err:
             LOG.warning("%s", err)
             entries.append((r, None))
-    lines += fault_matrix(entries)
+    lines = ["# Sweep", "", f"<!-- mqlab sweep report, format_version {FORMAT_VERSION} -->"]
+    for section in sweep_sections(runs, entries):
+        lines += ["", *section_markdown(section)]
     out = out_dir / "sweep-report.md"
-    out.write_text("\n".join(lines))
+    out.write_text("\n".join(lines) + "\n")
     return out

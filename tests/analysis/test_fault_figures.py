@@ -107,18 +107,24 @@ def test_a_run_without_gaps_or_faults() -> None:
 
 
 def test_the_report_states_each_fault_and_the_gaps() -> None:
-    from mqlab.report import markdown
+    from pathlib import Path
+
+    from mqlab.report.model import section_markdown
+    from mqlab.report.run_report import RunReport, faults_section
+
+    def shown(rows: Any) -> str:
+        return "\n".join(section_markdown(faults_section(RunReport(run, Path("."), faults=rows))))
 
     log = [
         {"action": "kill_leader", "node": 2, "at_ms": T0 + 5_300},
         {"action": "restart_node", "node": 2, "at_ms": T0 + 8_100},
     ]
     run = {"measure_start_ms": T0, "longest_gap_send_s": 3, "longest_gap_receive_s": 4}
-    text = "\n".join(markdown._faults(run, faults.figures(log, _timeline())))
+    text = shown(faults.figures(log, _timeline()))
     assert "| kill leader (node 2) | 5.3 s | 8.1 s | 3 s | 4 s | 5 s | 4 s | 6 | unknown" in text
     assert "without a confirmed send: 3 s; without a received message: 4 s." in text
-    assert "None injected." in "\n".join(markdown._faults(run, []))
-    assert "predates fault figures" in "\n".join(markdown._faults(run, None))
+    assert "None injected." in shown([])
+    assert "predates fault figures" in shown(None)
 
 
 def test_the_messages_of_a_fault_lost_and_recovered_counted_by_hand() -> None:
@@ -192,6 +198,7 @@ def test_a_busy_first_second_does_not_hide_the_outage_after_it() -> None:
 
 def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
     from mqlab.report import sweep
+    from mqlab.report.model import section_markdown
 
     nats = {"broker": "nats", "profile": "nats-r3"}
     redis = {"broker": "redis", "profile": "redis-async"}
@@ -205,7 +212,7 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
             "unavailable_send_s": quiet,
         }
 
-    lines = sweep.fault_matrix(
+    matrix = sweep.fault_matrix(
         [
             (nats, [f("kill_leader", 0, 3, 2), f("crash_all", 0, 0, 4)]),
             (
@@ -215,7 +222,8 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
             ({"broker": "pg", "profile": "postgres-sync"}, None),
         ]
     )
-    text = "\n".join(lines)
+    assert matrix is not None
+    text = "\n".join(section_markdown(matrix))
     assert "| broker | profile | kill_leader | crash_all | partition: x |" in text
     assert (
         "| nats | nats-r3 | lost 0 · duplicated 3 · 2 s | lost 0 · duplicated 0 · 4 s | – |" in text
@@ -225,4 +233,4 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
         "| lost unknown · duplicated 1 · 0 s |" in text
     )
     assert "| pg | postgres-sync | unknown | unknown | unknown |" in text
-    assert sweep.fault_matrix([(nats, [])]) == []
+    assert sweep.fault_matrix([(nats, [])]) is None

@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from mqlab.published import reference
-from mqlab.report import plots
+from mqlab.report import against, plots
 from mqlab.report.site import compare_page, pages, run_page
 from mqlab.report.site.gather import SiteError, gather
 
@@ -61,7 +61,8 @@ def write_site(results_dir: Path | str, out_dir: Path | str) -> SiteResult:
         _write(out / name, text)
 
     summarized = [r.run for r in found.runs if r.run is not None]
-    matches = {m.run["run_id"]: m for m in reference.against_reference(summarized, pages.REFERENCE)}
+    found_matches = reference.against_reference(summarized, against.REFERENCE)
+    matches = {m.run["run_id"]: m for m in found_matches}
     for r in found.runs:
         run_dir = out / "runs" / r.run_id
         run_dir.mkdir(parents=True)

@@ -10,8 +10,10 @@ from typing import Any
 from mqlab.published import reference
 from mqlab.report import cells as shown
 from mqlab.report import compare, unknown
+from mqlab.report.against import REFERENCE, REFERENCE_LABEL, published_row
 from mqlab.report.site.gather import SiteRun
 from mqlab.report.site.html import (
+    cell_html,
     esc,
     figure,
     filter_box,
@@ -20,8 +22,7 @@ from mqlab.report.site.html import (
     td,
     tr,
 )
-from mqlab.report.site.pages import REFERENCE, REFERENCE_LABEL, ms_cell, run_link, threads_cell
-from mqlab.report.site.run_page import published_cells
+from mqlab.report.site.pages import ms_cell, run_link, threads_cell
 
 
 def _compare_value(run: dict[str, Any], field: str) -> str:
@@ -127,7 +128,9 @@ def _reference_table(runs: Sequence[SiteRun], matches: dict[str, reference.Refer
             same = [
                 r.run_id for r in summarized if r.run_id in matches and x in matches[r.run_id].rows
             ]
-            label, send, receive, proc, send_p95 = published_cells(x)
+            label, send, receive, proc, send_p95 = (
+                cell_html(c, i > 0) for i, c in enumerate(published_row(x))
+            )
             notes = [n for n in (x.approximate,) if n]
             if same:
                 notes.append("same threads and nodes as " + ", ".join(same))

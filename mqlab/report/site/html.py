@@ -9,7 +9,19 @@ from importlib import metadata
 from typing import Any
 
 from mqlab.report import unknown
-from mqlab.report.model import Section, Table
+from mqlab.report.model import (
+    Block,
+    Bullets,
+    Cell,
+    Code,
+    Facts,
+    Link,
+    Plot,
+    Section,
+    Strong,
+    Table,
+    Text,
+)
 
 NOT_SUMMARIZED = "–"  # as `mqlab ls` shows a figure of a run without a summary
 
@@ -152,15 +164,57 @@ def page(title: str, body: str, root: str = "", current: str = "") -> str:
 """
 
 
-def section_html(section: Section) -> str:
-    """A report section (:mod:`mqlab.report.model`) as HTML: its heading, its paragraphs
-    and its tables (not sortable), in order."""
-    parts = [f"<h2>{esc(section.title)}</h2>"]
-    for block in section.blocks:
-        if isinstance(block, Table):
-            rows = [tr(td(c) for c in r) for r in block.rows]
-            parts.append(table(block.header, rows, sortable=False))
+def inline_html(text: Text) -> str:
+    if isinstance(text, str):
+        return esc(text)
+    out = []
+    for part in text:
+        if isinstance(part, Code):
+            out.append(f"<code>{esc(part.text)}</code>")
+        elif isinstance(part, Link):
+            out.append(f'<a href="{esc(part.href)}">{esc(part.label)}</a>')
+        elif isinstance(part, Strong):
+            out.append(f"<strong>{esc(part.text)}</strong>")
         else:
-            text = f"{block.lead} {block.text}" if block.lead else block.text
-            parts.append(f"<p>{esc(text)}</p>")
-    return "".join(parts)
+            out.append(esc(part))
+    return "".join(out)
+
+
+def cell_html(cell: str | Cell, right: bool) -> str:
+    """A model cell: "unknown" with the summary's reason on hover (sorting last), a figure
+    aligned right and sorting by its value, or text."""
+    if isinstance(cell, str):
+        return td(cell, cls="num" if right else None)
+    if cell.why is not None and cell.text == unknown.UNKNOWN:
+        return td(cell.text, sort="", title=f"unknown: {cell.why}", cls="unknown")
+    return td(cell.text, sort=cell.sort, title=cell.hint, cls="num" if right else None)
+
+
+def block_html(block: Block) -> str:
+    if isinstance(block, Table):
+        align = block.align.ljust(len(block.header), "l")
+        marks = [*block.marks, *[None] * (len(block.rows) - len(block.marks))]
+        rows = [
+            tr((cell_html(c, align[i] == "r") for i, c in enumerate(r)), cls=mark)
+            for r, mark in zip(block.rows, marks, strict=True)
+        ]
+        return table(block.header, rows, table_id=block.name, sortable=False, caption=block.caption)
+    if isinstance(block, Facts):
+        dl = "".join(f"<dt>{esc(k)}</dt><dd>{inline_html(v)}</dd>" for k, v in block.items)
+        return f'<dl class="facts">{dl}</dl>'
+    if isinstance(block, Bullets):
+        return "<ul>" + "".join(f"<li>{inline_html(i)}</li>" for i in block.items) + "</ul>"
+    if isinstance(block, Plot):
+        src = esc(block.src)
+        return (
+            f'<figure><a href="{src}"><img src="{src}" alt="{esc(block.alt)}" '
+            'class="plot"></a></figure>'
+        )
+    lead = f"<strong>{esc(block.lead)}</strong> " if block.lead else ""
+    return f"<p{attrs(cls='note' if block.note else None)}>{lead}{inline_html(block.text)}</p>"
+
+
+def section_html(section: Section) -> str:
+    """A report section (:mod:`mqlab.report.model`) as HTML: its heading, then its
+    paragraphs, lists, tables (not sortable) and plots, in order."""
+    return f"<h2>{esc(section.title)}</h2>" + "".join(block_html(b) for b in section.blocks)

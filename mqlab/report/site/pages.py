@@ -3,10 +3,9 @@ a run's page is :mod:`run_page`, the comparison page :mod:`compare_page`.
 
 Figures come from the code of the other commands, never computed here: the index's
 columns are `mqlab ls`'s (:func:`listing.row` and :func:`listing.cells`, over each run's
-``summary.json``) plus the summary's processing p95/p99 and duplicated; a run page shows
-the run's ``runs`` row as `mqlab report` does (:func:`cells.mqperf_row`, the report's
-meanings and notes), and its faults as the report's faults table
-(:func:`cells.fault_row`); the index's durability matrix has the sweep report's cells
+``summary.json``) plus the summary's processing p95/p99 and duplicated; a run page renders
+the report's own sections (:func:`run_report.run_sections`, the model ``report.md`` is
+written from); the index's durability matrix has the sweep report's cells
 (:func:`sweep.matrix_cells`); the comparison page shows `mqlab compare`'s figures
 (:data:`compare.FIGURES`) and its reference matching (:func:`reference.against_reference`).
 A figure the summary could not compute is "unknown" with the summary's reason.
@@ -33,10 +32,6 @@ from mqlab.report.site.html import (
     td,
     tr,
 )
-
-REFERENCE = "mqperf-2021"
-REFERENCE_LABEL = "mqperf 2021 (published)"
-
 
 # the summary's figures that the index shows as columns, in its order
 INDEX_FIGURES = ("send_msgs_per_s", "receive_msgs_per_s", "lost", "duplicated", "undrained")
