@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mqlab.analysis import catalog
+from mqlab.archive import faultlog
 from mqlab.errors import ArchiveError
 from mqlab.report import plots, unknown
 from mqlab.report.cells import MQPERF_HEADER, mqperf_row, num, seconds
@@ -21,7 +22,7 @@ LOG = logging.getLogger(__name__)
 
 def _fault_column(f: dict[str, Any]) -> str:
     """A matrix column: the fault's action; a partition with its kind."""
-    if f["action"] == "partition":
+    if f["action"] == faultlog.PARTITION:
         return f"partition: {f.get('kind') or '?'}"
     return str(f["action"])
 
