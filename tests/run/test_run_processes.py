@@ -16,6 +16,7 @@ from pyroaring import BitMap64
 from mqlab.analysis.catalog import read_run_table
 from mqlab.archive import codecs, records
 from mqlab.archive.formats import read_json
+from tests.analysis.test_concurrency import littles_law
 from tests.conftest import SharedLab
 from tests.run.test_run import check_archive, run_scenario
 
@@ -137,6 +138,12 @@ def test_several_processes_per_node_account_for_every_sender_id(
     assert (runs_row["sender_processes"], runs_row["receiver_processes"]) == (2, 2)
     assert (runs_row["sender_nodes"], runs_row["sender_threads"]) == (SENDER_NODES, PER_PROCESS)
     assert "Processes" in proc.stdout
+    # the closed-loop invariant: every sender thread of both nodes, and Little's law from
+    # the raw send latency logs (hdrh's reader) as the summary has it
+    sat = summary["saturation"]
+    assert sat["senders"] == SENDER_NODES * THREADS
+    want = littles_law(run.path, warmup_end)
+    assert want is not None and sat["effective_concurrency"] == pytest.approx(want, abs=0.006)
 
 
 FIXED_RATE = """
