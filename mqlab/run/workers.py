@@ -112,21 +112,24 @@ def spawn(
 
 def client_processes(s: Scenario, placement: Placement) -> dict[str, list[int]]:
     """Worker processes per client node, by role (``{"sender": [node 0's, ...],
-    "receiver": [...]}``), over which the node's threads of that role are spread
+    "receiver": [...]}``), over which the node's threads of that role are spread evenly
     (:func:`mqlab.workload.spec.split`): the scenario's ``processes_per_node``, else the
     cores of each node's host (``os.cpu_count()`` on this machine, ``nproc`` on a remote
-    host; each host asked once); never more than the role's threads (a process without a
-    thread would be idle), so a node of 2 sender threads on 16 cores runs 2 processes.
-    The load does not depend on the answer: a node runs the role's threads in all."""
+    host; each host asked once), lowered to the largest number of processes that
+    divides the role's threads (never more than the threads: a process without a thread
+    would be idle; 8 threads on 6 cores: 4 processes of 2; 2 threads on 16 cores: 2 of
+    1; 5 threads on 2 cores: 1 of 5), so every process of a role has the same threads
+    and the run's tables (processes x threads per process) say the node's threads. The
+    load does not depend on the answer: a node runs the role's threads in all."""
     c = s.clients
     cores: dict[str, int] = {}
 
     def of(host: Host, threads: int) -> int:
         if c.processes_per_node is not None:
-            return min(c.processes_per_node, threads)
+            return dividing(threads, c.processes_per_node)
         if host.name not in cores:
             cores[host.name] = _cores(host)
-        return min(cores[host.name], threads)
+        return dividing(threads, cores[host.name])
 
     return {
         "sender": [of(placement.sender_host(i), c.sender_threads) for i in range(c.sender_nodes)],
@@ -134,6 +137,11 @@ def client_processes(s: Scenario, placement: Placement) -> dict[str, list[int]]:
             of(placement.receiver_host(i), c.receiver_threads) for i in range(c.receiver_nodes)
         ],
     }
+
+
+def dividing(threads: int, at_most: int) -> int:
+    """The most processes, at most ``at_most``, that ``threads`` split into evenly."""
+    return max(p for p in range(1, min(threads, at_most) + 1) if threads % p == 0)
 
 
 def _cores(host: Host) -> int:
@@ -168,7 +176,7 @@ def worker_specs(
     shape: dict[str, list[int]],
 ) -> list[tuple[WorkerSpec, Host, PurePosixPath]]:
     """One spec per worker process of ``role``: ``shape[role][i]`` on node ``i``
-    (:func:`client_processes`), sharing the node's threads of the role; ids, sender ids,
+    (:func:`client_processes`), sharing the node's threads of the role evenly; ids, sender ids,
     receiver indexes (hence each thread's queue of ``queues``) and seeds as
     ``mqlab.workload.spec`` and ``layout.worker_id`` say, so one process per node gives
     the specs runs always had."""

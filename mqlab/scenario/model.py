@@ -130,9 +130,9 @@ class Clients:
         None,
         min=1,
         max=1000,
-        help="worker processes a client node spreads its threads over (not more load: "
-        "a node runs its role's threads in all); at most one per thread (more are "
-        "capped to the threads); default: the node's cores, capped likewise",
+        help="worker processes a client node spreads its threads over evenly (not more "
+        "load: a node runs its role's threads in all); lowered, per role, to the most "
+        "that divide the role's threads; default: the node's cores, lowered likewise",
     )
 
 

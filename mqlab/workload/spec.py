@@ -3,11 +3,12 @@ and how a role's worker processes are laid out over its client nodes.
 
 A client node runs the role's threads (``clients.sender_threads`` /
 ``receiver_threads``): that many senders (receivers) per node, whatever its cores. They
-are spread over one or more worker processes (``clients.processes_per_node``, at most one
-process per thread): :func:`split` gives each process its share, the first processes one
-more when the threads do not divide evenly (5 threads over 2 processes: 3 and 2). Those
-processes are the same senders in more interpreters, not more load: a fixed rate is
-per sender thread, so a node offers ``threads x rate_per_s`` with any number of them.
+are spread over one or more worker processes (``clients.processes_per_node``; the run
+picks a number that divides the threads, ``mqlab.run.workers.client_processes``):
+:func:`split` gives each process its share (as even as can be: the first processes one
+more should the threads not divide). Those processes are the same senders in more
+interpreters, not more load: a fixed rate is per sender thread, so a node offers
+``threads x rate_per_s`` with any number of them.
 
 The processes of a role are numbered node by node (``index``): node 0's processes first,
 then node 1's. Sender ids and seeds derive from the node and that index, so they are

@@ -42,7 +42,11 @@ class RemoteHost(LocalHost):
 
 
 def scenario(
-    processes: int | None, senders: int = 2, receivers: int = 1, threads: int = 3
+    processes: int | None,
+    senders: int = 2,
+    receivers: int = 1,
+    threads: int = 3,
+    receiver_threads: int | None = None,
 ) -> Scenario:
     [s] = load_scenario(ROOT / "scenarios" / "redis-short.toml")
     clients = dataclasses.replace(
@@ -50,7 +54,7 @@ def scenario(
         sender_nodes=senders,
         receiver_nodes=receivers,
         sender_threads=threads,
-        receiver_threads=threads + 1,
+        receiver_threads=threads + 1 if receiver_threads is None else receiver_threads,
         processes_per_node=processes,
     )
     return dataclasses.replace(s, clients=clients)
@@ -98,33 +102,31 @@ def test_one_process_per_node_gives_the_specs_runs_always_had(tmp_path: Path) ->
 
 
 # sender ids by hand from the documented scheme (mqlab/workload/spec.py): a node's T
-# threads keep ids node * T .. node * T + T - 1, split over its processes as evenly as can
-# be, the first processes one more
+# threads keep ids node * T .. node * T + T - 1, split evenly over its processes (the
+# most, up to processes_per_node, that divide T)
 @pytest.mark.parametrize(
     ("nodes", "processes", "threads", "expected"),
     [
         (1, 2, 2, {(0, 0): [0], (0, 1): [1]}),
-        (2, 2, 3, {(0, 0): [0, 1], (0, 1): [2], (1, 0): [3, 4], (1, 1): [5]}),
+        (2, 2, 4, {(0, 0): [0, 1], (0, 1): [2, 3], (1, 0): [4, 5], (1, 1): [6, 7]}),
         (
             3,
-            4,
-            5,
+            2,
+            6,
             {
-                (0, 0): [0, 1],
-                (0, 1): [2],
-                (0, 2): [3],
-                (0, 3): [4],
-                (1, 0): [5, 6],
-                (1, 1): [7],
-                (1, 2): [8],
-                (1, 3): [9],
-                (2, 0): [10, 11],
-                (2, 1): [12],
-                (2, 2): [13],
-                (2, 3): [14],
+                (0, 0): [0, 1, 2],
+                (0, 1): [3, 4, 5],
+                (1, 0): [6, 7, 8],
+                (1, 1): [9, 10, 11],
+                (2, 0): [12, 13, 14],
+                (2, 1): [15, 16, 17],
             },
         ),
         (1, 3, 9, {(0, 0): [0, 1, 2], (0, 1): [3, 4, 5], (0, 2): [6, 7, 8]}),
+        # 3 processes cannot share 4 threads evenly: 2 of 2
+        (1, 3, 4, {(0, 0): [0, 1], (0, 1): [2, 3]}),
+        # nor 2 processes 3 threads: one process of 3
+        (2, 2, 3, {(0, 0): [0, 1, 2], (1, 0): [3, 4, 5]}),
     ],
 )
 def test_a_nodes_threads_are_spread_over_its_processes_with_unique_ids(
@@ -132,22 +134,35 @@ def test_a_nodes_threads_are_spread_over_its_processes_with_unique_ids(
 ) -> None:
     s = scenario(processes, senders=nodes, receivers=nodes, threads=threads)
     senders = specs(s, local(), tmp_path, "sender")
-    assert len(senders) == nodes * processes
     assert {(x.node, x.process): sender_ids(x) for x in senders} == expected
     every = [sid for x in senders for sid in sender_ids(x)]
     assert sorted(every) == list(range(nodes * threads))  # the node's threads, each id once
-    # the processes add no sender: a node runs its threads whatever their number
+    # the processes add no sender, and each has the same share of its node's
     assert sum(x.threads for x in senders) == nodes * threads
+    assert len({x.threads for x in senders}) == 1
 
 
-@pytest.mark.parametrize("processes", [1, 2, 3, 7])
-def test_more_processes_than_threads_are_capped_to_the_threads(
-    tmp_path: Path, processes: int
+@pytest.mark.parametrize(
+    ("threads", "at_most", "processes"),
+    [(8, 6, 4), (2, 16, 2), (5, 2, 1), (7, 4, 1), (12, 5, 4), (1, 1, 1), (100, 8, 5), (6, 6, 6)],
+)
+def test_the_processes_are_the_most_that_divide_the_threads(
+    threads: int, at_most: int, processes: int
 ) -> None:
-    # 2 sender threads, 3 receiver threads per node: never a process without a thread
+    assert run_mod.dividing(threads, at_most) == processes
+
+
+@pytest.mark.parametrize(
+    ("processes", "shape"),
+    # 2 sender threads, 3 receiver threads per node
+    [(1, (1, 1)), (2, (2, 1)), (3, (2, 3)), (7, (2, 3))],
+)
+def test_more_processes_than_threads_are_lowered_to_the_threads(
+    tmp_path: Path, processes: int, shape: tuple[int, int]
+) -> None:
     s = scenario(processes, senders=2, receivers=1, threads=2)
-    shape = run_mod.client_processes(s, local())
-    assert shape == {"sender": [min(processes, 2)] * 2, "receiver": [min(processes, 3)]}
+    shape_ = run_mod.client_processes(s, local())
+    assert shape_ == {"sender": [shape[0]] * 2, "receiver": [shape[1]]}
     senders = specs(s, local(), tmp_path, "sender")
     receivers = specs(s, local(), tmp_path, "receiver")
     assert all(x.threads >= 1 for x in senders + receivers)
@@ -156,7 +171,7 @@ def test_more_processes_than_threads_are_capped_to_the_threads(
 
 
 def test_worker_ids_name_node_and_process_and_sort(tmp_path: Path) -> None:
-    s = scenario(2, senders=2, receivers=1, threads=2)
+    s = scenario(2, senders=2, receivers=1, threads=2, receiver_threads=4)
     senders = specs(s, local(), tmp_path, "sender")
     receivers = specs(s, local(), tmp_path, "receiver")
     ids = [x.worker_id for x in senders]
@@ -172,7 +187,7 @@ def test_worker_ids_name_node_and_process_and_sort(tmp_path: Path) -> None:
 
 
 def test_seeds_differ_for_every_process_and_thread_of_both_roles(tmp_path: Path) -> None:
-    s = scenario(3, senders=2, receivers=2, threads=4)
+    s = scenario(3, senders=2, receivers=2, threads=6, receiver_threads=3)
     everyone = specs(s, local(), tmp_path, "sender") + specs(s, local(), tmp_path, "receiver")
     seeds = [x.seed for x in everyone]
     assert len(set(seeds)) == len(seeds) == 12
@@ -180,21 +195,27 @@ def test_seeds_differ_for_every_process_and_thread_of_both_roles(tmp_path: Path)
     thread_seeds = [x.seed * 1000 + t for x in everyone for t in range(x.threads)]
     assert len(set(thread_seeds)) == len(thread_seeds)
     # past a thousand processes of a role the blocks alternate: never a shared seed
-    big = scenario(700, senders=2, receivers=2, threads=700)  # 700 threads: 700 processes
+    # 700 threads each: 700 processes
+    big = scenario(700, senders=2, receivers=2, threads=700, receiver_threads=700)
     many = specs(big, local(), tmp_path, "sender") + specs(big, local(), tmp_path, "receiver")
     assert len({x.seed for x in many}) == len(many) == 2800
     assert many[1000].seed == 3000 and many[1400 + 1000].seed == 4000
 
 
-@pytest.mark.parametrize("cores", [1, 2, 3, 16])
-def test_the_default_is_the_cores_of_each_node_host_up_to_its_threads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int
+@pytest.mark.parametrize(
+    ("cores", "shape"),
+    # 3 sender threads, 4 receiver threads: the most processes up to the cores that
+    # divide them
+    [(1, (1, 1)), (2, (1, 2)), (3, (3, 2)), (4, (3, 4)), (16, (3, 4))],
+)
+def test_the_default_is_the_cores_of_each_node_host_dividing_its_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, shape: tuple[int, int]
 ) -> None:
     monkeypatch.setattr(run_mod.os, "cpu_count", lambda: cores)
-    s = scenario(None, senders=2, receivers=1)  # 3 sender threads, 4 receiver threads
+    s = scenario(None, senders=2, receivers=1)
     assert run_mod.client_processes(s, local()) == {
-        "sender": [min(cores, 3)] * 2,
-        "receiver": [min(cores, 4)],
+        "sender": [shape[0]] * 2,
+        "receiver": [shape[1]],
     }
 
 
@@ -202,24 +223,26 @@ def test_the_default_asks_each_remote_host_once(tmp_path: Path) -> None:
     big, small = RemoteHost("sender-0", "8"), RemoteHost("sender-1", "2")
     recv = RemoteHost("receiver-0", "4")
     lab = Placement("ssh", "lab", [], [big, small], [recv])
-    s3 = scenario(None, senders=3, receivers=2, threads=10)  # node 2 on sender-0 again
-    assert run_mod.client_processes(s3, lab) == {"sender": [8, 2, 8], "receiver": [4, 4]}
+    # 10 sender threads, 12 receiver threads; node 2 on sender-0 again
+    s3 = scenario(None, senders=3, receivers=2, threads=10, receiver_threads=12)
+    assert run_mod.client_processes(s3, lab) == {"sender": [5, 2, 5], "receiver": [4, 4]}
     assert big.asked == [["nproc"]] and small.asked == [["nproc"]] and recv.asked == [["nproc"]]
     # the scenario's value wins, and no host is asked
     fixed = RemoteHost("sender-0", "8")
     lab2 = Placement("ssh", "lab", [], [fixed], [fixed])
-    assert run_mod.client_processes(scenario(3), lab2) == {"sender": [3, 3], "receiver": [3]}
+    # 3 sender threads: 3 processes; 4 receiver threads: 2 (3 do not divide them)
+    assert run_mod.client_processes(scenario(3), lab2) == {"sender": [3, 3], "receiver": [2]}
     assert fixed.asked == []
     # processes per node differing between nodes: sender ids still unique, node by node,
     # each node's 10 threads whatever its processes
     senders = specs(s3, lab, tmp_path, "sender")
-    assert [(x.worker_id, x.host) for x in senders[8:11]] == [
+    assert [(x.worker_id, x.host) for x in senders[5:8]] == [
         ("sender-01-p00", "sender-1"),
         ("sender-01-p01", "sender-1"),
         ("sender-02-p00", "sender-0"),
     ]
-    assert [sender_ids(x) for x in senders[8:10]] == [[10, 11, 12, 13, 14], [15, 16, 17, 18, 19]]
-    assert [x.threads for x in senders[:8]] == [2, 2, 1, 1, 1, 1, 1, 1]  # 10 over 8
+    assert [sender_ids(x) for x in senders[5:7]] == [[10, 11, 12, 13, 14], [15, 16, 17, 18, 19]]
+    assert [x.threads for x in senders[:5]] == [2] * 5  # 10 over 5
     every = [sid for x in senders for sid in sender_ids(x)]
     assert sorted(every) == list(range(3 * 10))
 
@@ -258,7 +281,7 @@ def test_receivers_correct_each_sender_id_by_its_process_host(tmp_path: Path) ->
         "sender-1": SimpleNamespace(offset_ms=-2.0),
         "receiver-0": SimpleNamespace(offset_ms=0.5),
     }
-    s = scenario(2, senders=2, receivers=1, threads=2)
+    s = scenario(2, senders=2, receivers=1, threads=2, receiver_threads=2)
     [first, second] = specs(s, lab, tmp_path, "receiver", before)
     # sender ids 0-1: node 0's two threads (a process each, on sender-0), 2-3: node 1's
     expected = {str(i): -500 for i in range(2)} | {str(i): 2500 for i in range(2, 4)}
@@ -288,7 +311,8 @@ def receiver_indexes(spec: WorkerSpec) -> list[int]:
         (1, 1, 3, {(0, 0): [0, 1, 2, 3]}),
         (2, 2, 3, {(0, 0): [0, 1], (0, 1): [2, 3], (1, 0): [4, 5], (1, 1): [6, 7]}),
         (3, 2, 1, {(0, 0): [0], (0, 1): [1], (1, 0): [2], (1, 1): [3], (2, 0): [4], (2, 1): [5]}),
-        (1, 2, 4, {(0, 0): [0, 1, 2], (0, 1): [3, 4]}),
+        (1, 2, 5, {(0, 0): [0, 1, 2], (0, 1): [3, 4, 5]}),
+        (1, 2, 4, {(0, 0): [0, 1, 2, 3, 4]}),  # 5 receivers: 1 process (2 do not divide)
     ],
 )
 def test_receiver_indexes_number_every_receiver_thread_once(
