@@ -139,7 +139,7 @@ def measure(cluster: LocalCluster, s: Scenario, workdir: Path) -> Side:
         if seconds <= 0:
             raise BenchError(f"{w.spec.worker_id}: no whole interval in the window")
         rates.append(n / seconds)
-    threads = s.clients.sender_threads
+    threads = s.clients.sender_threads // len(workers)  # the node's, split evenly
     return Side(len(workers), threads, tuple(rates), t1 - t0, cpu1 - cpu0)
 
 
@@ -181,8 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster.start()
             try:
                 reference = measure(cluster, scenario(1, args.threads, args), workdir)
-                per = args.threads // args.processes
-                contender = measure(cluster, scenario(args.processes, per, args), workdir)
+                # the same node: its threads (per node) spread over the processes
+                contender = measure(cluster, scenario(args.processes, args.threads, args), workdir)
             finally:
                 cluster.stop()
         finally:

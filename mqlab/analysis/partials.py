@@ -17,7 +17,11 @@ Keys:
   a worker's (or a broker node's, ``broker-NN``) cpu.csv from the warm-up end on
 - ``("wrk", run_id)``: per worker id: status, foreign, out-of-range counts, node, cores
 - ``("und", run_id)``: the run's undrained.json record
-- ``("ok", run_id, kind)``: worker ids whose ``kind`` record (sent, delivery) was read
+- ``("bsy", run_id, second_ms)``: ``[start_ms, end_ms, batches, busy_us]`` of the
+  senders' confirmed batches in the measured intervals of one second: how many, and the
+  sum of their send latencies (count x mean of each ``send_call_us`` interval)
+- ``("ok", run_id, kind)``: worker ids whose ``kind`` record (sent, delivery) was read,
+  or (``send_call_us``) whose send latency log was
 - ``("prb", run_id)``: problems found (file, line, problem)
 - ``("log", file, tag)``: for ``--logs``: histogram and time span of one file and tag
 """
@@ -42,6 +46,7 @@ WHOLE = -1  # the window number of the whole measured period
 EMPTY_PAYLOAD = codecs.new_histogram().encode().decode("ascii")
 TIMELINE_METRICS = ("send_msg_us", "processing_us")
 TIMELINE_FIGURES = ("count", "p50", "p99", "max")
+BUSY_METRIC = "send_call_us"  # one value per confirmed batch: its latency (Little's law)
 Key = tuple[Any, ...]
 Row = TypeVar("Row")
 
@@ -120,6 +125,9 @@ def _process_hlog(task: Task) -> Iterator[tuple[Key, Any]]:
     seconds: dict[int, list[hlog.Interval]] = {}  # the intervals of each second, as read
     unfit: set[int] = set()  # lines already reported as not fitting
     timeline = task.kind == "hlog" and task.metric in TIMELINE_METRICS
+    busy = task.kind == "hlog" and task.metric == BUSY_METRIC
+    if busy:
+        yield ("ok", task.run_id, BUSY_METRIC), {task.worker_id}
     for item in hlog.parse_log(task.path, lines):
         if isinstance(item, hlog.LogHeader):
             continue
@@ -139,6 +147,10 @@ def _process_hlog(task: Task) -> Iterator[tuple[Key, Any]]:
             if item.start_ms < task.warmup_end_ms:
                 continue
             group: Any = (item.start_ms - task.warmup_end_ms) // task.window_ms
+            if busy:
+                n, mean = (0, 0.0) if empty else _count_mean(hist)
+                second = item.start_ms - item.start_ms % 1000
+                yield ("bsy", task.run_id, second), [item.start_ms, item.end_ms, n, n * mean]
         else:
             group = item.tag
         try:
@@ -185,6 +197,11 @@ def _process_hlog(task: Task) -> Iterator[tuple[Key, Any]]:
             whole.add(acc)
     if whole is not None:
         yield ("lat", task.run_id, task.metric, WHOLE), _encode(whole)
+
+
+def _count_mean(hist: HdrHistogram) -> tuple[int, float]:
+    f = figures(hist, ("count", "mean"))
+    return int(f["count"]), float(f["mean"])
 
 
 def _read_text(task: Task) -> str | None:
@@ -330,6 +347,14 @@ def finalize(key: Key, parts: Iterable[Any]) -> tuple[Key, Any]:
         if key[3] == WHOLE and acc is not None:
             out["histogram"] = _encode(acc).decode("ascii")
         return key, out
+    if kind == "bsy":
+        rows = list(parts)
+        return key, [
+            min(r[0] for r in rows),
+            max(r[1] for r in rows),
+            sum(r[2] for r in rows),
+            sum(r[3] for r in rows),
+        ]
     if kind == "cnt":
         total = Span()
         for s in parts:

@@ -42,9 +42,13 @@ class RunMeta:
     sender_nodes: int
     receiver_nodes: int
     # worker processes per client node (the most on any node, should nodes differ);
-    # sender_threads / receiver_threads are per process
+    # sender_threads / receiver_threads are per process (the most of any process, should
+    # a node's threads not split evenly over its processes)
     sender_processes: int
     receiver_processes: int
+    # every sender thread of the run: the threads of its sender workers (worker.json),
+    # a worker without one counted as sender_threads
+    senders: int
     # workload.queues: queues the run spread over (1 in archives from before it existed)
     queues: int
     message_bytes: int | None
@@ -85,6 +89,8 @@ class RunMeta:
     # workload.order of the archived scenario: "strict" holds the run to its receivers
     # getting each sender's messages in order ("any" in archives from before the key)
     order_requirement: str = "any"
+    # workload.mode of the archived scenario ("closed_loop", its default, or "fixed_rate")
+    mode: str = "closed_loop"
     cpu_workers: list[str] = field(default_factory=list)  # workers whose cpu.csv to read
     broker_cpu_nodes: list[int] = field(default_factory=list)  # brokers/node-NN to read
 
@@ -94,7 +100,7 @@ class RunMeta:
     def row(self) -> dict[str, Any]:
         """The run's columns of the ``runs`` table (reasons go to ``context_unknown``)."""
         d = asdict(self)
-        for k in ("workers", "faults", "clock_unknown", "worker_hosts", "cpu"):
+        for k in ("workers", "faults", "clock_unknown", "worker_hosts", "cpu", "mode"):
             d.pop(k)
         for k in ("cpu_workers", "broker_cpu_nodes"):
             d.pop(k)
@@ -130,9 +136,11 @@ def read_run(run_dir: Path | str) -> RunMeta:
     wjson = {wid: _worker_json(run_dir / layout.WORKERS / wid) for wid, _ in workers}
 
     def threads(role: str, fallback: str | None) -> int:
-        for wid, r in workers:
-            if r == role and wjson[wid].get("threads") is not None:
-                return int(wjson[wid]["threads"])
+        known = [
+            int(wjson[w]["threads"]) for w, r in workers if r == role and _has_threads(wjson[w])
+        ]
+        if known:
+            return max(known)
         v = _find_key(scenario, (f"{role}_threads",))
         return int(v if v is not None else (fallback or 0))
 
@@ -153,6 +161,11 @@ def read_run(run_dir: Path | str) -> RunMeta:
 
     st = threads("sender", m.group("st") if m else None)
     rt = threads("receiver", (m.group("rt") or m.group("st")) if m else None)
+    senders = sum(
+        int(wjson[w]["threads"]) if _has_threads(wjson[w]) else st
+        for w, r in workers
+        if r == "sender"
+    )
     msg_bytes = _find_key(scenario, SCENARIO_KEYS["message_bytes"])
     batch = _find_key(scenario, SCENARIO_KEYS["batch"])
     return RunMeta(
@@ -167,6 +180,7 @@ def read_run(run_dir: Path | str) -> RunMeta:
         receiver_nodes=nodes("receiver"),
         sender_processes=processes("sender"),
         receiver_processes=processes("receiver"),
+        senders=senders,
         queues=man.queues,
         message_bytes=int(msg_bytes) if msg_bytes is not None else None,
         batch=int(batch) if batch is not None else None,
@@ -197,6 +211,7 @@ def read_run(run_dir: Path | str) -> RunMeta:
         ),
         stand_in=stand_in_of(man.raw),
         order_requirement=order_of(scenario),
+        mode=mode_of(scenario),
         **_cpu_meta(run_dir, man.raw, wjson),
     )
 
@@ -206,6 +221,17 @@ def order_of(scenario: dict[str, Any]) -> str:
     workload = scenario.get("workload")
     order = workload.get("order") if isinstance(workload, dict) else None
     return order if isinstance(order, str) and order else "any"
+
+
+def mode_of(scenario: dict[str, Any]) -> str:
+    """The archived scenario's ``workload.mode`` ("closed_loop" when it has none)."""
+    workload = scenario.get("workload")
+    mode = workload.get("mode") if isinstance(workload, dict) else None
+    return mode if isinstance(mode, str) and mode else "closed_loop"
+
+
+def _has_threads(doc: dict[str, Any]) -> bool:
+    return isinstance(doc.get("threads"), int)
 
 
 def stand_in_of(manifest: dict[str, Any]) -> str:

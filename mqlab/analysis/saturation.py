@@ -14,8 +14,18 @@ the run's two marks.
   when none of them is over on its own); or
   fixed-rate senders fell more than ``LAG_LIMIT_MS`` behind their schedule in a second
   of the sender's measured period outside the faults (a fault's seconds and
-  ``FAULT_GRACE_MS`` after its end). None when no reason holds but a client node's CPU is
-  unknown.
+  ``FAULT_GRACE_MS`` after its end); or closed-loop senders kept fewer than
+  ``CONCURRENCY_LIMIT`` of their batches in flight (below). None when no reason holds
+  but a client node's CPU is unknown.
+- **effective_concurrency** (closed loop only): by Little's law, the batches the
+  senders had in flight on average = the sum of the send latencies of the batches
+  confirmed (``send_call_us``: one value per confirmed batch; count x mean of each
+  interval) over the seconds they cover: the senders' measured intervals of the
+  sender's measured period outside the faults (as the lag check), each clipped to the
+  period. It equals ``senders`` (every sender thread of the run) when no sender waits on
+  anything but its own batch; the client's own time between batches lowers it. None in
+  fixed-rate runs (a sender idles between batches by design), with no batch confirmed
+  in those seconds, or when a sender's send latency log is missing.
 - **receivers_behind**: the backlog (messages confirmed and not yet received, the
   timeline's ``backlog``) grew through the sender's measured period: its least-squares
   trend over the period's seconds exceeds ``BACKLOG_LIMIT`` of the messages confirmed a
@@ -38,6 +48,9 @@ LAG_LIMIT_MS = 1000
 FAULT_GRACE_MS = 10_000
 BACKLOG_LIMIT = 0.05
 BACKLOG_MIN = 10
+# closed loop: effective concurrency below this share of the senders marks the run
+# client-bound (see docs/archive-format.md for the runs this was set against)
+CONCURRENCY_LIMIT = 0.85
 
 
 def _node_key(wid: str, role: str, node: Any) -> str:
@@ -188,6 +201,31 @@ def sender_lag_ms(
     )
 
 
+def concurrency(
+    busy: Sequence[Sequence[float]],
+    send: tuple[int | None, int | None],
+    faults: Sequence[dict[str, Any]],
+) -> tuple[float | None, int, float]:
+    """(effective concurrency, batches, seconds) over the seconds of the sender's
+    measured period outside the faults; ``busy``: per second, ``[start_ms, end_ms,
+    batches, busy_us]`` (partials' ``bsy``). None when no batch was confirmed there."""
+    start, end = send
+    if start is None or end is None:
+        return None, 0, 0.0
+    last = max((int(b[1]) for b in busy), default=end)
+    batches, busy_us, ms = 0, 0.0, 0
+    for b0, b1, n, us in busy:
+        second = int(b0) - int(b0) % 1000
+        if not start - 999 <= second < end or _in_fault(second, faults, last):
+            continue
+        ms += max(0, min(int(b1), end) - max(int(b0), start))
+        batches += int(n)
+        busy_us += us
+    if not batches or not ms:
+        return None, batches, ms / 1000
+    return round(busy_us / (ms * 1000), 2), batches, ms / 1000
+
+
 def slope(values: Sequence[float]) -> float:
     """The least-squares slope of ``values`` over their indexes (per second here)."""
     n = len(values)
@@ -230,8 +268,12 @@ def figures(
     faults: Sequence[dict[str, Any]],
     shared_cores: bool,
     has_receivers: bool,
+    busy: Sequence[Sequence[float]] | None = None,
+    senders: int | None = None,
 ) -> dict[str, Any]:
-    """The run's ``saturation`` section (summary.json) from its node figures."""
+    """The run's ``saturation`` section (summary.json) from its node figures; ``busy``
+    (closed loop, every sender's send latency log read: else None) and ``senders`` give
+    the effective concurrency."""
     hosts = host_figures(nodes)
     why: list[str] = []
     clients = [n for n in nodes if n["role"] != "broker"]
@@ -249,6 +291,14 @@ def figures(
     lag = sender_lag_ms(timeline, periods["sender"], faults)
     if lag > LAG_LIMIT_MS:
         why.append(f"fixed-rate senders fell {lag / 1000:.1f} s behind their schedule")
+    effective = None
+    if busy is not None:
+        effective = concurrency(busy, periods["sender"], faults)[0]
+    if effective is not None and senders and effective < CONCURRENCY_LIMIT * senders:
+        why.append(
+            f"closed-loop senders kept {effective:.2f} of {senders} batches in flight "
+            "(Little's law)"
+        )
     client_unknown = [n["node"] for n in clients if n["node"] in cpu_unknown]
     client_bound: bool | None = bool(why) or (None if client_unknown else False)
     backlog = backlog_figures(timeline, periods["sender"])
@@ -273,6 +323,9 @@ def figures(
         "client_cpu_max": max(known) if known else None,
         "broker_cpu_max": max(brokers) if brokers else None,
         "sender_lag_ms": lag,
+        "senders": senders,
+        "effective_concurrency": effective,
+        "concurrency_limit": CONCURRENCY_LIMIT,
         "client_bound": client_bound,
         "client_bound_why": why,
         "receivers_behind": behind,

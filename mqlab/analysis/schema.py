@@ -61,6 +61,7 @@ _META_FIELDS = [
     pa.field("receiver_nodes", pa.int64()),
     pa.field("sender_processes", pa.int64()),  # per node; threads are per process
     pa.field("receiver_processes", pa.int64()),
+    pa.field("senders", pa.int64()),  # every sender thread of the run
     pa.field("queues", pa.int64()),  # workload.queues; null (read as 1) in older summaries
     pa.field("message_bytes", pa.int64()),
     pa.field("batch", pa.int64()),
@@ -114,6 +115,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("client_bound", pa.bool_()),
             pa.field("receivers_behind", pa.bool_()),
             pa.field("client_cpu_max", pa.float64()),  # the busiest client node's cores
+            # closed loop: batches in flight by Little's law (saturation section)
+            pa.field("effective_concurrency", pa.float64()),
             pa.field("broker_cpu_max", pa.float64()),
             pa.field("shared_cores", pa.bool_()),
             pa.field("saturation", pa.string()),  # JSON: summary.json's saturation section

@@ -33,7 +33,14 @@ from mqlab.analysis import saturation
 from mqlab.analysis.context import FAILED, clock_problem, context_figures, order_figures
 from mqlab.analysis.delivery import delivery_figures, fault_messages, out_of_range
 from mqlab.analysis.figures import FIGURES
-from mqlab.analysis.partials import TIMELINE_FIGURES, TIMELINE_METRICS, WHOLE, Key, Span
+from mqlab.analysis.partials import (
+    BUSY_METRIC,
+    TIMELINE_FIGURES,
+    TIMELINE_METRICS,
+    WHOLE,
+    Key,
+    Span,
+)
 from mqlab.analysis.plan import RunMeta
 from mqlab.analysis.schema import (
     CHECKER,
@@ -134,15 +141,28 @@ def saturation_figures(
         fault_rows,
         shared_cores=meta.cluster_target == "local" or meta.lab_kind in ("local", "netns"),
         has_receivers=any(r == "receiver" for _w, r in meta.workers),
+        busy=_busy(meta, results),
+        senders=meta.senders,
     )
     return {
         "client_bound": section["client_bound"],
+        "effective_concurrency": section["effective_concurrency"],
         "receivers_behind": section["receivers_behind"],
         "client_cpu_max": section["client_cpu_max"],
         "broker_cpu_max": section["broker_cpu_max"],
         "shared_cores": section["shared_cores"],
         "saturation": saturation.as_json(section),
     }
+
+
+def _busy(meta: RunMeta, results: dict[Key, Any]) -> list[Any] | None:
+    """The senders' confirmed batches per second (partials' ``bsy``) in a closed-loop run
+    whose every sender's send latency log was read; else None (no concurrency figure)."""
+    rid = meta.run_id
+    read = results.get(("ok", rid, BUSY_METRIC), set())
+    if meta.mode != "closed_loop" or any(r == "sender" and w not in read for w, r in meta.workers):
+        return None
+    return [v for k, v in sorted((k, v) for k, v in results.items() if k[:2] == ("bsy", rid))]
 
 
 # -- the tables -----------------------------------------------------------------------

@@ -143,10 +143,15 @@ class Cluster:
 
 @dataclass
 class Clients:
-    # as the scenario says (None: each node's cores)
+    # as the scenario says (None: each node's cores, at most its threads)
     processes_per_node: int | None
-    # {"sender": [per node], "receiver": [per node]} as run, set once resolved
+    # {"sender": [per node], "receiver": [per node]} as run, set once resolved; a node's
+    # threads are spread over its processes
     processes: dict[str, list[int]] | None = None
+    # {"sender": senders of each sender node, "receiver": receivers of each receiver
+    # node}, whatever the processes (absent in manifests from before: threads were per
+    # process then)
+    threads_per_node: dict[str, int] | _Unset = NOT_SET
     send_paths: list[str] | _Unset = NOT_SET  # how the senders send, once they are ready
 
 
@@ -234,7 +239,13 @@ def base_manifest(
         libraries=libs,
         broker=Broker(scenario.broker, scenario.profile.name),
         cluster=Cluster(scenario.cluster.target, scenario.cluster.nodes),
-        clients=Clients(scenario.clients.processes_per_node),
+        clients=Clients(
+            scenario.clients.processes_per_node,
+            threads_per_node={
+                "sender": scenario.clients.sender_threads,
+                "receiver": scenario.clients.receiver_threads,
+            },
+        ),
         queues=scenario.workload.queues,
         host=host_info(),
         clock=dict(clock) if clock is not None else {},

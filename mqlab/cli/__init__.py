@@ -184,8 +184,9 @@ def mqperf_row(
     processes: str | None = None,
 ) -> dict[str, Any]:
     """One row of the `run` table from a run's summary.json (format_version 2); a figure
-    the summary could not compute shows as "unknown". Threads are per worker process;
-    ``processes``: worker processes per client node as the run's ``runs`` row counts
+    the summary could not compute shows as "unknown". Threads are per client node (the
+    scenario's: its senders and receivers, whatever its processes); ``processes``: the
+    worker processes each client node spread them over, as the run's ``runs`` row counts
     them (``cells.processes_label``); without it, the scenario's processes_per_node,
     else 1 (an archive from before nodes ran several processes)."""
     from mqlab.analysis.saturation import marks

@@ -114,9 +114,9 @@ def corrections(
     offsets = {name: est.offset_ms for name, est in before.items()}
     threads = s.clients.sender_threads
     sender_hosts = {
-        p.first_sender_id(threads) + t: placement.sender_host(p.node).name
-        for p in processes(sender_processes)
-        for t in range(threads)
+        p.first + t: placement.sender_host(p.node).name
+        for p in processes(sender_processes, threads)
+        for t in range(p.threads)
     }
     if receiver.name not in offsets or any(h not in offsets for h in sender_hosts.values()):
         return {}

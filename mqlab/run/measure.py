@@ -73,7 +73,7 @@ def _run(ctx: RunContext, schedule: Schedule) -> str:
     senders.go(ctx)
     w = s.workload
     expected = (
-        w.messages_per_thread * s.clients.sender_threads * sum(ctx.shape["sender"])
+        w.messages_per_thread * s.clients.sender_threads * s.clients.sender_nodes
         if w.messages_per_thread
         else None
     )

@@ -112,23 +112,36 @@ def spawn(
 
 def client_processes(s: Scenario, placement: Placement) -> dict[str, list[int]]:
     """Worker processes per client node, by role (``{"sender": [node 0's, ...],
-    "receiver": [...]}``): the scenario's ``processes_per_node``, else the cores of each
-    node's host (``os.cpu_count()`` on this machine, ``nproc`` on a remote host; each
-    host asked once)."""
+    "receiver": [...]}``), over which the node's threads of that role are spread evenly
+    (:func:`mqlab.workload.spec.split`): the scenario's ``processes_per_node``, else the
+    cores of each node's host (``os.cpu_count()`` on this machine, ``nproc`` on a remote
+    host; each host asked once), lowered to the largest number of processes that
+    divides the role's threads (never more than the threads: a process without a thread
+    would be idle; 8 threads on 6 cores: 4 processes of 2; 2 threads on 16 cores: 2 of
+    1; 5 threads on 2 cores: 1 of 5), so every process of a role has the same threads
+    and the run's tables (processes x threads per process) say the node's threads. The
+    load does not depend on the answer: a node runs the role's threads in all."""
     c = s.clients
     cores: dict[str, int] = {}
 
-    def of(host: Host) -> int:
+    def of(host: Host, threads: int) -> int:
         if c.processes_per_node is not None:
-            return c.processes_per_node
+            return dividing(threads, c.processes_per_node)
         if host.name not in cores:
             cores[host.name] = _cores(host)
-        return cores[host.name]
+        return dividing(threads, cores[host.name])
 
     return {
-        "sender": [of(placement.sender_host(i)) for i in range(c.sender_nodes)],
-        "receiver": [of(placement.receiver_host(i)) for i in range(c.receiver_nodes)],
+        "sender": [of(placement.sender_host(i), c.sender_threads) for i in range(c.sender_nodes)],
+        "receiver": [
+            of(placement.receiver_host(i), c.receiver_threads) for i in range(c.receiver_nodes)
+        ],
     }
+
+
+def dividing(threads: int, at_most: int) -> int:
+    """The most processes, at most ``at_most``, that ``threads`` split into evenly."""
+    return max(p for p in range(1, min(threads, at_most) + 1) if threads % p == 0)
 
 
 def _cores(host: Host) -> int:
@@ -141,13 +154,14 @@ def _cores(host: Host) -> int:
 
 
 def shape_line(per_node: Sequence[int], threads: int) -> str:
-    """``2 node(s) x 2 processes x 4 threads`` (what a role runs), for the progress line."""
+    """``2 node(s) x 4 threads (2 processes each)`` (what a role runs: ``threads`` per
+    node, spread over its processes), for the progress line."""
     each = (
-        f"{per_node[0]} process(es)"
+        f"{per_node[0]} process(es) each"
         if len(set(per_node)) == 1
         else f"{sum(per_node)} processes in all"
     )
-    return f"{len(per_node)} node(s) x {each} x {threads} threads"
+    return f"{len(per_node)} node(s) x {threads} threads ({each})"
 
 
 def worker_specs(
@@ -162,14 +176,15 @@ def worker_specs(
     shape: dict[str, list[int]],
 ) -> list[tuple[WorkerSpec, Host, PurePosixPath]]:
     """One spec per worker process of ``role``: ``shape[role][i]`` on node ``i``
-    (:func:`client_processes`); ids, sender ids, receiver indexes (hence each thread's
-    queue of ``queues``) and seeds as ``mqlab.workload.spec`` and ``layout.worker_id``
-    say, so one process per node gives the specs runs always had."""
+    (:func:`client_processes`), sharing the node's threads of the role evenly; ids, sender ids,
+    receiver indexes (hence each thread's queue of ``queues``) and seeds as
+    ``mqlab.workload.spec`` and ``layout.worker_id`` say, so one process per node gives
+    the specs runs always had."""
     c = s.clients
     threads = c.sender_threads if role == "sender" else c.receiver_threads
     per_node = shape[role]
     out = []
-    for proc in processes(per_node):
+    for proc in processes(per_node, threads):
         i = proc.node
         host = placement.sender_host(i) if role == "sender" else placement.receiver_host(i)
         wid = layout.worker_id(role, i, proc.process, per_node[i])
@@ -179,7 +194,7 @@ def worker_specs(
             worker_id=wid,
             role=role,
             node=i,
-            threads=threads,
+            threads=proc.threads,
             broker=s.broker,
             settings=typed.to_table(s.profile.settings),
             endpoints=endpoints,
@@ -192,8 +207,8 @@ def worker_specs(
             if role == "receiver"
             else {},
             process=proc.process,
-            first_sender_id=proc.first_sender_id(threads) if role == "sender" else 0,
-            first_receiver_index=proc.first_receiver_index(threads) if role == "receiver" else 0,
+            first_sender_id=proc.first if role == "sender" else 0,
+            first_receiver_index=proc.first if role == "receiver" else 0,
         )
         out.append((spec, host, remote_dir))
     return out

@@ -20,7 +20,7 @@ from mqlab.scenario.model import (
     Profile,
     Scenario,
     Workload,
-    least_threads,
+    threads_in_all,
 )
 
 Check = Callable[[Scenario], None]
@@ -169,16 +169,16 @@ def _check_queues(path: Path, workload: Workload, clients: Clients) -> None:
     """Every queue has a sender thread and a receiver thread (assigned round robin)."""
     n = workload.queues
     for role in ("receiver", "sender"):
-        have = least_threads(clients, role)
+        have = threads_in_all(clients, role)
         if have < n:
             raise ScenarioError(
                 path,
                 "workload.queues",
                 f"{n} queues but {have} {role} thread(s) in all "
-                f"({role}_nodes x processes_per_node x {role}_threads): "
+                f"({role}_nodes x {role}_threads): "
                 f"{n - have} queue(s) would have no {role}",
                 f"lower queues to {have}, or raise clients.{role}_threads "
-                f"(or {role}_nodes, processes_per_node) to {n} {role} threads in all",
+                f"(or {role}_nodes) to {n} {role} threads in all",
             )
 
 

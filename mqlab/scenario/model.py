@@ -123,15 +123,16 @@ class Workload:
 class Clients:
     sender_nodes: int = spec(1, min=1, max=1000)
     receiver_nodes: int = spec(1, min=1, max=1000)
-    sender_threads: int = spec(1, min=1, max=1000)
-    receiver_threads: int = spec(1, min=1, max=1000)
+    sender_threads: int = spec(1, min=1, max=1000, help="senders per sender node")
+    receiver_threads: int = spec(1, min=1, max=1000, help="receivers per receiver node")
     threads: int | None = spec(None, min=1, max=1000, help="sets sender and receiver threads")
     processes_per_node: int | None = spec(
         None,
         min=1,
         max=1000,
-        help="worker processes per client node, each running the threads; "
-        "default: the node's cores",
+        help="worker processes a client node spreads its threads over evenly (not more "
+        "load: a node runs its role's threads in all); lowered, per role, to the most "
+        "that divide the role's threads; default: the node's cores, lowered likewise",
     )
 
 
@@ -224,14 +225,11 @@ class Scenario:
         return "_".join(parts)
 
 
-def least_threads(clients: Clients, role: str) -> int:
-    """The fewest threads of ``role`` a run of ``clients`` has in total: nodes x processes
-    per node x threads, counting a node whose processes follow its cores as one process
-    (the least it runs), so that the answer does not depend on the machine."""
+def threads_in_all(clients: Clients, role: str) -> int:
+    """The threads of ``role`` a run of ``clients`` has in total: nodes x threads (a
+    node's threads are spread over its processes, whatever their number, so the answer
+    does not depend on the machine)."""
     c = clients
-    nodes, threads = (
-        (c.sender_nodes, c.sender_threads)
-        if role == "sender"
-        else (c.receiver_nodes, c.receiver_threads)
-    )
-    return nodes * (c.processes_per_node or 1) * threads
+    if role == "sender":
+        return c.sender_nodes * c.sender_threads
+    return c.receiver_nodes * c.receiver_threads

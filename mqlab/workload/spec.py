@@ -1,18 +1,28 @@
 """What the orchestrator tells one worker process (written as JSON, read by the worker),
 and how a role's worker processes are laid out over its client nodes.
 
-A client node runs one or more worker processes (``clients.processes_per_node``), each
-with the role's threads. The processes of a role are numbered node by node (``index``):
-node 0's processes first, then node 1's. Sender ids and seeds derive from that index, so
-they are unique across every thread of every process of every node of the run, and with
-one process per node they are what they always were (index = node):
+A client node runs the role's threads (``clients.sender_threads`` /
+``receiver_threads``): that many senders (receivers) per node, whatever its cores. They
+are spread over one or more worker processes (``clients.processes_per_node``; the run
+picks a number that divides the threads, ``mqlab.run.workers.client_processes``):
+:func:`split` gives each process its share (as even as can be: the first processes one
+more should the threads not divide). Those processes are the same senders in more
+interpreters, not more load: a fixed rate is per sender thread, so a node offers
+``threads x rate_per_s`` with any number of them.
 
-- sender id of thread ``t`` = ``index * threads + t`` (= ``(node * P + p) * T + t`` when
-  every node runs P processes; ``node * T + t`` when P = 1);
-- receiver index of thread ``t`` = ``index * threads + t`` likewise, over the receivers;
+The processes of a role are numbered node by node (``index``): node 0's processes first,
+then node 1's. Sender ids and seeds derive from the node and that index, so they are
+unique across every thread of every process of every node of the run, and with one
+process per node they are what they always were (index = node):
+
+- sender id of thread ``t`` of a process = ``node * T + (threads of the node's earlier
+  processes) + t`` where T is the node's threads (``node * T + t`` with one process);
+  the ids of a node are ``node * T .. node * T + T - 1`` however many processes share them;
+- receiver index of thread ``t`` likewise, over the receivers;
 - with ``workload.queues`` = N > 1 the run has N queues (:func:`queue_names`): sender id
   ``s`` sends to queue ``s % N`` and receiver index ``r`` receives from queue ``r % N``
-  (:func:`queue_of`), so each sender writes to exactly one queue;
+  (:func:`queue_of`), so each sender writes to exactly one queue, and the queues a node's
+  threads use do not depend on how many processes hold them;
 - seed = ``1000 + index`` (senders) or ``2000 + index`` (receivers) while index < 1000;
   further indexes take the next free blocks of a thousand, alternating between the roles
   (senders 3000-3999, receivers 4000-4999, ...), so no two processes of a run share one.
@@ -70,30 +80,41 @@ class WorkerSpec:
 @dataclass(frozen=True)
 class Process:
     """One worker process of a role: its node, its index on that node (``process``) and
-    among all the role's processes of the run, node by node (``index``)."""
+    among all the role's processes of the run, node by node (``index``), its share of the
+    node's threads (``threads``) and the id of its first thread among the role's
+    (``first``: sender id or receiver index)."""
 
     node: int
     process: int
     index: int
-
-    def first_sender_id(self, threads: int) -> int:
-        return self.index * threads
-
-    def first_receiver_index(self, threads: int) -> int:
-        return self.index * threads
+    threads: int
+    first: int
 
     def seed(self, role: str) -> int:
         block, rest = divmod(self.index, 1000)
         return (2 * block + ROLE_SEED_BLOCK[role]) * 1000 + rest
 
 
-def processes(per_node: Sequence[int]) -> list[Process]:
-    """Every worker process of a role whose node ``i`` runs ``per_node[i]`` of them."""
+def split(threads: int, processes: int) -> list[int]:
+    """``threads`` spread over ``processes`` (1 <= processes <= threads): as even as can
+    be, the first processes one more (5 over 2: ``[3, 2]``)."""
+    if not 1 <= processes <= threads:
+        raise ValueError(f"{processes} worker processes for {threads} threads (1 to {threads})")
+    each, extra = divmod(threads, processes)
+    return [each + (p < extra) for p in range(processes)]
+
+
+def processes(per_node: Sequence[int], threads: int) -> list[Process]:
+    """Every worker process of a role whose node ``i`` runs ``per_node[i]`` of them,
+    sharing that node's ``threads`` threads (:func:`split`)."""
     out: list[Process] = []
     for node, n in enumerate(per_node):
         if n < 1:
             raise ValueError(f"node {node}: {n} worker processes (at least 1)")
-        out += [Process(node, p, len(out) + p) for p in range(n)]
+        first = node * threads
+        for p, t in enumerate(split(threads, n)):
+            out.append(Process(node, p, len(out), t, first))
+            first += t
     return out
 
 

@@ -36,7 +36,7 @@ def scenario(target: str = "local", budget_ms: float | None = None) -> Any:
         broker="nats",
         profile=SimpleNamespace(name="nats-r3"),
         cluster=SimpleNamespace(target=target, nodes=3, clock_budget_ms=budget_ms),
-        clients=SimpleNamespace(processes_per_node=None),
+        clients=SimpleNamespace(processes_per_node=None, sender_threads=3, receiver_threads=4),
         workload=SimpleNamespace(queues=1),
     )
 
@@ -78,7 +78,11 @@ def test_a_new_manifest_says_the_run_is_running() -> None:
     assert m["measure"] == {"start_ms": None, "warmup_end_ms": None, "end_ms": None}
     assert m["broker"] == {"name": "nats", "profile": "nats-r3", "server_versions": []}
     assert m["cluster"] == {"target": "local", "nodes": 3, "reused": False}
-    assert m["clients"] == {"processes_per_node": None, "processes": None}  # resolved by the run
+    assert m["clients"] == {
+        "processes_per_node": None,
+        "processes": None,  # resolved by the run
+        "threads_per_node": {"sender": 3, "receiver": 4},  # the scenario's, per node
+    }
     assert (m["queues"], m["queue_names"]) == (1, None)  # names once the run made them
     assert m["workers"] == [] and m["faults"] == []
     # started_at: UTC, to the millisecond, taken during the call

@@ -109,7 +109,7 @@ def test_processes_per_node_defaults_to_the_cores_and_round_trips(folder: Path) 
     assert "processes_per_node" not in tomllib.loads(to_toml(s))["clients"]
     [s] = load_scenario(write(folder, BASE + "processes_per_node = 4\n"))
     assert s.clients.processes_per_node == 4
-    assert (s.clients.sender_threads, s.clients.receiver_threads) == (2, 2)  # per process
+    assert (s.clients.sender_threads, s.clients.receiver_threads) == (2, 2)  # per node
     again = write(folder, to_toml(s).split("\n[resolved_profile]")[0] + "\n")
     [back] = load_scenario(again)
     assert back.clients == s.clients
@@ -535,7 +535,8 @@ def test_queues_sweep_like_any_workload_field(folder: Path) -> None:
             "receiver",
             4,
         ),
-        (7, "processes_per_node = 3\n", "sender", 6),
+        # processes spread a node's threads, they add none: still 2 senders
+        (3, "processes_per_node = 3\n", "sender", 2),
     ],
 )
 def test_queues_nobody_sends_to_or_reads_are_refused_in_one_line(
@@ -557,15 +558,16 @@ def test_queues_nobody_sends_to_or_reads_are_refused_in_one_line(
 
 
 def test_queues_up_to_the_threads_of_either_role_load(folder: Path) -> None:
-    # 1 sender node x 3 processes x 2 threads = 6 senders; 2 x 3 x 2 = 12 receivers
-    text = BASE.replace("messages_per_thread = 10", "messages_per_thread = 10\nqueues = 6")
+    # 1 sender node x 2 threads = 2 senders; 2 receiver nodes x 2 threads = 4 receivers
+    text = BASE.replace("messages_per_thread = 10", "messages_per_thread = 10\nqueues = 2")
     [s] = load_scenario(write(folder, text + "processes_per_node = 3\n"))
-    assert s.workload.queues == 6
-    # processes following the cores count as one per node: 2 senders refuse 3 queues
+    assert s.workload.queues == 2
+    # the processes do not count, set or left to the cores: 2 senders refuse 3 queues
     # whatever this machine's cores
     text = BASE.replace("messages_per_thread = 10", "messages_per_thread = 10\nqueues = 3")
-    with pytest.raises(ScenarioError, match="workload.queues"):
-        load_scenario(write(folder, text))
+    for extra in ("", "processes_per_node = 8\n"):
+        with pytest.raises(ScenarioError, match="workload.queues"):
+            load_scenario(write(folder, text + extra))
 
 
 @pytest.mark.parametrize("value", ["0", "-1", '"ten"'])

@@ -65,9 +65,8 @@ def _grid(runs: list[Scenario]) -> list[tuple[int, int, int, int]]:
     """(sender threads, receiver threads, sender nodes, receiver nodes) per node, in order."""
     out = []
     for s in runs:
-        c = s.clients
-        p = c.processes_per_node or 1
-        out.append((p * c.sender_threads, p * c.receiver_threads, c.sender_nodes, c.receiver_nodes))
+        c = s.clients  # threads are per node, whatever its processes
+        out.append((c.sender_threads, c.receiver_threads, c.sender_nodes, c.receiver_nodes))
     return out
 
 
@@ -229,12 +228,11 @@ BB_NEW = {
 
 
 def _bb_shape(s: Scenario) -> tuple[int, int, int, int, int]:
-    c = s.clients
-    p = c.processes_per_node or 1
+    c = s.clients  # threads are per node, whatever its processes
     return (
         s.workload.queues,
-        c.sender_nodes * p * c.sender_threads,
-        c.receiver_nodes * p * c.receiver_threads,
+        c.sender_nodes * c.sender_threads,
+        c.receiver_nodes * c.receiver_threads,
         s.workload.message_bytes,
         int(getattr(s.profile.settings, "partitions", 1)),
     )

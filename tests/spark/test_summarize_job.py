@@ -123,6 +123,7 @@ def test_spark_figures_equal_the_in_process_summary_exactly(
             reordered_per_receiver=2,
             foreign_per_receiver=3,
             out_of_range=(("processing_first_us", 1, 1),),
+            extra={"mode": "closed_loop"},  # the effective concurrency too
         ),
     )
     partial = write_synthetic_run(
@@ -147,6 +148,7 @@ def test_spark_figures_equal_the_in_process_summary_exactly(
         assert spark_summary == local
         assert spark_tables == _tables(r.run_dir)
     assert by_id[edge.run_id].summary["unknown"] == {}
+    assert by_id[edge.run_id].summary["saturation"]["effective_concurrency"] is not None
     assert by_id[edge.run_id].summary["delivery"] == edge.delivery
     assert set(by_id[partial.run_id].summary["unknown"]) >= {"lost", "received", "foreign"}
 
