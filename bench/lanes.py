@@ -5,10 +5,10 @@ For each broker (local 3-node Redis and PostgreSQL clusters, their default durab
 profiles: ``redis-async``, ``postgres-sync``), one mqlab sender worker of N closed-loop
 senders (batches of --batch x --message-bytes) runs --duration-s through lanes (all
 senders driven from one thread, ``mqlab._sendpath.Lanes``) and through a thread per
-sender (each its own set of one), on a plain loopback and on a delayed one: netem
-``delay 20ms 10ms`` on the loopback of a network namespace made for the bench, where the
-clusters and the worker run (every packet, each way, as the netns lab's ``netem`` fault
-impairs a link: ``mqlab.faults.link.netem_args``). Needs root for the namespace.
+sender (each its own set of one), on a plain loopback and on a delayed one: 20 +- 10 ms
+on every packet of the loopback of a network namespace made for the bench, where the
+clusters and the worker run (tc netem where the kernel has it, else mqlab's NFQUEUE
+impairer, as the netns lab's ``netem`` fault does). Needs root for the namespace.
 
 Printed per row: msgs/s, mean and p99 send latency (per batch), and the **effective
 concurrency** by Little's law — batches confirmed per second x mean batch latency, over
@@ -50,7 +50,7 @@ from mqlab.archive import hlog, layout  # noqa: E402
 from mqlab.brokers import registry  # noqa: E402
 from mqlab.brokers.local import cluster_class  # noqa: E402
 from mqlab.errors import MqlabError  # noqa: E402
-from mqlab.faults.link import netem_args  # noqa: E402
+from mqlab.faults.link import netem_args, no_netem  # noqa: E402
 from mqlab.scenario.load import PROJECT_PROFILES, load_profile  # noqa: E402
 
 DELAYED_GOAL = 0.97
@@ -143,19 +143,27 @@ def inside(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def in_namespace(args: argparse.Namespace, netem: list[str] | None) -> list[Row]:
-    """This script, ``--inside``, in a network namespace of its own whose loopback is
-    impaired with ``netem`` (None: not impaired); the namespace is removed after."""
+def in_namespace(args: argparse.Namespace, delayed: bool) -> list[Row]:
+    """This script, ``--inside``, in a network namespace of its own; ``delayed``: its
+    loopback impaired by --delay-ms and --jitter-ms, with ``tc`` netem where the kernel has
+    it, else with mqlab's NFQUEUE impairer (``python -m mqlab.faults.impairer``, as the
+    netns lab's ``netem`` fault falls back to it). The namespace is removed after."""
     ns = f"mqlab-lanes-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+    impairer: subprocess.Popen[str] | None = None
     try:
         run = ["ip", "netns", "exec", ns]
         subprocess.run([*run, "ip", "link", "set", "lo", "up"], check=True, capture_output=True)
-        if netem:
+        if delayed:
+            netem = netem_args(args.delay_ms, args.jitter_ms, 0)
             tc = [*run, "tc", "qdisc", "replace", "dev", "lo", "root", *netem]
-            subprocess.run(tc, check=True, capture_output=True)
+            res = subprocess.run(tc, capture_output=True, text=True)
+            if res.returncode != 0 and not no_netem(res.stderr):
+                raise BenchError(f"{' '.join(tc)}: {res.stderr.strip()}")
+            if res.returncode != 0:
+                impairer = start_impairer(run, args)
         cmd = [*run, sys.executable, str(Path(__file__).resolve()), "--inside"]
-        cmd += ["--link", "delayed" if netem else "loopback", "--brokers", args.brokers]
+        cmd += ["--link", "delayed" if delayed else "loopback", "--brokers", args.brokers]
         cmd += ["--senders", str(args.senders), "--batch", str(args.batch)]
         cmd += ["--message-bytes", str(args.message_bytes), "--duration-s", str(args.duration_s)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
@@ -163,7 +171,31 @@ def in_namespace(args: argparse.Namespace, netem: list[str] | None) -> list[Row]
             raise BenchError(f"inside {ns}: {proc.stderr.strip()[-400:]}")
         return [Row(**r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]
     finally:
+        if impairer is not None:
+            assert impairer.stdin is not None
+            impairer.stdin.close()  # it ends on EOF: its rule removed, packets released
+            try:
+                impairer.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                impairer.kill()
+                impairer.wait()
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def start_impairer(run: list[str], args: argparse.Namespace) -> subprocess.Popen[str]:
+    cmd = [*run, sys.executable, "-m", "mqlab.faults.impairer", "--dev", "lo", "--loopback-here"]
+    cmd += ["--queue", "213", "--delay-ms", f"{args.delay_ms:g}"]
+    cmd += ["--jitter-ms", f"{args.jitter_ms:g}"]
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if line != "ready":
+        proc.kill()
+        err = proc.stderr.read() if proc.stderr is not None else ""
+        raise BenchError(f"the NFQUEUE impairer did not start: {(line or err).strip()[-300:]}")
+    return proc
 
 
 def format_rows(rows: Sequence[Row]) -> str:
@@ -233,8 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
             raise BenchError("needs root, ip and tc (a network namespace with netem)")
-        rows = in_namespace(args, None)
-        rows += in_namespace(args, netem_args(args.delay_ms, args.jitter_ms, 0))
+        rows = in_namespace(args, False)
+        rows += in_namespace(args, True)
     except (BenchError, MqlabError, subprocess.CalledProcessError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -242,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"lanes bench: local 3-node clusters, {args.senders} closed-loop senders, batches of "
         f"{args.batch} x {args.message_bytes} B, {args.duration_s:g} s per row; delayed: "
-        f"netem {' '.join(netem_args(args.delay_ms, args.jitter_ms, 0)[1:])} on the loopback"
+        f"{args.delay_ms:g} +- {args.jitter_ms:g} ms on every packet of the loopback"
     )
     print(format_rows(sorted(rows, key=lambda r: (r.broker, r.link, r.path))))
     print("eff. conc.: batches confirmed per second x mean batch latency (Little's law)")

@@ -867,10 +867,9 @@ lane_read(lane *L, int64_t timeout_ns)
 /* The lanes' batches until return_ns (CLOCK_MONOTONIC), or until a lane's run ended
  * (its sizes used up, or a failure), or wake_fd became readable; no batch starts at or
  * after stop_ns, and once none is in flight after stop_ns it returns too. Each lane goes
- * at its own pace: the next batch of a lane starts as soon as its last one is in, in the
- * round of reads that saw it (those of one round start together, as the native tools'
- * connections do, each with its own start time). Batches in flight at the return stay in
- * flight: the next call reads their replies. */
+ * at its own pace: the next batch of a lane starts as soon as its last one's replies are
+ * parsed, with its own start time. Batches in flight at the return stay in flight: the
+ * next call reads their replies. */
 static void
 lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_offset_ns,
            int wake_fd)
@@ -943,6 +942,12 @@ lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_o
             }
             if (ev & (POLLIN | POLLERR | POLLHUP | POLLNVAL) && L->active) {
                 lane_read(L, timeout_ns);
+                if (L->next && !L->active && !L->failed) { /* its next batch: at once */
+                    if (!lane_start(L, stop_ns, wall_offset_ns, timeout_ns)) {
+                        L->next = 0;
+                        ended |= L->i >= L->batches;
+                    }
+                }
             }
             ended |= L->failed;
         }

@@ -6,9 +6,12 @@ What a thread per sender would record, each lane records:
 
 - **Each lane at its own pace.** A lane's next batch starts as soon as its own last one
   is confirmed; the compiled loop returns to Python at each interval's cut (every whole
-  wall-clock second and the warm-up end, :class:`Cuts`), at least every ``RUN_NS``, when
-  a lane's run of sizes is used up or a lane failed, and leaves the other lanes' batches
-  in flight: the next call reads their replies. No lane waits for another.
+  wall-clock second and the warm-up end, :class:`Cuts`), when a lane's run of sizes is
+  used up or a lane failed, a connect ended, ``stop`` was set or the warm-up end was told
+  (both wake it through a pipe it polls), and leaves the other lanes' batches in flight:
+  the next call reads their replies. No lane waits for another, and Python runs about
+  once a second, so the client's own time between a lane's batches stays the compiled
+  loop's.
 - **Each batch's own start.** A batch's start (and its header's intended-send stamp) is
   taken as its own bytes are written; a batch that had to wait for its sender to
   connect again starts when the connecting started, so the reconnect counts in its
@@ -43,7 +46,7 @@ from mqlab.errors import DriverError
 from mqlab.workload.senderstats import Cuts, SenderStats
 
 RUN_BATCHES = 1024  # sizes handed to a lane at once (its records: two i64 each)
-RUN_NS = 20_000_000  # the loop returns to Python at least this often
+STOP_POLL_S = 0.05  # how often the stop watcher looks at ``stop``
 CONNECTING_MAX = 8  # threads that connect lanes again, at most
 NEVER = 2**62
 
@@ -95,6 +98,14 @@ class _Waker:
         os.close(self.wfd)
 
 
+def _watch(stop: threading.Event, finished: threading.Event, waker: _Waker) -> None:
+    """Wake the compiled loop once ``stop`` is set (until the lanes are done)."""
+    while not finished.is_set():
+        if stop.wait(STOP_POLL_S):
+            waker.wake()
+            return
+
+
 def drive(
     lanes: Sequence[LaneState],
     pool: envelope.PayloadPool,
@@ -121,9 +132,18 @@ def drive(
     loop = _Loop(lanes, ls, waker, connector, pool, wall_offset_ns)
     for lane in lanes:
         lane.stats.watermark_ms = (start_ns + wall_offset_ns) // 1_000_000
+    finished = threading.Event()
+    watcher = threading.Thread(
+        target=_watch, args=(stop, finished, waker), name="lanes-stop", daemon=True
+    )
+    watcher.start()
+    cuts.listen(waker.wake)
     try:
         loop.run(stop, end_ns, cuts)
     finally:
+        cuts.unlisten(waker.wake)
+        finished.set()
+        watcher.join()
         for lane in lanes:
             lane.stats.watermark_ms = None
         connector.shutdown(wait=True)
@@ -164,8 +184,7 @@ class _Loop:
             busy = [x for x in self.lanes if x.assigned or x.connecting]
             if not busy and (ending or all(x.finished for x in self.lanes)):
                 return
-            cut = cuts.next_ns(now + self.off) - self.off
-            ret = min(now + RUN_NS, cut)
+            ret = cuts.next_ns(now + self.off) - self.off
             waiting = [x.resume_ns for x in self.lanes if not (x.assigned or x.connecting)]
             waiting = [t for t in waiting if t > now]
             if waiting and not ending:

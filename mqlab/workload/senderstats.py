@@ -7,6 +7,7 @@ from __future__ import annotations
 import array
 import bisect
 import threading
+from collections.abc import Callable
 
 import numpy as np
 from pyroaring import BitMap64
@@ -22,6 +23,24 @@ class Cuts:
 
     def __init__(self) -> None:
         self.measure_ms: int | None = None
+        self._listeners: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def set_measure(self, at_ms: int) -> None:
+        """The coordinator told the warm-up end: every listener is called."""
+        self.measure_ms = at_ms
+        with self._lock:
+            listeners = list(self._listeners)
+        for call in listeners:
+            call()
+
+    def listen(self, call: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners.append(call)
+
+    def unlisten(self, call: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners.remove(call)
 
     def next_ns(self, wall_ns: int) -> int:
         """The first cut after ``wall_ns`` (wall-clock ns)."""

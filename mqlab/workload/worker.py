@@ -204,7 +204,7 @@ class Worker:
             if isinstance(cmd, protocol.Go):
                 self.commands.add("go")
             elif isinstance(cmd, protocol.Measure):
-                self.cuts.measure_ms = cmd.at_ms
+                self.cuts.set_measure(cmd.at_ms)
                 self.measure_ms = cmd.at_ms
                 self.measure_told.set()
             elif isinstance(cmd, protocol.ReceiversStop):
