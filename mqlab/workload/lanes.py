@@ -148,9 +148,7 @@ def drive(
             lane.stats.watermark_ms = None
         connector.shutdown(wait=True)
         waker.close()
-        for j, lane in enumerate(lanes):
-            if lane.assigned:
-                ls.release(j)
+        del ls  # its lanes' buffers go back with it
     if loop.failure is not None:
         raise loop.failure
 
