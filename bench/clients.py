@@ -17,13 +17,13 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   receiver on a table preloaded with mqlab messages. Both sessions run with the
   profile's ``synchronous_commit``.
 
-mqlab's senders take their hot paths: Redis, where the C extension ``mqlab._sendpath``
-is built (``scripts/bootstrap``), drives all of a worker's closed-loop senders from one
-thread, each on its own connection, writing each batch into its RESP bytes, sending it
-and reading the replies of all of them as they come, without the interpreter lock
-(``Sender.send_lanes``); the label names the path the worker reported
-(``compiled-lanes``, ``compiled`` or ``python``). PostgreSQL runs its prepared INSERT
-through libpq itself (``psycopg.pq``).
+mqlab's senders take their hot paths: Redis and PostgreSQL, where the C extension
+``mqlab._sendpath`` is built (``scripts/bootstrap``), drive all of a worker's closed-loop
+senders from one thread, each on its own connection, writing each batch into its wire
+bytes (RESP; PostgreSQL's extended query protocol), sending it and reading the replies
+of all of them as they come, without the interpreter lock (``mqlab.workload.lanes``);
+the label names the path the worker reported (``compiled-lanes``, ``compiled`` or
+``python``).
 
 Each native run's stored messages are checked to be ``--message-bytes`` long (the
 payload redis-benchmark reads with ``-x`` is cut at its first NUL byte, so a random one

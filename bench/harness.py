@@ -23,7 +23,8 @@ from pathlib import Path
 
 from mqlab import envelope
 from mqlab.archive.codecs import new_histogram
-from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats
+from mqlab.workload.recorder import IntervalRecorder, ReceiverStats
+from mqlab.workload.senderstats import SenderStats
 
 
 def mqlab_path(n: int, batch_max: int, size: int, workdir: Path) -> float:

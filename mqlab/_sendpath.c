@@ -17,40 +17,49 @@
  * SO_SNDTIMEO / SO_RCVTIMEO bound each call), then reads n + trailer commands' RESP
  * replies.
  *
- *   redis_lanes(lanes, until_ns, wall_offset_ns, timeout_ns) -> [(done, outcome), ...]
+ *   Lanes(proto, count, timeout_ns)          proto REDIS or PG
+ *   .assign(j, fd, run_spec, sizes, first_seq, key, records, first_start_ns, conn_gen)
+ *   .run(return_ns, stop_ns, wall_offset_ns, wake_fd) -> [(done, in_flight, outcome), ...]
+ *   .release(j)
  *
  * Closed-loop senders, each on its own connection, all driven from the calling thread
- * (as redis-benchmark drives its connections): each lane sends its batches back to back,
- * the next as soon as the last one's replies are in, until until_ns (CLOCK_MONOTONIC, as
- * Python's time.monotonic_ns) or the last of its sizes, whichever comes first; the
- * replies of all lanes are read as they come (poll), the thread out of the interpreter
- * for the whole run. A lane is the tuple (fd, run_spec, sizes, first_seq, key,
- * records): sizes an array of i64 batch sizes, records a writable i64 buffer. run_spec
- * is (prefixes, pads, pool_n, suffix, trailer, magic, version, sender, min_acks): batch
- * i goes to stream key prefixes[(key + i) % len(prefixes)] (each an XADD up to its
- * message's bulk length), its messages padded with pads[(seq % pool_n) * pad_len ...] as
- * envelope.encode_batch pads them, each followed by suffix, the batch by trailer. Each
- * batch is stamped with its start (monotonic + wall_offset_ns: wall-clock ns); its start
- * and end go to records[2i], records[2i + 1]. A lane with no bytes moved for timeout_ns
- * times out. done: the lane's batches that succeeded; outcome: (status, integer,
- * message) of its last batch; when status is not 0, batch done failed (records[2 * done
- * + 1] is when) and the lane stopped there.
+ * (as redis-benchmark drives its connections), each at its own pace: a lane sends its
+ * run's batches (sizes, an array of i64 batch sizes) back to back, the next as soon as
+ * its own last one's replies are in; replies of all lanes are read as they come (poll).
+ * run() keeps the thread out of the interpreter until return_ns (CLOCK_MONOTONIC, as
+ * Python's time.monotonic_ns), or until a lane's run ended (its sizes used up, or a
+ * failure), or wake_fd (-1: none) became readable; no batch starts at or after stop_ns,
+ * and once none is in flight past stop_ns it returns. Batches in flight at a return
+ * stay in flight: the next run() reads their replies, so no lane waits for another and
+ * the caller records what was confirmed at every return. Each batch is stamped with its
+ * own start, taken as its bytes are written (the run's first batch: first_start_ns when
+ * > 0, e.g. when its sender had to connect first; + wall_offset_ns: wall-clock ns); its
+ * start and end go to records[2i], records[2i + 1] (records: a writable i64 buffer). A
+ * lane with no bytes moved for timeout_ns times out. done: the run's batches that
+ * succeeded; in_flight: whether batch done is in flight; outcome None, or (status,
+ * integer, message) of a failure: batch done failed (records[2 * done + 1] is when) and
+ * the lane stays stopped until assigned again.
  *
- *   pg_lanes(lanes, until_ns, wall_offset_ns, timeout_ns) -> [(done, outcome), ...]
+ * Redis: run_spec is (prefixes, pads, pool_n, suffix, trailer, magic, version, sender,
+ * min_acks): batch i goes to stream key prefixes[(key + i) % len(prefixes)] (each an
+ * XADD up to its message's bulk length), its messages padded with pads[(seq % pool_n) *
+ * pad_len ...] as envelope.encode_batch pads them, each followed by suffix, the batch by
+ * trailer (the WAIT, or nothing).
  *
- * redis_lanes for PostgreSQL: each batch runs the INSERT of its size, prepared through
- * libpq beforehand (mqlab.brokers.postgres.driver), in the extended query protocol on the
- * connection's socket: Bind (every message a binary parameter), Execute, Sync; it is done
- * at ReadyForQuery, once its implicit transaction committed (with the profile's
- * synchronous_commit, confirmed by the standbys). run_spec is (statement name before the
- * batch size, pads, pool_n, magic, version, sender); key is unused. An ErrorResponse is
+ * PostgreSQL: each batch runs the INSERT of its size in the extended query protocol on
+ * the connection's socket: Parse (the first batch of that size on this connection, whose
+ * generation is conn_gen: a new generation has nothing prepared), Bind (every message a
+ * binary parameter), Execute, Sync; it is done at ReadyForQuery, once its implicit
+ * transaction committed (with the profile's synchronous_commit, confirmed by the
+ * standbys). run_spec is (statement name before the batch size, the INSERT's SQL up to
+ * its rows, pads, pool_n, magic, version, sender); key is unused. An ErrorResponse is
  * status 1 (message: its text and SQLSTATE); timeout_ns is the commit timeout. libpq's
  * own state is left idle: the lane reads everything through ReadyForQuery.
  *
  * status 0: all read, none an error; integer: the last integer reply (WAIT's count) or
  * -1. 1: all read, message: the first error reply. 2: a timeout. 3: the connection
  * failed or closed (message: why). 4: a reply mqlab does not expect (an aggregate or a
- * malformed one): the connection is out of step. 5 (redis_lanes only): WAIT's count
+ * malformed one): the connection is out of step. 5 (Redis lanes only): WAIT's count
  * (integer) was below min_acks.
  */
 #define PY_SSIZE_T_CLEAN
@@ -399,8 +408,10 @@ enum { PROTO_REDIS = 0, PROTO_PG = 1 };
 
 typedef struct {
     int proto;
-    const char *stmt; /* PostgreSQL: the prepared INSERT's name, before its batch size */
+    const char *stmt; /* PostgreSQL: the INSERT's statement name, before its batch size */
     size_t stmt_len;
+    const char *sql; /* PostgreSQL: the INSERT up to its rows (Parse of a new size) */
+    size_t sql_len;
     Py_ssize_t nkeys;
     const char **prefixes;
     size_t *prefix_lens;
@@ -422,7 +433,7 @@ parse_run_spec(PyObject *tuple, run_spec *rs)
     const char *pads, *suffix, *trailer;
     Py_ssize_t pads_len, suffix_len, trailer_len;
     memset(rs, 0, sizeof *rs);
-    if (!PyArg_ParseTuple(tuple, "O!y#Ky#y#KKKL;redis_lanes: run_spec", &PyTuple_Type, &prefixes,
+    if (!PyArg_ParseTuple(tuple, "O!y#Ky#y#KKKL;redis lanes: run_spec", &PyTuple_Type, &prefixes,
                           &pads, &pads_len, &rs->pool_n, &suffix, &suffix_len, &trailer,
                           &trailer_len, &rs->magic, &rs->version, &rs->sender,
                           &rs->min_acks)) {
@@ -431,7 +442,7 @@ parse_run_spec(PyObject *tuple, run_spec *rs)
     rs->nkeys = PyTuple_GET_SIZE(prefixes);
     if (rs->nkeys < 1 || rs->pool_n < 1 || (unsigned long long)pads_len % rs->pool_n != 0) {
         PyErr_SetString(PyExc_ValueError,
-                        "redis_lanes: no stream key, or pads not pool_n paddings alike");
+                        "redis lanes: no stream key, or pads not pool_n paddings alike");
         return -1;
     }
     rs->prefixes = PyMem_Calloc((size_t)rs->nkeys, sizeof *rs->prefixes);
@@ -443,10 +454,10 @@ parse_run_spec(PyObject *tuple, run_spec *rs)
     for (Py_ssize_t k = 0; k < rs->nkeys; k++) {
         PyObject *p = PyTuple_GET_ITEM(prefixes, k);
         if (!PyBytes_Check(p)) {
-            PyErr_SetString(PyExc_TypeError, "redis_lanes: a key's prefix is not bytes");
+            PyErr_SetString(PyExc_TypeError, "redis lanes: a key's prefix is not bytes");
             return -1;
         }
-        rs->prefixes[k] = PyBytes_AS_STRING(p); /* the caller's tuple keeps them */
+        rs->prefixes[k] = PyBytes_AS_STRING(p); /* the lane keeps the spec tuple */
         rs->prefix_lens[k] = (size_t)PyBytes_GET_SIZE(p);
     }
     rs->pads = pads;
@@ -461,21 +472,26 @@ parse_run_spec(PyObject *tuple, run_spec *rs)
 static int
 parse_pg_spec(PyObject *tuple, run_spec *rs)
 {
-    const char *pads, *stmt;
-    Py_ssize_t pads_len, stmt_len;
+    const char *pads, *stmt, *sqlp;
+    Py_ssize_t pads_len, stmt_len, sql_len;
     memset(rs, 0, sizeof *rs);
     rs->proto = PROTO_PG;
-    if (!PyArg_ParseTuple(tuple, "y#y#KKKK;pg_lanes: run_spec", &stmt, &stmt_len, &pads,
-                          &pads_len, &rs->pool_n, &rs->magic, &rs->version, &rs->sender)) {
+    if (!PyArg_ParseTuple(tuple, "y#y#y#KKKK;pg lanes: run_spec", &stmt, &stmt_len, &sqlp,
+                          &sql_len, &pads, &pads_len, &rs->pool_n, &rs->magic, &rs->version,
+                          &rs->sender)) {
         return -1;
     }
-    if (rs->pool_n < 1 || (unsigned long long)pads_len % rs->pool_n != 0 || stmt_len > 40) {
+    if (rs->pool_n < 1 || (unsigned long long)pads_len % rs->pool_n != 0 || stmt_len > 40 ||
+        memchr(stmt, '\0', (size_t)stmt_len) != NULL ||
+        memchr(sqlp, '\0', (size_t)sql_len) != NULL) {
         PyErr_SetString(PyExc_ValueError,
-                        "pg_lanes: pads not pool_n paddings alike, or a statement name too long");
+                        "pg lanes: pads not pool_n paddings alike, or a statement name too long");
         return -1;
     }
     rs->stmt = stmt;
     rs->stmt_len = (size_t)stmt_len;
+    rs->sql = sqlp;
+    rs->sql_len = (size_t)sql_len;
     rs->pads = pads;
     rs->pad_len = (size_t)((unsigned long long)pads_len / rs->pool_n);
     return 0;
@@ -486,33 +502,74 @@ free_run_spec(run_spec *rs)
 {
     PyMem_Free(rs->prefixes);
     PyMem_Free(rs->prefix_lens);
+    rs->prefixes = NULL;
+    rs->prefix_lens = NULL;
 }
 
-/* One connection of redis_lanes: its run's arguments and where its batch is. */
+#define PG_SIZE_MAX 32767 /* Bind's parameter count is an int16 */
+
+/* One sender's connection in a Lanes set: its run's arguments and where its batch is. */
 typedef struct {
+    int assigned; /* a run was given and its buffers are held */
     int fd;
+    PyObject *spec_obj; /* the run_spec tuple, kept: rs points into its bytes */
     run_spec rs;
     Py_buffer sizes_buf, records_buf;
-    int held; /* which buffers are held: 1 sizes, 2 records */
     const int64_t *sizes;
     Py_ssize_t batches;
     int64_t *records;
     unsigned long long seq, key;
-    char *wire; /* the batch's bytes, wlen of them, woff sent */
-    size_t wlen, woff;
+    int64_t first_start; /* > 0: the run's first batch started then (a reconnect's start) */
+    long long conn_gen; /* the connection's generation: a new one has nothing prepared */
+    unsigned char *prepared; /* PostgreSQL: bit n set once the INSERT of n rows is prepared */
+    int parsing; /* PostgreSQL: the batch in flight prepares its statement too */
+    char *wire; /* the batch's bytes, wlen of them, woff sent; cap allocated */
+    size_t wlen, woff, cap;
     Py_ssize_t i, ok; /* the batch in flight (or next), the batches that succeeded */
-    int active;
-    int next; /* its batch is in: the next one goes after this round's reads */
+    int active; /* a batch in flight */
+    int next;   /* its last batch is in: the next one starts after this round's reads */
+    int failed; /* stopped at batch ok: o says why */
     int64_t deadline; /* no bytes moved by then: a timeout */
     reader r;
     outcome o;
 } lane;
 
+typedef struct {
+    PyObject_HEAD
+    int proto;
+    int64_t timeout_ns;
+    Py_ssize_t n;
+    lane *lanes;
+    struct pollfd *pfds;
+    lane **polled;
+    int busy; /* inside run(): no assign */
+} LanesObject;
+
+static void
+lane_release(lane *L)
+{
+    if (!L->assigned) {
+        return;
+    }
+    PyBuffer_Release(&L->sizes_buf);
+    PyBuffer_Release(&L->records_buf);
+    free_run_spec(&L->rs);
+    Py_CLEAR(L->spec_obj);
+    L->assigned = 0;
+    L->next = 0;
+}
+
+/* the lane failed at ``now``: its batch in flight (or about to start) is batch ok */
 static void
 lane_fail(lane *L, int64_t now)
 {
+    if (!L->active) {
+        L->records[2 * L->i] = now;
+    }
     L->records[2 * L->i + 1] = now;
     L->active = 0;
+    L->next = 0;
+    L->failed = 1;
 }
 
 /* After a send or recv that returned < 0 (errno) or, for recv, 0 (err 0: closed): 1 to
@@ -557,10 +614,32 @@ put_be(unsigned char *p, uint64_t v, int bytes)
     return p;
 }
 
-/* A batch's INSERT in PostgreSQL's extended query protocol: Bind (the statement prepared
- * for n rows, every parameter a binary message), Execute, Sync; its length. The reply
- * ends with ReadyForQuery once the implicit transaction committed (and, with the
- * profile's synchronous_commit, was confirmed by the standbys). */
+/* Parse of the INSERT of n rows (the run_spec's SQL, then "($1), ($2), ..."), named as
+ * its statement; its length. */
+static size_t
+pg_parse_message(char *wire, const run_spec *rs, size_t n)
+{
+    unsigned char *w = (unsigned char *)wire;
+    *w++ = 'P';
+    unsigned char *len_at = w;
+    w += 4;
+    int name_len = sprintf((char *)w, "%.*s%zu", (int)rs->stmt_len, rs->stmt, n);
+    w += name_len + 1;
+    memcpy(w, rs->sql, rs->sql_len);
+    w += rs->sql_len;
+    for (size_t j = 1; j <= n; j++) {
+        w += sprintf((char *)w, j == 1 ? "($%zu)" : ", ($%zu)", j);
+    }
+    *w++ = '\0';
+    w = put_be(w, 0, 2); /* parameter types: the server's (the column's) */
+    put_be(len_at, (uint64_t)(w - len_at), 4);
+    return (size_t)((char *)w - wire);
+}
+
+/* A batch's INSERT in PostgreSQL's extended query protocol: Bind (the statement of n rows,
+ * every parameter a binary message), Execute, Sync at w; its length. The reply ends with
+ * ReadyForQuery once the implicit transaction committed (and, with the profile's
+ * synchronous_commit, was confirmed by the standbys). */
 static size_t
 pg_batch(char *wire, const run_spec *rs, size_t n, unsigned long long seq, int64_t sent_ns)
 {
@@ -626,6 +705,7 @@ pg_parse(reader *r, outcome *o)
         const char *body = (const char *)m + 5;
         size_t blen = (size_t)len - 4;
         switch (m[0]) {
+        case '1': /* ParseComplete */
         case '2': /* BindComplete */
         case 'C': /* CommandComplete */
         case 'N': /* NoticeResponse */
@@ -669,56 +749,65 @@ pg_parse(reader *r, outcome *o)
     return 1;
 }
 
-/* Writes the lane's next batch and sends what the socket takes; the lane ends when its
- * sizes are used up or ``now`` is at or past ``until_ns``. */
-static void
-lane_start(lane *L, int64_t now, int64_t until_ns, int64_t wall_offset_ns, int64_t timeout_ns)
+/* Starts the lane's next batch: its start is taken now, as its own bytes are written (or
+ * is the run's first_start, when the sender had to connect first), and the batch goes
+ * only if that start is before stop_ns. 1: started, 0: not (no sizes left, or the end). */
+static int
+lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
 {
-    if (L->i >= L->batches || now >= until_ns) {
-        L->active = 0;
-        return;
+    if (L->i >= L->batches) {
+        return 0;
     }
+    int64_t now = L->first_start > 0 ? L->first_start : monotonic_ns();
+    if (now >= stop_ns) {
+        return 0;
+    }
+    L->first_start = 0;
     const run_spec *rs = &L->rs;
     size_t n = (size_t)L->sizes[L->i];
+    memset(&L->o, 0, sizeof L->o);
     if (rs->proto == PROTO_PG) {
-        L->wlen = pg_batch(L->wire, rs, n, L->seq, now + wall_offset_ns);
-        L->woff = 0;
-        L->records[2 * L->i] = now;
+        size_t at = 0;
+        L->parsing = !(L->prepared[n >> 3] & (1u << (n & 7)));
+        if (L->parsing) {
+            at = pg_parse_message(L->wire, rs, n);
+        }
+        L->wlen = at + pg_batch(L->wire + at, rs, n, L->seq, now + wall_offset_ns);
         reader_expect(&L->r, 1, &L->o); /* through ReadyForQuery */
-        L->active = 1;
-        L->deadline = now + timeout_ns;
-        lane_write(L, now, timeout_ns);
-        return;
+    } else {
+        Py_ssize_t k =
+            (Py_ssize_t)((L->key + (unsigned long long)L->i) % (unsigned long long)rs->nkeys);
+        const char *prefix = rs->prefixes[k];
+        size_t prefix_len = rs->prefix_lens[k];
+        const char *pad = rs->pads + (size_t)(L->seq % rs->pool_n) * rs->pad_len;
+        char *w = L->wire;
+        for (size_t j = 0; j < n; j++) {
+            memcpy(w, prefix, prefix_len);
+            w += prefix_len;
+            put_header((unsigned char *)w, rs->magic, rs->version, rs->sender, L->seq + j,
+                       now + wall_offset_ns);
+            w += 24;
+            memcpy(w, pad, rs->pad_len);
+            w += rs->pad_len;
+            memcpy(w, rs->suffix, rs->suffix_len);
+            w += rs->suffix_len;
+        }
+        memcpy(w, rs->trailer, rs->trailer_len);
+        w += rs->trailer_len;
+        L->wlen = (size_t)(w - L->wire);
+        reader_expect(&L->r, (int)n + (rs->trailer_len > 0 ? 1 : 0), &L->o);
     }
-    Py_ssize_t k = (Py_ssize_t)((L->key + (unsigned long long)L->i) % (unsigned long long)rs->nkeys);
-    const char *prefix = rs->prefixes[k];
-    size_t prefix_len = rs->prefix_lens[k];
-    const char *pad = rs->pads + (size_t)(L->seq % rs->pool_n) * rs->pad_len;
-    char *w = L->wire;
-    for (size_t j = 0; j < n; j++) {
-        memcpy(w, prefix, prefix_len);
-        w += prefix_len;
-        put_header((unsigned char *)w, rs->magic, rs->version, rs->sender, L->seq + j,
-                   now + wall_offset_ns);
-        w += 24;
-        memcpy(w, pad, rs->pad_len);
-        w += rs->pad_len;
-        memcpy(w, rs->suffix, rs->suffix_len);
-        w += rs->suffix_len;
-    }
-    memcpy(w, rs->trailer, rs->trailer_len);
-    w += rs->trailer_len;
-    L->wlen = (size_t)(w - L->wire);
     L->woff = 0;
     L->records[2 * L->i] = now;
-    reader_expect(&L->r, (int)n + (rs->trailer_len > 0 ? 1 : 0), &L->o);
     L->active = 1;
-    L->deadline = now + timeout_ns;
-    lane_write(L, now, timeout_ns);
+    L->next = 0;
+    L->deadline = monotonic_ns() + timeout_ns;
+    lane_write(L, L->records[2 * L->i], timeout_ns);
+    return 1;
 }
 
-/* Reads what the socket holds; a batch whose replies are all in is recorded, and the
- * lane marked to start its next one. */
+/* Reads what the socket holds; a batch whose replies are all in is recorded (its end
+ * taken as its last reply is parsed), and the lane marked to start its next one. */
 static void
 lane_read(lane *L, int64_t timeout_ns)
 {
@@ -731,11 +820,12 @@ lane_read(lane *L, int64_t timeout_ns)
         size_t room = INBUF - L->r.have;
         ssize_t got = recv(L->fd, L->r.buf + L->r.have, room, MSG_DONTWAIT);
         if (got <= 0) {
-            if (lane_io(L, now, got < 0 ? errno : 0) > 0) {
+            if (lane_io(L, monotonic_ns(), got < 0 ? errno : 0) > 0) {
                 continue;
             }
             return;
         }
+        now = monotonic_ns();
         L->r.have += (size_t)got;
         L->deadline = now + timeout_ns;
         int parsed = L->rs.proto == PROTO_PG ? pg_parse(&L->r, &L->o) : reader_parse(&L->r, &L->o);
@@ -744,7 +834,6 @@ lane_read(lane *L, int64_t timeout_ns)
             return;
         }
         if (parsed > 0) {
-            now = monotonic_ns();
             if (L->o.status == ST_OK && L->rs.proto == PROTO_REDIS && L->rs.trailer_len > 0 &&
                 L->o.integer < L->rs.min_acks) {
                 L->o.status = ST_WAIT_SHORT;
@@ -756,12 +845,17 @@ lane_read(lane *L, int64_t timeout_ns)
                 lane_fail(L, now);
                 return;
             }
+            if (L->rs.proto == PROTO_PG && L->parsing) {
+                size_t n = (size_t)L->sizes[L->i];
+                L->prepared[n >> 3] |= (unsigned char)(1u << (n & 7));
+                L->parsing = 0;
+            }
             L->records[2 * L->i + 1] = now;
             L->seq += (unsigned long long)L->sizes[L->i];
             L->ok++;
             L->i++;
             L->active = 0;
-            L->next = 1; /* started with the others whose replies came in this round */
+            L->next = 1;
             return;
         }
         if ((size_t)got < room) {
@@ -770,81 +864,35 @@ lane_read(lane *L, int64_t timeout_ns)
     }
 }
 
-static int
-lane_parse(lane *L, PyObject *item, int proto)
-{
-    PyObject *spec_tuple;
-    if (!PyArg_ParseTuple(item, "iO!y*KKw*;lanes: a lane", &L->fd, &PyTuple_Type, &spec_tuple,
-                          &L->sizes_buf, &L->seq, &L->key, &L->records_buf)) {
-        return -1;
-    }
-    L->held = 3;
-    int parsed = proto == PROTO_PG ? parse_pg_spec(spec_tuple, &L->rs)
-                                   : parse_run_spec(spec_tuple, &L->rs);
-    if (parsed < 0) {
-        return -1;
-    }
-    L->batches = L->sizes_buf.len / (Py_ssize_t)sizeof(int64_t);
-    L->sizes = (const int64_t *)L->sizes_buf.buf;
-    L->records = (int64_t *)L->records_buf.buf;
-    if (L->sizes_buf.len % (Py_ssize_t)sizeof(int64_t) != 0 ||
-        L->records_buf.len < L->batches * 2 * (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "lanes: sizes is not i64s, or records has no room for 2 per batch");
-        return -1;
-    }
-    size_t frame_max = 0, n_max = 0, fixed = L->rs.trailer_len + 1;
-    long long size_max = 1000000;
-    for (Py_ssize_t k = 0; k < L->rs.nkeys; k++) {
-        size_t f = L->rs.prefix_lens[k] + 24 + L->rs.pad_len + L->rs.suffix_len;
-        frame_max = f > frame_max ? f : frame_max;
-    }
-    if (L->rs.proto == PROTO_PG) { /* a parameter each; Bind's head, Execute, Sync */
-        frame_max = 4 + 24 + L->rs.pad_len;
-        fixed = 128;
-        size_max = 32767; /* Bind's parameter count is an int16 */
-    }
-    for (Py_ssize_t i = 0; i < L->batches; i++) {
-        if (L->sizes[i] < 1 || L->sizes[i] > size_max) {
-            PyErr_Format(PyExc_ValueError, "lanes: a batch size out of 1 .. %lld", size_max);
-            return -1;
-        }
-        n_max = (size_t)L->sizes[i] > n_max ? (size_t)L->sizes[i] : n_max;
-    }
-    L->wire = PyMem_RawMalloc(n_max * frame_max + fixed);
-    if (L->wire == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    return 0;
-}
-
+/* The lanes' batches until return_ns (CLOCK_MONOTONIC), or until a lane's run ended
+ * (its sizes used up, or a failure), or wake_fd became readable; no batch starts at or
+ * after stop_ns, and once none is in flight after stop_ns it returns too. Each lane goes
+ * at its own pace: the next batch of a lane starts as soon as its last one's replies are
+ * parsed, with its own start time. Batches in flight at the return stay in flight: the
+ * next call reads their replies. */
 static void
-lanes_free(lane *lanes, Py_ssize_t n)
+lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_offset_ns,
+           int wake_fd)
 {
-    for (Py_ssize_t j = 0; j < n; j++) {
-        lane *L = &lanes[j];
-        PyMem_RawFree(L->wire);
-        free_run_spec(&L->rs);
-        if (L->held & 1) {
-            PyBuffer_Release(&L->sizes_buf);
-        }
-        if (L->held & 2) {
-            PyBuffer_Release(&L->records_buf);
-        }
-    }
-    PyMem_RawFree(lanes);
-}
-
-static void
-lanes_loop(lane *lanes, Py_ssize_t n, struct pollfd *pfds, lane **polled, int64_t until_ns,
-           int64_t wall_offset_ns, int64_t timeout_ns)
-{
-    int64_t now = monotonic_ns();
-    for (Py_ssize_t j = 0; j < n; j++) {
-        lane_start(&lanes[j], now, until_ns, wall_offset_ns, timeout_ns);
-    }
+    lane *lanes = self->lanes;
+    Py_ssize_t n = self->n;
+    int64_t timeout_ns = self->timeout_ns;
+    struct pollfd *pfds = self->pfds;
     for (;;) {
+        int ended = 0;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            lane *L = &lanes[j];
+            if (L->assigned && !L->failed && !L->active && L->next) {
+                if (!lane_start(L, stop_ns, wall_offset_ns, timeout_ns)) {
+                    L->next = 0;
+                    ended |= L->i >= L->batches;
+                }
+                ended |= L->failed;
+            }
+        }
+        if (ended) {
+            return;
+        }
         nfds_t k = 0;
         int64_t first_deadline = INT64_MAX;
         for (Py_ssize_t j = 0; j < n; j++) {
@@ -855,125 +903,322 @@ lanes_loop(lane *lanes, Py_ssize_t n, struct pollfd *pfds, lane **polled, int64_
             pfds[k].fd = L->fd;
             pfds[k].events = (short)(POLLIN | (L->woff < L->wlen ? POLLOUT : 0));
             pfds[k].revents = 0;
-            polled[k++] = L;
+            self->polled[k++] = L;
             first_deadline = L->deadline < first_deadline ? L->deadline : first_deadline;
         }
-        if (k == 0) {
+        int64_t now = monotonic_ns();
+        if (now >= return_ns || (k == 0 && now >= stop_ns)) {
             return;
         }
-        now = monotonic_ns();
-        int64_t wait_ns = first_deadline > now ? first_deadline - now : 0;
-        int ready = poll(pfds, k, (int)((wait_ns + 999999) / 1000000));
+        nfds_t waits = k;
+        if (wake_fd >= 0) {
+            pfds[k].fd = wake_fd;
+            pfds[k].events = POLLIN;
+            pfds[k].revents = 0;
+            waits++;
+        }
+        int64_t until = return_ns < first_deadline ? return_ns : first_deadline;
+        if (k == 0 && stop_ns < until) {
+            until = stop_ns;
+        }
+        int64_t wait_ns = until > now ? until - now : 0;
+        struct timespec ts = {(time_t)(wait_ns / 1000000000LL), (long)(wait_ns % 1000000000LL)};
+        int ready = ppoll(pfds, waits, &ts, NULL);
         if (ready < 0 && errno != EINTR) {
             int err = errno;
             now = monotonic_ns();
             for (nfds_t q = 0; q < k; q++) {
-                polled[q]->o.status = ST_CONNECTION;
-                polled[q]->o.err_no = err;
-                lane_fail(polled[q], now);
+                self->polled[q]->o.status = ST_CONNECTION;
+                self->polled[q]->o.err_no = err;
+                lane_fail(self->polled[q], now);
             }
             return;
         }
-        now = monotonic_ns();
         for (nfds_t q = 0; q < k && ready > 0; q++) {
-            lane *L = polled[q];
+            lane *L = self->polled[q];
             short ev = pfds[q].revents;
             if (ev & POLLOUT && L->active) {
-                lane_write(L, now, timeout_ns);
+                lane_write(L, monotonic_ns(), timeout_ns);
             }
             if (ev & (POLLIN | POLLERR | POLLHUP | POLLNVAL) && L->active) {
                 lane_read(L, timeout_ns);
+                if (L->next && !L->active && !L->failed) { /* its next batch: at once */
+                    if (!lane_start(L, stop_ns, wall_offset_ns, timeout_ns)) {
+                        L->next = 0;
+                        ended |= L->i >= L->batches;
+                    }
+                }
             }
-        }
-        /* the lanes whose batches came in start their next ones together, as the
-         * native tools do: the server then takes them in one pass of its event loop */
-        now = monotonic_ns();
-        for (nfds_t q = 0; q < k; q++) {
-            lane *L = polled[q];
-            if (L->next) {
-                L->next = 0;
-                lane_start(L, now, until_ns, wall_offset_ns, timeout_ns);
-            }
+            ended |= L->failed;
         }
         now = monotonic_ns();
         for (nfds_t q = 0; q < k; q++) {
-            lane *L = polled[q];
+            lane *L = self->polled[q];
             if (L->active && now >= L->deadline) {
                 L->o.status = ST_TIMEOUT;
                 lane_fail(L, now);
+                ended = 1;
             }
+        }
+        if (ended || (wake_fd >= 0 && ready > 0 && (pfds[k].revents & (POLLIN | POLLERR | POLLHUP)))) {
+            /* the lanes whose batches came in this round start theirs first */
+            for (nfds_t q = 0; q < k; q++) {
+                lane *L = self->polled[q];
+                if (L->next && !L->active && !L->failed && L->assigned) {
+                    if (!lane_start(L, stop_ns, wall_offset_ns, timeout_ns)) {
+                        L->next = 0;
+                    }
+                }
+            }
+            return;
         }
     }
 }
 
-static PyObject *
-lanes_run(PyObject *args, int proto)
+static int
+Lanes_init(LanesObject *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *items;
-    long long until_ns, wall_offset_ns, timeout_ns;
-    if (!PyArg_ParseTuple(args, "O!LLL", &PyList_Type, &items, &until_ns, &wall_offset_ns,
-                          &timeout_ns)) {
-        return NULL;
+    static char *kwlist[] = {"proto", "count", "timeout_ns", NULL};
+    int proto;
+    Py_ssize_t count;
+    long long timeout_ns;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "inL", kwlist, &proto, &count, &timeout_ns)) {
+        return -1;
     }
-    Py_ssize_t n = PyList_GET_SIZE(items);
-    lane *lanes = PyMem_RawCalloc((size_t)(n > 0 ? n : 1), sizeof(lane));
-    struct pollfd *pfds = PyMem_RawCalloc((size_t)(n > 0 ? n : 1), sizeof(struct pollfd));
-    lane **polled = PyMem_RawCalloc((size_t)(n > 0 ? n : 1), sizeof(lane *));
-    PyObject *result = NULL;
-    Py_ssize_t parsed = 0;
-    if (lanes == NULL || pfds == NULL || polled == NULL) {
+    if ((proto != PROTO_REDIS && proto != PROTO_PG) || count < 1 || count > 100000 ||
+        timeout_ns <= 0 || self->lanes != NULL) {
+        PyErr_SetString(PyExc_ValueError, "Lanes: proto 0 or 1, count >= 1, timeout_ns > 0");
+        return -1;
+    }
+    self->proto = proto;
+    self->timeout_ns = timeout_ns;
+    self->n = count;
+    self->lanes = PyMem_RawCalloc((size_t)count, sizeof(lane));
+    self->pfds = PyMem_RawCalloc((size_t)count + 1, sizeof(struct pollfd));
+    self->polled = PyMem_RawCalloc((size_t)count + 1, sizeof(lane *));
+    if (self->lanes == NULL || self->pfds == NULL || self->polled == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
-    for (; parsed < n; parsed++) {
-        if (lane_parse(&lanes[parsed], PyList_GET_ITEM(items, parsed), proto) < 0) {
-            parsed++; /* its buffers, if any, are freed too */
-            goto done;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        self->lanes[j].conn_gen = -1;
+        if (proto == PROTO_PG) {
+            self->lanes[j].prepared = PyMem_RawCalloc(PG_SIZE_MAX / 8 + 1, 1);
+            if (self->lanes[j].prepared == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
         }
     }
+    return 0;
+}
+
+static void
+Lanes_dealloc(LanesObject *self)
+{
+    for (Py_ssize_t j = 0; self->lanes != NULL && j < self->n; j++) {
+        lane_release(&self->lanes[j]);
+        PyMem_RawFree(self->lanes[j].wire);
+        PyMem_RawFree(self->lanes[j].prepared);
+    }
+    PyMem_RawFree(self->lanes);
+    PyMem_RawFree(self->pfds);
+    PyMem_RawFree(self->polled);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static lane *
+lane_at(LanesObject *self, Py_ssize_t j)
+{
+    if (self->lanes == NULL || j < 0 || j >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "Lanes: no such lane");
+        return NULL;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Lanes: run() is going");
+        return NULL;
+    }
+    return &self->lanes[j];
+}
+
+/* assign(j, fd, spec, sizes, first_seq, key, records, first_start_ns, conn_gen): lane j's
+ * next run; refused while a batch of it is in flight. */
+static PyObject *
+Lanes_assign(LanesObject *self, PyObject *args)
+{
+    Py_ssize_t j;
+    int fd;
+    PyObject *spec;
+    Py_buffer sizes_buf, records_buf;
+    unsigned long long seq, key;
+    long long first_start, conn_gen;
+    if (!PyArg_ParseTuple(args, "niO!y*KKw*LL", &j, &fd, &PyTuple_Type, &spec, &sizes_buf, &seq,
+                          &key, &records_buf, &first_start, &conn_gen)) {
+        return NULL;
+    }
+    lane *L = lane_at(self, j);
+    run_spec rs;
+    const char *why = NULL;
+    if (L == NULL) {
+        goto fail;
+    }
+    if (L->active) {
+        why = "Lanes: a batch of this lane is in flight";
+        goto refused;
+    }
+    if ((self->proto == PROTO_PG ? parse_pg_spec(spec, &rs) : parse_run_spec(spec, &rs)) < 0) {
+        goto fail;
+    }
+    Py_ssize_t batches = sizes_buf.len / (Py_ssize_t)sizeof(int64_t);
+    if (sizes_buf.len % (Py_ssize_t)sizeof(int64_t) != 0 ||
+        records_buf.len < batches * 2 * (Py_ssize_t)sizeof(int64_t)) {
+        free_run_spec(&rs);
+        why = "Lanes: sizes is not i64s, or records has no room for 2 per batch";
+        goto refused;
+    }
+    const int64_t *sizes = (const int64_t *)sizes_buf.buf;
+    size_t frame_max = 0, n_max = 0, fixed = rs.trailer_len + 1;
+    long long size_max = 1000000;
+    for (Py_ssize_t k = 0; k < rs.nkeys; k++) {
+        size_t f = rs.prefix_lens[k] + 24 + rs.pad_len + rs.suffix_len;
+        frame_max = f > frame_max ? f : frame_max;
+    }
+    for (Py_ssize_t i = 0; i < batches; i++) {
+        if (sizes[i] < 1 || sizes[i] > (self->proto == PROTO_PG ? PG_SIZE_MAX : size_max)) {
+            free_run_spec(&rs);
+            why = "Lanes: a batch size out of range (1 .. 1000000; PostgreSQL 32767)";
+            goto refused;
+        }
+        n_max = (size_t)sizes[i] > n_max ? (size_t)sizes[i] : n_max;
+    }
+    if (self->proto == PROTO_PG) { /* a parameter each, and a Parse with "($NNNNN), " each */
+        frame_max = 4 + 24 + rs.pad_len + 12;
+        fixed = 160 + rs.sql_len;
+    }
+    size_t need = n_max * frame_max + fixed;
+    if (need > L->cap) {
+        char *wire = PyMem_RawRealloc(L->wire, need);
+        if (wire == NULL) {
+            free_run_spec(&rs);
+            PyErr_NoMemory();
+            goto fail;
+        }
+        L->wire = wire;
+        L->cap = need;
+    }
+    lane_release(L);
+    L->assigned = 1;
+    L->fd = fd;
+    Py_INCREF(spec);
+    L->spec_obj = spec;
+    L->rs = rs;
+    L->sizes_buf = sizes_buf;
+    L->records_buf = records_buf;
+    L->sizes = sizes;
+    L->batches = batches;
+    L->records = (int64_t *)records_buf.buf;
+    L->seq = seq;
+    L->key = key;
+    L->first_start = first_start;
+    if (conn_gen != L->conn_gen && L->prepared != NULL) {
+        memset(L->prepared, 0, PG_SIZE_MAX / 8 + 1);
+    }
+    L->conn_gen = conn_gen;
+    L->i = L->ok = 0;
+    L->active = L->failed = L->parsing = 0;
+    L->next = 1;
+    memset(&L->o, 0, sizeof L->o);
+    Py_RETURN_NONE;
+refused:
+    PyErr_SetString(PyExc_ValueError, why);
+fail:
+    PyBuffer_Release(&sizes_buf);
+    PyBuffer_Release(&records_buf);
+    return NULL;
+}
+
+/* release(j): lane j gives its run's buffers back (refused while a batch is in flight) */
+static PyObject *
+Lanes_release(LanesObject *self, PyObject *args)
+{
+    Py_ssize_t j;
+    if (!PyArg_ParseTuple(args, "n", &j)) {
+        return NULL;
+    }
+    lane *L = lane_at(self, j);
+    if (L == NULL) {
+        return NULL;
+    }
+    if (L->active) {
+        PyErr_SetString(PyExc_ValueError, "Lanes: a batch of this lane is in flight");
+        return NULL;
+    }
+    lane_release(L);
+    Py_RETURN_NONE;
+}
+
+/* run(return_ns, stop_ns, wall_offset_ns, wake_fd) -> [(done, in_flight, status, integer,
+ * message), ...] per lane (see lanes_loop); status None: going (or idle), else the lane
+ * failed at batch done and stays stopped until assigned again. */
+static PyObject *
+Lanes_run(LanesObject *self, PyObject *args)
+{
+    long long return_ns, stop_ns, wall_offset_ns;
+    int wake_fd;
+    if (!PyArg_ParseTuple(args, "LLLi", &return_ns, &stop_ns, &wall_offset_ns, &wake_fd)) {
+        return NULL;
+    }
+    if (self->lanes == NULL || self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Lanes: not set up, or run() is going");
+        return NULL;
+    }
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    lanes_loop(lanes, n, pfds, polled, until_ns, wall_offset_ns, timeout_ns);
+    lanes_loop(self, return_ns, stop_ns, wall_offset_ns, wake_fd);
     Py_END_ALLOW_THREADS
-    result = PyList_New(n);
-    for (Py_ssize_t j = 0; result != NULL && j < n; j++) {
-        PyObject *value = outcome_value(&lanes[j].o);
-        PyObject *item = value == NULL ? NULL : Py_BuildValue("(nN)", lanes[j].ok, value);
+    self->busy = 0;
+    PyObject *result = PyList_New(self->n);
+    for (Py_ssize_t j = 0; result != NULL && j < self->n; j++) {
+        lane *L = &self->lanes[j];
+        PyObject *item;
+        if (L->failed) {
+            PyObject *value = outcome_value(&L->o);
+            item = value == NULL ? NULL
+                                 : Py_BuildValue("(niN)", L->ok, 0, value);
+        } else {
+            item = Py_BuildValue("(niO)", L->ok, L->active, Py_None);
+        }
         if (item == NULL) {
             Py_CLEAR(result);
             break;
         }
         PyList_SET_ITEM(result, j, item);
     }
-done:
-    if (lanes != NULL) {
-        lanes_free(lanes, parsed);
-    }
-    PyMem_RawFree(pfds);
-    PyMem_RawFree(polled);
     return result;
 }
 
-static PyObject *
-redis_lanes(PyObject *self, PyObject *args)
-{
-    (void)self;
-    return lanes_run(args, PROTO_REDIS);
-}
+static PyMethodDef Lanes_methods[] = {
+    {"assign", (PyCFunction)Lanes_assign, METH_VARARGS,
+     "assign(j, fd, spec, sizes, first_seq, key, records, first_start_ns, conn_gen)"},
+    {"release", (PyCFunction)Lanes_release, METH_VARARGS, "release(j)"},
+    {"run", (PyCFunction)Lanes_run, METH_VARARGS, "run(return_ns, stop_ns, wall_offset_ns, wake_fd)"},
+    {NULL, NULL, 0, NULL},
+};
 
-static PyObject *
-pg_lanes(PyObject *self, PyObject *args)
-{
-    (void)self;
-    return lanes_run(args, PROTO_PG);
-}
+static PyTypeObject LanesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mqlab._sendpath.Lanes",
+    .tp_basicsize = sizeof(LanesObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Closed-loop senders' connections driven from one thread (see the source).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Lanes_init,
+    .tp_dealloc = (destructor)Lanes_dealloc,
+    .tp_methods = Lanes_methods,
+};
 
 static PyMethodDef methods[] = {
     {"redis_batch", redis_batch, METH_VARARGS,
      "Write a batch's headers into its RESP template, send it, read its replies."},
-    {"redis_lanes", redis_lanes, METH_VARARGS,
-     "Send batches back to back on several connections from one thread, until a time."},
-    {"pg_lanes", pg_lanes, METH_VARARGS,
-     "redis_lanes for PostgreSQL: each batch a prepared INSERT (Bind, Execute, Sync)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -986,5 +1231,23 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__sendpath(void)
 {
-    return PyModule_Create(&module);
+    if (PyType_Ready(&LanesType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&LanesType);
+    if (PyModule_AddObject(m, "Lanes", (PyObject *)&LanesType) < 0) {
+        Py_DECREF(&LanesType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "REDIS", PROTO_REDIS) < 0 ||
+        PyModule_AddIntConstant(m, "PG", PROTO_PG) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

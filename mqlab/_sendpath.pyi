@@ -11,22 +11,31 @@ def redis_batch(
     sent_ns: int,
     /,
 ) -> tuple[int, int, str | None]: ...
-def redis_lanes(
-    lanes: list[tuple[int, tuple[Any, ...], Any, int, int, Any]],
-    # each (fd, run_spec, sizes: a buffer of i64, first_seq, key, records: a writable
-    # buffer of 2 i64 per batch); run_spec: (prefixes, pads, pool_n, suffix, trailer,
-    # magic, version, sender, min_acks)
-    until_ns: int,
-    wall_offset_ns: int,
-    timeout_ns: int,
-    /,
-) -> list[tuple[int, tuple[int, int, str | None]]]: ...
-def pg_lanes(
-    lanes: list[tuple[int, tuple[Any, ...], Any, int, int, Any]],
-    # each (fd, run_spec, sizes, first_seq, key (unused), records); run_spec: (statement
-    # name before the batch size, pads, pool_n, magic, version, sender)
-    until_ns: int,
-    wall_offset_ns: int,
-    timeout_ns: int,
-    /,
-) -> list[tuple[int, tuple[int, int, str | None]]]: ...
+
+REDIS: int
+PG: int
+
+class Lanes:
+    """Closed-loop senders' connections driven from one thread (mqlab/_sendpath.c)."""
+
+    def __init__(self, proto: int, count: int, timeout_ns: int) -> None: ...
+    def assign(
+        self,
+        j: int,
+        fd: int,
+        run_spec: tuple[Any, ...],
+        # Redis: (prefixes, pads, pool_n, suffix, trailer, magic, version, sender,
+        # min_acks); PostgreSQL: (statement name before the batch size, the INSERT's SQL
+        # up to its rows, pads, pool_n, magic, version, sender)
+        sizes: Any,  # a buffer of i64 batch sizes
+        first_seq: int,
+        key: int,
+        records: Any,  # a writable buffer of 2 i64 per batch
+        first_start_ns: int,  # > 0: the first batch started then
+        conn_gen: int,  # the connection's generation (PostgreSQL: what it prepared)
+        /,
+    ) -> None: ...
+    def run(
+        self, return_ns: int, stop_ns: int, wall_offset_ns: int, wake_fd: int, /
+    ) -> list[tuple[int, int, tuple[int, int, str | None] | None]]: ...
+    def release(self, j: int, /) -> None: ...

@@ -26,11 +26,12 @@ from __future__ import annotations
 import array
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from mqlab import envelope
+from mqlab.brokers import compiled
 from mqlab.errors import DriverError
 
 IDENTIFY_CAP = 1_000_000  # remaining(identify=True) returns at most this many payloads
@@ -117,36 +118,9 @@ class Lane(NamedTuple):
 LaneOutcome = tuple[int, Exception | None]  # batches confirmed; the failure that ended it
 
 
-def send_compiled_lanes(
-    lanes: Sequence[Lane],
-    until_ns: int,
-    wall_offset_ns: int,
-    timeout_ns: int,
-    call: Callable[..., list[tuple[int, tuple[int, int, str | None]]]],
-    prepare: Callable[[Lane], tuple[int, tuple[Any, ...], int]],
-    outcome: Callable[[Lane, int, int, str | None], Exception | None],
-) -> list[LaneOutcome]:
-    """A driver's ``Sender.send_lanes`` over a compiled call of mqlab._sendpath
-    (``redis_lanes``, ``pg_lanes``): ``prepare(lane)`` gives its connection's socket, its
-    fixed arguments and its first stream key (a DriverError fails the lane's first batch
-    before the call); ``outcome(lane, status, integer, message)`` turns what the call says
-    of each lane into its failure (None: none)."""
-    out: list[LaneOutcome] = [(0, None)] * len(lanes)
-    args, going = [], []
-    for j, lane in enumerate(lanes):
-        try:
-            fd, spec, key = prepare(lane)
-        except DriverError as e:
-            lane.records[0] = lane.records[1] = time.monotonic_ns()
-            out[j] = (0, e)
-            continue
-        args.append((fd, spec, lane.sizes, lane.first_seq, key, lane.records))
-        going.append(j)
-    if args:
-        results = call(args, until_ns, wall_offset_ns, timeout_ns)
-        for j, (done, (status, integer, message)) in zip(going, results, strict=True):
-            out[j] = (done, outcome(lanes[j], status, integer, message))
-    return out
+def lanes_engine() -> Any:
+    """``mqlab._sendpath.Lanes`` where the install built it, else None."""
+    return compiled.module.Lanes if compiled.module is not None else None
 
 
 class Sender(ABC):
@@ -196,6 +170,36 @@ class Sender(ABC):
             first_seq += n
         return done, None
 
+    # -- closed-loop senders in lanes (mqlab._sendpath.Lanes), where lane_proto is set --
+    lane_proto: ClassVar[int | None] = None  # mqlab._sendpath.REDIS or .PG
+
+    def lane_timeout_ns(self) -> int:
+        """A batch in flight with no bytes moved for this long fails (a timeout)."""
+        raise NotImplementedError(f"{type(self).__name__} does not send in lanes")
+
+    def lane_connected(self) -> bool:
+        """Whether :meth:`lane_args` can be had now, without connecting first."""
+        return True
+
+    def lane_connect(self) -> None:  # noqa: B027 - optional hook
+        """(Re)connect, blocking (the workers call it off the lanes' thread, and time it
+        as part of the batch that waits for it); DriverError if it fails."""
+
+    def lane_args(
+        self, sender: int, pool: envelope.PayloadPool
+    ) -> tuple[int, tuple[Any, ...], int, int]:
+        """(socket, run spec, first stream key, connection generation) of a lane of this
+        connected sender (see mqlab/_sendpath.c); DriverError if it cannot send in lanes."""
+        raise NotImplementedError(f"{type(self).__name__} does not send in lanes")
+
+    def lane_outcome(self, status: int, integer: int, message: str | None) -> Exception | None:
+        """The failure a lane's (status, integer, message) says (None: none); a failure
+        that leaves the connection out of step drops it (the next batch connects)."""
+        raise NotImplementedError(f"{type(self).__name__} does not send in lanes")
+
+    def lane_ran(self, done: int, failed: bool) -> None:  # noqa: B027 - optional hook
+        """A lane's run ended after ``done`` batches confirmed (and one failed)."""
+
     @classmethod
     def send_lanes(
         cls,
@@ -203,11 +207,50 @@ class Sender(ABC):
         until_ns: int,
         wall_offset_ns: int,
         pool: envelope.PayloadPool,
-    ) -> list[tuple[int, Exception | None]]:
+    ) -> list[LaneOutcome]:
         """:meth:`send_run` of several senders of this class (each its own connection) at
-        once, from one thread: each lane's next batch starts when its last one is
-        confirmed. Only for drivers whose ``sends_in_lanes()`` is true."""
-        raise NotImplementedError(f"{cls.__name__} does not send in lanes")
+        once, from one thread, in one ``mqlab._sendpath.Lanes`` set: each lane's next
+        batch starts when its own last one is confirmed, none at or after ``until_ns``;
+        returns once no batch is in flight. A sender that is not connected connects first
+        (a failure fails its first batch). The workers drive lanes for a whole run with
+        ``mqlab.workload.lanes``; this is one bounded run of them."""
+        engine = lanes_engine()
+        if cls.lane_proto is None or engine is None or not lanes:
+            raise NotImplementedError(f"{cls.__name__} does not send in lanes")
+        out: list[LaneOutcome] = [(0, None)] * len(lanes)
+        ls = engine(cls.lane_proto, len(lanes), lanes[0].client.lane_timeout_ns())
+        going = []
+        for j, lane in enumerate(lanes):
+            started = time.monotonic_ns()
+            try:
+                if not lane.client.lane_connected():
+                    lane.client.lane_connect()
+                fd, spec, key, gen = lane.client.lane_args(lane.sender, pool)
+            except DriverError as e:
+                lane.records[0], lane.records[1] = started, time.monotonic_ns()
+                lane.client.lane_ran(0, True)
+                out[j] = (0, e)
+                continue
+            ls.assign(j, fd, spec, lane.sizes, lane.first_seq, key, lane.records, started, gen)
+            going.append(j)
+        while going:
+            results = ls.run(2**62, until_ns, wall_offset_ns, -1)
+            still = []
+            for j in going:
+                done, in_flight, status = results[j]
+                if status is not None:
+                    failure = lanes[j].client.lane_outcome(*status)
+                    lanes[j].client.lane_ran(done, failure is not None)
+                    out[j] = (done, failure)
+                elif in_flight or (done < len(lanes[j].sizes) and time.monotonic_ns() < until_ns):
+                    still.append(j)
+                else:
+                    lanes[j].client.lane_ran(done, False)
+                    out[j] = (done, None)
+            going = still
+        for j in range(len(lanes)):
+            ls.release(j)
+        return out
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""

@@ -30,139 +30,15 @@ from mqlab import clock, cpu, envelope
 from mqlab.archive import codecs, layout
 from mqlab.archive.codecs import COUNT_FIELDS
 from mqlab.archive.hlog import IntervalLogWriter
-from mqlab.archive.records import DeliveryRecord, ReceivedSender, SentSender
+from mqlab.archive.records import DeliveryRecord, ReceivedSender
 from mqlab.workload.histograms import BulkHistogram
-from mqlab.workload.schedules import Schedule
+from mqlab.workload.senderstats import SenderStats
 
 LOG = logging.getLogger(__name__)
 
 
 def _ms(wall_ns: int) -> int:
     return wall_ns // 1_000_000
-
-
-class SenderStats:
-    """What one sender thread measured (plus its confirmed seqs).
-
-    Counters only ever grow and are written by the owning thread alone; the ticker
-    reads them without a lock and takes differences. Latency buffers are swapped
-    under an (uncontended) lock.
-    """
-
-    def __init__(self, sender_id: int):
-        self.sender_id = sender_id
-        self.lock = threading.Lock()
-        self.call_us = array.array("q")  # confirmed send() calls
-        self.batch_sizes = array.array("q")
-        self.failed_us = array.array("q")  # failed send() calls: time until the failure
-        self.unsent_us = array.array("q")  # never-sent messages: stop time - intended time
-        self.confirmed = BitMap64()  # touched only by the owning thread until the end
-        self.marks: list[list[int]] = []  # [second ms, first seq sent in it]
-        self.sent_total = 0
-        self.confirmed_total = 0
-        self.failed_total = 0
-        self.unsent_total = 0
-        self.last_confirm_ms = 0
-        self.schedule: Schedule | None = None  # read by the ticker for the lag
-        self.in_flight: tuple[int, int] | None = None  # (intended mono ns, n) of a send call
-        self._seen = (0, 0, 0, 0)
-
-    def sending(
-        self, n: int, intended_ns: int, seq: int | None = None, wall_ms: int | None = None
-    ) -> None:
-        """``n`` messages from ``seq`` on handed to send() at ``wall_ms``: the first seq
-        of each wall-clock second is marked (which messages went out when)."""
-        self.sent_total += n
-        self.in_flight = (intended_ns, n)
-        if seq is not None and wall_ms is not None:
-            self._mark(wall_ms * 1_000_000, seq)
-
-    def confirmed_batch(self, first_seq: int, n: int, call_us: int, wall_ms: int) -> None:
-        self.in_flight = None
-        self.confirmed.add_range(first_seq, first_seq + n)
-        with self.lock:
-            self.call_us.append(call_us)
-            self.batch_sizes.append(n)
-        self.last_confirm_ms = wall_ms
-        self.confirmed_total += n
-
-    def confirmed_run(
-        self,
-        first_seq: int,
-        sizes: array.array[int],
-        done: int,
-        records: array.array[int],
-        wall_offset_ns: int,
-    ) -> None:
-        """The first ``done`` batches of a run (``Sender.send_run``): ``sizes[i]`` messages
-        from ``first_seq`` on, sent at ``records[2i]`` and confirmed at ``records[2i+1]``
-        (monotonic ns; + ``wall_offset_ns``: wall clock). As :meth:`sending` then
-        :meth:`confirmed_batch` of each, in bulk."""
-        if done <= 0:
-            return
-        sizes = sizes[:done]
-        total = sum(sizes)
-        self.sent_total += total
-        first_s = (records[0] + wall_offset_ns) // 1_000_000_000
-        if (records[2 * done - 2] + wall_offset_ns) // 1_000_000_000 == first_s:
-            self._mark(records[0] + wall_offset_ns, first_seq)
-        else:  # the run crossed a second: the first batch of each marks it
-            seq = first_seq
-            for i in range(done):
-                self._mark(records[2 * i] + wall_offset_ns, seq)
-                seq += sizes[i]
-        self.confirmed.add_range(first_seq, first_seq + total)
-        latencies = [(records[i + 1] - records[i]) // 1000 for i in range(0, 2 * done, 2)]
-        with self.lock:
-            self.call_us.extend(latencies)
-            self.batch_sizes.extend(sizes)
-        self.in_flight = None
-        self.last_confirm_ms = (records[2 * done - 1] + wall_offset_ns) // 1_000_000
-        self.confirmed_total += total
-
-    def _mark(self, wall_ns: int, seq: int) -> None:
-        second = wall_ns // 1_000_000_000 * 1000
-        if not self.marks or self.marks[-1][0] != second:
-            self.marks.append([second, seq])
-
-    def failed(self, n: int, call_us: int) -> None:
-        self.in_flight = None
-        with self.lock:
-            self.failed_us.append(call_us)
-        self.failed_total += n
-
-    def unsent(self, latencies_us: np.ndarray) -> None:
-        """Messages scheduled before the stop and never sent, with their latencies."""
-        if latencies_us.size == 0:
-            return
-        with self.lock:
-            self.unsent_us.frombytes(latencies_us.astype(np.int64).tobytes())
-        self.unsent_total += int(latencies_us.size)
-
-    def swap(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
-        with self.lock:
-            out = (self.call_us, self.batch_sizes, self.failed_us, self.unsent_us)
-            self.call_us = array.array("q")
-            self.batch_sizes = array.array("q")
-            self.failed_us = array.array("q")
-            self.unsent_us = array.array("q")
-        now = (self.sent_total, self.confirmed_total, self.failed_total, self.unsent_total)
-        prev, self._seen = self._seen, now
-        counts = dict.fromkeys(COUNT_FIELDS, 0)
-        for k, a, b in zip(("sent", "confirmed", "failed", "unsent"), now, prev, strict=True):
-            counts[k] = a - b
-        arrays = [np.frombuffer(a, dtype=np.int64) for a in out]
-        return arrays[0], arrays[1], arrays[2], arrays[3], counts
-
-    def sent_record(self) -> SentSender:
-        return SentSender(
-            self.sent_total,
-            self.confirmed_total,
-            self.failed_total,
-            self.unsent_total,
-            self.confirmed,
-            list(self.marks),
-        )
 
 
 class ReceiverStats:
@@ -386,7 +262,7 @@ class IntervalRecorder:
                 return
             counts = dict.fromkeys(COUNT_FIELDS, 0)
             if self.role == "sender":
-                last_ms, lag_ms = self._tick_senders(counts)
+                last_ms, lag_ms = self._tick_senders(counts, end_ms)
             else:
                 last_ms, lag_ms = self._tick_receivers(counts), 0
             for metric, hist in self.hists.items():
@@ -410,12 +286,22 @@ class IntervalRecorder:
                 self.totals[k] += v
             self.interval_start_ms = end_ms
 
-    def _tick_senders(self, counts: dict[str, int]) -> tuple[int, int]:
+    def wait_for_senders(self, end_ms: int, bound_s: float) -> None:
+        """Wait (at most ``bound_s``) until every sender thread sending in runs recorded
+        what was confirmed before ``end_ms`` (its watermark), so that the interval ending
+        there gets it."""
+        deadline = time.monotonic() + bound_s
+        while any(s.watermark_ms is not None and s.watermark_ms < end_ms for s in self.senders):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.0005)
+
+    def _tick_senders(self, counts: dict[str, int], end_ms: int) -> tuple[int, int]:
         calls, sizes, failed, unsent = [], [], [], []
         last_ms = lag_ns = 0
         now_ns = time.monotonic_ns()
         for stats in self.senders:
-            call_us, batch_sizes, failed_us, unsent_us, c = stats.swap()
+            call_us, batch_sizes, failed_us, unsent_us, c, last = stats.swap(end_ms)
             calls.append(call_us)
             sizes.append(batch_sizes)
             failed.append(failed_us)
@@ -423,7 +309,7 @@ class IntervalRecorder:
             for k, v in c.items():
                 counts[k] += v
             if c["confirmed"]:
-                last_ms = max(last_ms, stats.last_confirm_ms)
+                last_ms = max(last_ms, last or stats.last_confirm_ms)
             if stats.schedule is not None:
                 lag_ns = max(lag_ns, stats.schedule.behind_max_ns(now_ns))
         if calls:

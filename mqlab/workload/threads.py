@@ -11,15 +11,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mqlab import clock, envelope
-from mqlab.brokers.base import Driver, Lane, Sender
+from mqlab.brokers.base import Driver, Lane, Sender, lanes_engine
 from mqlab.scenario.model import Workload
-from mqlab.workload.recorder import ReceiverStats, SenderStats
+from mqlab.workload import lanes as lanes_mod
+from mqlab.workload.recorder import ReceiverStats
 from mqlab.workload.schedules import ClosedLoop, Schedule, make_schedule
+from mqlab.workload.senderstats import Cuts, SenderStats
 
 LOG = logging.getLogger(__name__)
 ERROR_BUDGET_S = 30.0  # a thread gives up after this long without one successful call
 RUN_BATCHES = 64  # a closed-loop sender's batches per run (Sender.send_run), at most
 RUN_NS = 20_000_000  # and its time: stop and the end are looked at at least this often
+WATERMARK_WAIT_S = 0.25  # the ticker waits this long, at most, for a run to be recorded
 
 
 class ThreadFailed(Exception):
@@ -95,6 +98,7 @@ def run_sender(
     stop: threading.Event,
     ready: threading.Barrier,
     go: threading.Event,
+    cuts: Cuts | None = None,
 ) -> None:
     """Connect, wait for the common start (``go``), then send on the schedule until the
     duration, the message limit or ``stop``; finally record the messages whose slot
@@ -110,9 +114,20 @@ def run_sender(
         limit = w.messages_per_thread or None
         sizes = BatchSizes(random.Random(seed), w.send_batch_min, w.send_batch_max, limit)
         try:
-            if isinstance(schedule, ClosedLoop):
+            if isinstance(schedule, ClosedLoop) and in_lanes(client):
+                state = lanes_mod.LaneState(client, stats, sizes, Retry())
+                lanes_mod.drive(
+                    [state],
+                    pool,
+                    stop,
+                    start.start_ns,
+                    start.end_ns,
+                    start.wall_offset_ns,
+                    cuts or Cuts(),
+                )
+            elif isinstance(schedule, ClosedLoop):
                 lane = _Lane(client, stats, sizes)
-                _closed_loop([lane], _one_by_one, pool, stop, start)
+                _closed_loop([lane], _one_by_one, pool, stop, start, cuts or Cuts())
             else:
                 _on_schedule(client, stats, schedule, sizes, pool, stop, start)
         finally:
@@ -124,6 +139,12 @@ def run_sender(
         client.close()
 
 
+def in_lanes(client: Sender) -> bool:
+    """Whether this sender's closed-loop batches go through ``mqlab._sendpath.Lanes`` (a
+    set of one, in a thread per sender)."""
+    return type(client).lane_proto is not None and lanes_engine() is not None
+
+
 def run_sender_lanes(
     drivers: Sequence[Driver],
     w: Workload,
@@ -133,11 +154,11 @@ def run_sender_lanes(
     stop: threading.Event,
     ready: threading.Barrier,
     go: threading.Event,
+    cuts: Cuts | None = None,
 ) -> None:
     """Closed-loop senders (one per driver, stats and seed), all driven from this thread
-    through ``Sender.send_lanes`` of their drivers' sender class (each sender its own
-    connection, as with a thread each): the batches in flight on all of them are waited
-    for together, as the brokers' own benchmark tools do."""
+    in one ``mqlab._sendpath.Lanes`` set (``mqlab.workload.lanes``; each sender its own
+    connection, as with a thread each), as the brokers' own benchmark tools do."""
     clients: list[Sender] = []
     try:
         clients += [d.sender() for d in drivers]
@@ -150,9 +171,10 @@ def run_sender_lanes(
         for client, st, seed in zip(clients, stats, seeds, strict=True):
             st.schedule = ClosedLoop()
             sizes = BatchSizes(random.Random(seed), w.send_batch_min, w.send_batch_max, limit)
-            lanes.append(_Lane(client, st, sizes))
-        send_lanes = type(clients[0]).send_lanes
-        _closed_loop(lanes, send_lanes, pool, stop, start)
+            lanes.append(lanes_mod.LaneState(client, st, sizes, Retry()))
+        lanes_mod.drive(
+            lanes, pool, stop, start.start_ns, start.end_ns, start.wall_offset_ns, cuts or Cuts()
+        )
     finally:
         for client in clients:
             client.close()
@@ -264,15 +286,35 @@ def _closed_loop(
     pool: envelope.PayloadPool,
     stop: threading.Event,
     start: _Start,
+    cuts: Cuts,
 ) -> None:
-    """Batches back to back in runs (``send``: ``Sender.send_lanes`` or one lane's
-    ``send_run``) of at most RUN_BATCHES batches per lane and RUN_NS, each ending by the
-    next whole wall-clock second (where the worker's ticker closes an interval), so that
-    the records of a run land in the interval its batches ran in; between runs, ``stop``
-    and the end are looked at, and a failed lane's backoff is waited out (by that lane
-    alone)."""
+    """Batches back to back in runs (``send``: one lane's ``send_run``) of at most
+    RUN_BATCHES batches and RUN_NS, none started at or after the next cut (a whole
+    wall-clock second or the warm-up end, where the worker's ticker closes an interval);
+    each run is recorded before the thread's watermark passes the cut, and the ticker
+    waits for it (at most WATERMARK_WAIT_S), so that each batch lands in the interval of
+    its confirmation; between runs, ``stop`` and the end are looked at, and a failed
+    lane's backoff is waited out (by that lane alone)."""
     end_ns, wall_offset_ns = start.end_ns, start.wall_offset_ns
     live = list(lanes)
+    for lane in live:
+        lane.stats.watermark_ms = (start.start_ns + wall_offset_ns) // 1_000_000
+    try:
+        _runs(live, send, pool, stop, end_ns, wall_offset_ns, cuts)
+    finally:
+        for lane in lanes:
+            lane.stats.watermark_ms = None
+
+
+def _runs(
+    live: list[_Lane],
+    send: Callable[..., list[tuple[int, Exception | None]]],
+    pool: envelope.PayloadPool,
+    stop: threading.Event,
+    end_ns: int | None,
+    wall_offset_ns: int,
+    cuts: Cuts,
+) -> None:
     while live and not stop.is_set():
         now = time.monotonic_ns()
         if end_ns is not None and now >= end_ns:
@@ -288,8 +330,7 @@ def _closed_loop(
             if live:  # all backing off: until the first may go again
                 stop.wait(max(0.0, (min(lane.resume_ns for lane in live) - now) / 1e9))
             continue
-        second_end = ((now + wall_offset_ns) // 1_000_000_000 + 1) * 1_000_000_000
-        until = min(now + RUN_NS, second_end - wall_offset_ns)
+        until = min(now + RUN_NS, cuts.next_ns(now + wall_offset_ns) - wall_offset_ns)
         if end_ns is not None:
             until = min(until, end_ns)
         runs = [
@@ -303,8 +344,18 @@ def _closed_loop(
             for lane in going:
                 lane.records[0], lane.records[1] = now, failed_at
             results = [(0, exc)] * len(going)
+        returned = time.monotonic_ns()
+        failed: ThreadFailed | None = None
         for lane, (done, failure) in zip(going, results, strict=True):
-            _ran(lane, done, failure, wall_offset_ns)
+            try:
+                _ran(lane, done, failure, wall_offset_ns)
+            except ThreadFailed as e:  # every lane's outcome is recorded first
+                failed = failed or e
+        mark = (returned + wall_offset_ns) // 1_000_000
+        for lane in going:
+            lane.stats.watermark_ms = mark
+        if failed is not None:
+            raise failed
 
 
 def _ran(lane: _Lane, done: int, failure: Exception | None, wall_offset_ns: int) -> None:

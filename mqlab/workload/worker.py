@@ -29,9 +29,15 @@ from mqlab.brokers import registry
 from mqlab.brokers.base import Driver, Endpoints
 from mqlab.scenario.model import Workload
 from mqlab.workload import protocol
-from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, SenderStats, now_ms
+from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, now_ms
+from mqlab.workload.senderstats import Cuts, SenderStats
 from mqlab.workload.spec import WorkerSpec, queue_of
-from mqlab.workload.threads import run_receiver, run_sender, run_sender_lanes
+from mqlab.workload.threads import (
+    WATERMARK_WAIT_S,
+    run_receiver,
+    run_sender,
+    run_sender_lanes,
+)
 
 LOG = logging.getLogger("mqlab.worker")
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 4
@@ -66,6 +72,7 @@ class Worker:
             spec.role == "sender"
             and self.workload.mode == "closed_loop"
             and spec.threads > 0
+            and spec.lanes
             and all(d.sends_in_lanes() for d in self.drivers.values())
         )
         self.send_path: str | None = None
@@ -81,6 +88,7 @@ class Worker:
         self.go_ms: int | None = None
         self.measure_ms: int | None = None  # the measured period's start, once told
         self.measure_told = threading.Event()  # wakes the ticker when it is told
+        self.cuts = Cuts()  # where intervals end: the senders' runs end there too
 
     # -- threads ----------------------------------------------------------------
     def _guard(self, fn: Any, *args: Any) -> None:
@@ -111,6 +119,7 @@ class Worker:
                     self.stop,
                     ready,
                     self.go,
+                    self.cuts,
                 )
                 threads.append(threading.Thread(target=self._guard, args=args, name="send-lanes"))
             for t in range(0 if self.in_lanes else spec.threads):
@@ -124,6 +133,7 @@ class Worker:
                     self.stop,
                     ready,
                     self.go,
+                    self.cuts,
                 )
                 threads.append(threading.Thread(target=self._guard, args=args, name=f"send-{t}"))
         else:
@@ -163,6 +173,8 @@ class Worker:
                     break
                 if now_ms() < boundary_ms:
                     continue
+            # senders recording runs: what they confirmed before the cut is recorded first
+            self.recorder.wait_for_senders(boundary_ms, WATERMARK_WAIT_S)
             self.recorder.tick(boundary_ms)
             if measure is not None and boundary_ms >= measure:
                 self.measure_ms = None
@@ -192,6 +204,7 @@ class Worker:
             if isinstance(cmd, protocol.Go):
                 self.commands.add("go")
             elif isinstance(cmd, protocol.Measure):
+                self.cuts.set_measure(cmd.at_ms)
                 self.measure_ms = cmd.at_ms
                 self.measure_told.set()
             elif isinstance(cmd, protocol.ReceiversStop):
@@ -231,12 +244,35 @@ class Worker:
                 self._emit(protocol.Progress(dict(self.recorder.totals)))
             self.stop.wait(0.002 if not self.go.is_set() and spec.role == "sender" else 0.05)
         self.stop.set()
+        # a thread inside a call ends it within the driver's timeouts (a batch in flight,
+        # a connect first); it then records what it holds
+        until = time.monotonic() + self._longest_call_s() + 10
         for t in threads:
-            t.join(timeout=30)
+            t.join(timeout=max(0.0, until - time.monotonic()))
+            if t.is_alive():
+                self.errors.append(f"thread {t.name} still in a call after the drivers' timeouts")
         ticker.join(timeout=5)
         code = self.finish()
         self._emit(protocol.Done(code, dict(self.recorder.totals)))
         return code
+
+    def _longest_call_s(self) -> float:
+        """The longest one send or receive call can take: every timeout of the profile's
+        settings added up (a call may connect, then wait for its batch), at least 30 s."""
+        total = 0.0
+        for name, value in self.spec.settings.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                if name.endswith("_timeout_s"):
+                    total += float(value)
+                elif name.endswith("_timeout_ms"):
+                    total += value / 1000
+        cls = registry.driver_class(self.spec.broker)
+        defaults: Any = typed.build(cls.Settings, {}, Path("worker-spec"), "settings")
+        for name in getattr(defaults, "__dataclass_fields__", {}):
+            if name not in self.spec.settings and name.endswith(("_timeout_s", "_timeout_ms")):
+                value = getattr(defaults, name)
+                total += value / 1000 if name.endswith("_ms") else value
+        return max(30.0, total)
 
     def finish(self) -> int:
         ended = now_ms()

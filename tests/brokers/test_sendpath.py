@@ -412,23 +412,54 @@ def test_lanes_refuse_sizes_and_records_that_do_not_fit(
     fd = pairs[0][0].fileno()
     one = array.array("q", [1])
     with pytest.raises(ValueError, match="no room for 2 per batch"):
-        sendpath.redis_lanes([(fd, spec, one, 0, 0, array.array("q", [0]))], 0, 0, 10**9)
-    with pytest.raises(ValueError, match="out of 1"):
-        sendpath.redis_lanes(
-            [(fd, spec, array.array("q", [0]), 0, 0, array.array("q", [0, 0]))], 0, 0, 10**9
+        _lanes_call(sendpath.REDIS, [(fd, spec, one, 0, 0, array.array("q", [0]))], 0, 0, 10**9)
+    with pytest.raises(ValueError, match="out of range"):
+        _lanes_call(
+            sendpath.REDIS,
+            [(fd, spec, array.array("q", [0]), 0, 0, array.array("q", [0, 0]))],
+            0,
+            0,
+            10**9,
         )
     bad = (spec[0], spec[1], 7, *spec[3:])  # pads not 7 paddings alike
     with pytest.raises(ValueError, match="pool_n paddings"):
-        sendpath.redis_lanes([(fd, bad, one, 0, 0, array.array("q", [0, 0]))], 0, 0, 10**9)
+        _lanes_call(sendpath.REDIS, [(fd, bad, one, 0, 0, array.array("q", [0, 0]))], 0, 0, 10**9)
 
 
-# -- PostgreSQL (pg_lanes) -----------------------------------------------------------------
+def _lanes_call(
+    proto: int, items: list[tuple[Any, ...]], until: int, offset: int, timeout: int
+) -> Any:
+    """Every lane's run in a ``Lanes`` set until none is in flight: [(done, (status,
+    integer, message))] per lane, (0, -1, None) for a run that ended without a failure."""
+    ls = sendpath.Lanes(proto, len(items), timeout)
+    for j, (fd, spec, sizes, seq, key, records) in enumerate(items):
+        ls.assign(j, fd, spec, sizes, seq, key, records, 0, 0)
+    while True:
+        out = ls.run(2**62, until, offset, -1)
+        going = [
+            j
+            for j, (done, in_flight, status) in enumerate(out)
+            if status is None
+            and (in_flight or (done < len(items[j][2]) and time.monotonic_ns() < until))
+        ]
+        if not going:
+            return [(done, status or (0, -1, None)) for done, _, status in out]
+
+
+# -- PostgreSQL (Lanes of PG) -----------------------------------------------------------------
 def _pg_message(kind: bytes, body: bytes) -> bytes:
     return kind + struct.pack(">I", len(body) + 4) + body
 
 
 READY = _pg_message(b"Z", b"I")
 DONE = _pg_message(b"2", b"") + _pg_message(b"C", b"INSERT 0 3\0") + READY
+
+
+def _pg_parse(n: int) -> bytes:
+    """Parse of the INSERT of n rows under its lane name: a connection's first batch of n."""
+    rows = ", ".join(f"(${i})" for i in range(1, n + 1)).encode()
+    body = b"mqlab_insert_%d\0" % n + b"INSERT INTO t VALUES " + rows + b"\0\0\0"
+    return _pg_message(b"P", body)
 
 
 def _pg_expected(sender: int, seq: int, n: int, stamp: int, pool: envelope.PayloadPool) -> bytes:
@@ -445,12 +476,17 @@ def _pg_run(
     sock: socket.socket, peer: Peer, reply: bytes, sizes: list[int], chunk: int = 1 << 20
 ) -> tuple[tuple[int, tuple[int, int, str | None]], Any, envelope.PayloadPool]:
     pool = envelope.PayloadPool(100, pool_size=3, seed=4)
-    spec = (b"mqlab_insert_", b"".join(pool._pads), 3, MAGIC, VERSION, 9)
+    spec = (b"mqlab_insert_", b"INSERT INTO t VALUES ", b"".join(pool._pads), 3, MAGIC, VERSION, 9)
     records = array.array("q", bytes(16 * len(sizes)))
     want = sum(len(_pg_expected(9, 0, n, 0, pool)) for n in sizes)
+    want += sum(len(_pg_parse(n)) for n in set(sizes))
     peer.serve(want, reply, chunk)
-    (out,) = sendpath.pg_lanes(
-        [(sock.fileno(), spec, array.array("q", sizes), 30, 0, records)], 2**62, 5, 2 * 10**9
+    (out,) = _lanes_call(
+        sendpath.PG,
+        [(sock.fileno(), spec, array.array("q", sizes), 30, 0, records)],
+        2**62,
+        5,
+        2 * 10**9,
     )
     return out, records, pool
 
@@ -463,7 +499,7 @@ def test_pg_lanes_write_the_extended_protocol_and_read_replies_split_anywhere(
     status = _pg_message(b"S", b"application_name\0mqlab\0")
     out, records, pool = _pg_run(sock, peer, notice + status + DONE, [3], chunk=1)
     assert out == (1, (0, -1, None))
-    assert bytes(peer.got) == _pg_expected(9, 30, 3, records[0] + 5, pool)
+    assert bytes(peer.got) == _pg_parse(3) + _pg_expected(9, 30, 3, records[0] + 5, pool)
 
 
 def test_pg_lanes_report_the_server_s_error_after_ready_for_query(
@@ -497,15 +533,15 @@ def test_pg_lanes_time_out_a_silent_server_and_see_a_closed_one(
 ) -> None:
     sock, peer = pair
     pool = envelope.PayloadPool(100, pool_size=3, seed=4)
-    spec = (b"mqlab_insert_", b"".join(pool._pads), 3, MAGIC, VERSION, 9)
+    spec = (b"mqlab_insert_", b"INSERT INTO t VALUES ", b"".join(pool._pads), 3, MAGIC, VERSION, 9)
     records = array.array("q", bytes(16))
     peer.serve(1, b"")  # reads, never answers
     t0 = time.monotonic()
     lane = (sock.fileno(), spec, array.array("q", [1]), 0, 0, records)
-    assert sendpath.pg_lanes([lane], 2**62, 0, 300_000_000) == [(0, (2, -1, None))]
+    assert _lanes_call(sendpath.PG, [lane], 2**62, 0, 300_000_000) == [(0, (2, -1, None))]
     assert 0.25 < time.monotonic() - t0 < 3
     peer.sock.shutdown(socket.SHUT_WR)
-    out = sendpath.pg_lanes([lane], 2**62, 0, 2 * 10**9)
+    out = _lanes_call(sendpath.PG, [lane], 2**62, 0, 2 * 10**9)
     assert out == [(0, (3, -1, "connection closed by the server"))]
 
 
@@ -519,6 +555,6 @@ def test_a_lane_on_a_closed_descriptor_fails_at_once(
     os.close(fd)  # nothing else opens a descriptor during the call
     lane = (fd, spec, array.array("q", [1]), 0, 0, array.array("q", [0, 0]))
     t0 = time.monotonic()
-    ((done, (status, _, message)),) = sendpath.redis_lanes([lane], 2**62, 0, 5 * 10**9)
+    ((done, (status, _, message)),) = _lanes_call(sendpath.REDIS, [lane], 2**62, 0, 5 * 10**9)
     assert (done, status, message) == (0, 3, os.strerror(errno.EBADF))
     assert time.monotonic() - t0 < 1

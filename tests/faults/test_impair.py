@@ -547,3 +547,37 @@ def test_missing_iptables_says_install_debians_iptables(
         with pytest.raises(FleetError) as e:
             call()
         assert "\n" not in str(e.value) and "install Debian's iptables" in str(e.value)
+
+
+def test_loopback_is_impaired_only_when_asked_and_in_a_namespace_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """``--loopback-here`` (bench/lanes.py) allows ``lo`` only in a network namespace whose
+    one link is loopback; without it, never."""
+    args = ["--dev", "lo", "--queue", "3", "--delay-ms", "5"]
+    with pytest.raises(FleetError, match="loopback is never impaired"):
+        main.parse_args(args)
+    assert not common.only_loopback()  # the tests run in the machine's namespace
+    with pytest.raises(FleetError, match="loopback is never impaired"):
+        main.parse_args([*args, "--loopback-here"])
+    if os.geteuid() != 0:
+        pytest.fail("the namespace half needs root (the suite runs as root)")
+    ns = f"mqlab-test-lo-{os.getpid()}"
+    import subprocess
+
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        code = (
+            "from mqlab.faults.impairer import main; "
+            f"print(main.parse_args({[*args, '--loopback-here']!r}).dev)"
+        )
+        out = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "lo"
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)

@@ -15,13 +15,9 @@ import pytest
 
 from mqlab import envelope
 from mqlab.archive import codecs, hlog, records
-from mqlab.workload.recorder import (
-    DeliveryTracker,
-    IntervalRecorder,
-    ReceiverStats,
-    SenderStats,
-)
+from mqlab.workload.recorder import DeliveryTracker, IntervalRecorder, ReceiverStats
 from mqlab.workload.schedules import FixedRate
+from mqlab.workload.senderstats import SenderStats
 
 
 def _decoded(pairs: list[tuple[int, int]]) -> np.ndarray:
@@ -189,8 +185,8 @@ def test_counters_are_interval_differences() -> None:
     for n in (3, 4):
         s.sending(n, 0)
         s.confirmed_batch(0, n, 10, 1)
-    *_arrays, first = s.swap()
-    *_arrays, second = s.swap()
+    *_arrays, first, _ = s.swap()
+    *_arrays, second, _ = s.swap()
     assert first["confirmed"] == 7 and second["confirmed"] == 0
     assert list(itertools.islice(s.confirmed, 4)) == [0, 1, 2, 3]
 

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from mqlab import envelope
-from mqlab.brokers.base import Lane, Sender
+from mqlab.brokers.base import Sender
 from mqlab.scenario.model import Workload
-from mqlab.workload.recorder import SenderStats
-from mqlab.workload.threads import BatchSizes, _Lane, _ran, run_sender, run_sender_lanes
+from mqlab.workload.senderstats import SenderStats
+from mqlab.workload.threads import BatchSizes, _Lane, _ran, run_sender
 
 
 class _SlowSender(Sender):
@@ -156,50 +156,6 @@ class _LaneSender(Sender):
         self.seqs += [envelope.decode(m)[1] for m in batch]
         self.sent_at.append(time.monotonic())
         time.sleep(0.0005)
-
-    @classmethod
-    def send_lanes(cls, lanes: Sequence[Lane], until_ns: int, offset: int, pool: Any) -> Any:
-        return [
-            lane.client.send_run(
-                lane.sender, lane.first_seq, lane.sizes, until_ns, offset, pool, lane.records
-            )
-            for lane in lanes
-        ]
-
-
-class _LaneDriver:
-    def __init__(self, client: _LaneSender):
-        self.client = client
-
-    def sender(self) -> Sender:
-        return self.client
-
-
-def test_lanes_back_off_a_failing_sender_alone_and_account_every_message() -> None:
-    clients = [_LaneSender("bad", fail_first=3), _LaneSender("good")]
-    drivers: Any = [_LaneDriver(c) for c in clients]
-    stats = [SenderStats(0), SenderStats(1)]
-    w = Workload(message_bytes=64, send_batch_min=2, send_batch_max=2, messages_per_thread=40)
-    go = threading.Event()
-    go.set()
-    run_sender_lanes(
-        drivers,
-        w,
-        stats,
-        envelope.PayloadPool(64),
-        [1, 2],
-        threading.Event(),
-        threading.Barrier(1),
-        go,
-    )
-    bad, good = stats
-    # the bad one's first 3 batches failed (their seqs skipped), the rest went
-    assert (bad.sent_total, bad.failed_total, bad.confirmed_total) == (40, 6, 34)
-    assert clients[0].seqs == list(range(6, 40))
-    assert (good.sent_total, good.confirmed_total, good.failed_total) == (40, 40, 0)
-    assert clients[1].seqs == list(range(40))
-    # the good one did not wait out the bad one's backoff (0.1 + 0.2 + 0.4 s)
-    assert clients[1].sent_at[-1] < clients[0].sent_at[0]
 
 
 def test_a_failure_after_confirmed_batches_in_a_run_is_the_first_in_a_row() -> None:

@@ -58,11 +58,9 @@ from mqlab.brokers.base import (
     Delivery,
     Driver,
     Endpoints,
-    Lane,
     Receiver,
     Remaining,
     Sender,
-    send_compiled_lanes,
 )
 from mqlab.brokers.postgres.database import (
     INSERT_NAME,
@@ -83,7 +81,9 @@ LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-_pg_lanes: Any = compiled.module.pg_lanes if compiled.module is not None else None
+_sendpath: Any = compiled.module  # None where the install did not build it
+# the INSERTs a lane prepares itself (Parse), apart from those libpq prepared
+LANE_INSERT_NAME = b"mqlab_lane_insert_"
 
 
 class _Watchdog:
@@ -159,6 +159,7 @@ class _Client:
         self.conn: psycopg.Connection[Any] | None = None
         self.cur: psycopg.Cursor[Any] | None = None  # one per connection, used by every call
         self.prepared: set[int] = set()  # batch sizes whose INSERT this connection prepared
+        self.generation = 0  # connections made: lanes prepare their INSERTs on each anew
         self.watchdog = _Watchdog(None)
         try:
             self._cursor()  # a wrong address or password fails here, at once
@@ -172,6 +173,7 @@ class _Client:
             conn = connect(self.endpoints, primary(self.endpoints), self.settings)
             self.watchdog.watch(conn)
             self.conn, self.cur = conn, conn.cursor(binary=True)
+            self.generation += 1
         return self.cur
 
     def _drop(self) -> None:
@@ -221,10 +223,12 @@ class _Client:
                 self.prepared.add(n)
         return pg
 
-    def lane_socket(self, sizes: Iterable[int]) -> int:
-        """The connection's socket for ``pg_lanes`` (connected, idle, the INSERT prepared
-        for each of ``sizes``); not on a TLS connection, whose bytes only libpq writes."""
-        pg = self._prepared(sizes)
+    def lane_socket(self) -> int:
+        """The connection's socket for a ``mqlab._sendpath.Lanes`` lane (connected and
+        idle); not on a TLS connection, whose bytes only libpq writes."""
+        if self.conn is None or self.conn.closed or self.cur is None:
+            raise DriverError("postgres: insert failed: not connected")
+        pg = self.conn.pgconn
         if pg.ssl_in_use:
             self._drop()
             raise DriverError("postgres: insert failed: a TLS connection cannot send in lanes")
@@ -233,8 +237,19 @@ class _Client:
             raise DriverError("postgres: insert failed: the connection was not idle")
         return int(pg.socket)
 
+    def connected(self) -> bool:
+        return self.conn is not None and not self.conn.closed and self.cur is not None
+
+    def connect(self) -> None:
+        """Connect now, if not connected (DriverError if that fails)."""
+        try:
+            self._cursor()
+        except psycopg.Error as e:
+            self._drop()
+            raise DriverError(f"postgres: insert failed: {e}") from e
+
     def lane_failure(self, status: int, message: str | None) -> DriverError:
-        """The error of a batch ``pg_lanes`` failed (see mqlab/_sendpath.c); the
+        """The error of a batch a PostgreSQL lane failed (see mqlab/_sendpath.c); the
         connection is dropped, the next call connects again."""
         self._drop()
         timeout = self.settings.commit_timeout_s
@@ -284,52 +299,51 @@ class _Client:
 class PostgresSender(Sender):
     def __init__(self, driver: PostgresDriver):
         self.c = _Client(driver)
-        self.lane_spec: tuple[Any, ...] | None = None  # pg_lanes', for lane_pool
+        self.lane_spec: tuple[Any, ...] | None = None  # a lane's run spec, for lane_pool
         self.lane_pool: envelope.PayloadPool | None = None
 
     def send(self, batch: Sequence[bytes]) -> None:
         if batch:
             self.c.insert(batch)
 
-    @classmethod
-    def send_lanes(
-        cls,
-        lanes: Sequence[Lane],
-        until_ns: int,
-        wall_offset_ns: int,
-        pool: envelope.PayloadPool,
-    ) -> list[tuple[int, Exception | None]]:
-        """All the lanes' runs in one compiled call (``mqlab._sendpath.pg_lanes``), the
-        thread out of the interpreter until they end: each batch the INSERT prepared
-        through libpq (:meth:`_Client.insert`'s statement), run in the extended query
-        protocol on the connection's socket (Bind, Execute, Sync), done once
-        ReadyForQuery says its transaction committed, the replies of all the lanes read as
-        they come. A batch with no reply within ``commit_timeout_s`` fails and its
-        connection is dropped (the next batch connects again)."""
-        if _pg_lanes is None:
-            raise NotImplementedError("mqlab._sendpath is not built: no lanes")
+    # -- lanes (mqlab._sendpath.Lanes): each batch the INSERT of its size in the extended
+    # query protocol on the connection's socket (Parse the first time a connection sends
+    # that size, then Bind, Execute, Sync), done once ReadyForQuery says its transaction
+    # committed; a batch with no reply within commit_timeout_s fails and its connection is
+    # dropped (the next batch connects again) --
+    lane_proto = _sendpath.PG if _sendpath is not None else None
 
-        def prepare(lane: Lane) -> tuple[int, tuple[Any, ...], int]:
-            s = lane.client
-            assert isinstance(s, PostgresSender)
-            fd = s.c.lane_socket(set(lane.sizes))
-            if s.lane_spec is None or s.lane_spec[5] != lane.sender or s.lane_pool is not pool:
-                pads = b"".join(pool._pads)
-                magic, version = envelope.MAGIC, envelope.VERSION
-                s.lane_spec = (INSERT_NAME, pads, len(pool._pads), magic, version, lane.sender)
-                s.lane_pool = pool
-            return fd, s.lane_spec, 0
+    def lane_timeout_ns(self) -> int:
+        return int(self.c.settings.commit_timeout_s * 1e9)
 
-        def outcome(lane: Lane, status: int, _integer: int, message: str | None) -> Any:
-            s = lane.client
-            assert isinstance(s, PostgresSender)
-            return s.c.lane_failure(status, message) if status else None
+    def lane_connected(self) -> bool:
+        return self.c.connected()
 
-        first = lanes[0].client if lanes else None
-        timeout_s = first.c.settings.commit_timeout_s if isinstance(first, PostgresSender) else 0
-        return send_compiled_lanes(
-            lanes, until_ns, wall_offset_ns, int(timeout_s * 1e9), _pg_lanes, prepare, outcome
-        )
+    def lane_connect(self) -> None:
+        self.c.connect()
+
+    def lane_args(
+        self, sender: int, pool: envelope.PayloadPool
+    ) -> tuple[int, tuple[Any, ...], int, int]:
+        fd = self.c.lane_socket()
+        if self.lane_spec is None or self.lane_spec[6] != sender or self.lane_pool is not pool:
+            pads = b"".join(pool._pads)
+            magic, version = envelope.MAGIC, envelope.VERSION
+            sql_head = insert_prepared_sql(self.c.table, 1).rsplit(b"(", 1)[0]
+            self.lane_spec = (
+                LANE_INSERT_NAME,
+                sql_head,
+                pads,
+                len(pool._pads),
+                magic,
+                version,
+                sender,
+            )
+            self.lane_pool = pool
+        return fd, self.lane_spec, 0, self.c.generation
+
+    def lane_outcome(self, status: int, integer: int, message: str | None) -> Exception | None:
+        return self.c.lane_failure(status, message) if status else None
 
     def close(self) -> None:
         self.c.close()

@@ -17,11 +17,7 @@ import redis
 
 from mqlab import envelope
 from mqlab.brokers import compiled
-from mqlab.brokers.base import (
-    Lane,
-    Sender,
-    send_compiled_lanes,
-)
+from mqlab.brokers.base import Lane, Sender
 from mqlab.brokers.redis.streams import FIELD, RedisLink, close_client
 from mqlab.brokers.redis.wire import SendWire, resp, resp_head
 from mqlab.errors import DriverError
@@ -34,9 +30,8 @@ FRAMED_BUDGET_BYTES = 8 << 20  # a sender's XADD templates (envelope.Framed), al
 _sendpath: types.ModuleType | None = compiled.module  # else the Python send path
 
 
-_redis_lanes: Any = _sendpath.redis_lanes if _sendpath is not None else None
 SPEC = struct.Struct("<qqIIII")  # _sendpath.redis_batch's spec, before the trailer
-ST_WAIT_SHORT = 5  # _sendpath.redis_lanes: WAIT's count below the replicas asked for
+ST_WAIT_SHORT = 5  # _sendpath.Lanes (Redis): WAIT's count below the replicas asked for
 
 
 @functools.cache
@@ -127,47 +122,37 @@ class RedisSender(Sender):
         lane = Lane(self, sender, first_seq, sizes, records)
         return self.send_lanes([lane], until_ns, wall_offset_ns, pool)[0]
 
-    @classmethod
-    def send_lanes(
-        cls,
-        lanes: Sequence[Lane],
-        until_ns: int,
-        wall_offset_ns: int,
-        pool: envelope.PayloadPool,
-    ) -> list[tuple[int, Exception | None]]:
-        """All the lanes' runs in one compiled call (``mqlab._sendpath.redis_lanes``), the
-        thread out of the interpreter until they end: each batch's XADDs (to its sender's
-        next stream key in turn) written and sent, the replies of all the lanes read as
-        they come (``poll``), and each lane's next batch sent once its last one is in."""
-        if _redis_lanes is None:
-            raise NotImplementedError("mqlab._sendpath is not built: no lanes")
+    # -- lanes (mqlab._sendpath.Lanes): each batch's XADDs (to the sender's next stream key
+    # in turn) and the WAIT written and sent at once, the replies read as they come --
+    lane_proto = _sendpath.REDIS if _sendpath is not None else None
 
-        def prepare(lane: Lane) -> tuple[int, tuple[Any, ...], int]:
-            s = lane.client
-            assert isinstance(s, RedisSender)
-            try:
-                fd = s.wire.connected()
-            except redis.RedisError as e:
-                raise DriverError(f"redis: send failed: {e}") from e
-            if s.run_spec is None or s.run_spec[7] != lane.sender or s.run_pool is not pool:
-                s.run_spec, s.run_pool = s._run_spec(lane.sender, pool), pool
-            return fd, s.run_spec, s.next_key
+    def lane_timeout_ns(self) -> int:
+        return int(self.wire.timeout_s * 1e9)
 
-        def outcome(lane: Lane, status: int, integer: int, message: str | None) -> Any:
-            s = lane.client
-            assert isinstance(s, RedisSender)
-            return s._outcome(status, integer, message)
+    def lane_connected(self) -> bool:
+        return self.wire.sock is not None
 
-        first = lanes[0].client if lanes else None
-        timeout_ns = int(first.wire.timeout_s * 1e9) if isinstance(first, RedisSender) else 0
-        out = send_compiled_lanes(
-            lanes, until_ns, wall_offset_ns, timeout_ns, _redis_lanes, prepare, outcome
-        )
-        for lane, (done, failure) in zip(lanes, out, strict=True):
-            s = lane.client
-            assert isinstance(s, RedisSender)
-            s.next_key = (s.next_key + done + (failure is not None)) % len(s.keys)
-        return out
+    def lane_connect(self) -> None:
+        try:
+            self.wire.connected()
+        except redis.RedisError as e:
+            raise DriverError(f"redis: send failed: {e}") from e
+
+    def lane_args(
+        self, sender: int, pool: envelope.PayloadPool
+    ) -> tuple[int, tuple[Any, ...], int, int]:
+        fd = self.wire.fd if self.wire.sock is not None else -1
+        if fd < 0:
+            raise DriverError("redis: send failed: not connected")
+        if self.run_spec is None or self.run_spec[7] != sender or self.run_pool is not pool:
+            self.run_spec, self.run_pool = self._run_spec(sender, pool), pool
+        return fd, self.run_spec, self.next_key, 0
+
+    def lane_outcome(self, status: int, integer: int, message: str | None) -> Exception | None:
+        return self._outcome(status, integer, message)
+
+    def lane_ran(self, done: int, failed: bool) -> None:
+        self.next_key = (self.next_key + done + failed) % len(self.keys)
 
     def _outcome(self, status: int, integer: int, message: str | None) -> Exception | None:
         """The failure a compiled call's ``status`` says (None: none)."""
@@ -179,7 +164,8 @@ class RedisSender(Sender):
         return DriverError(f"redis: send failed: {self.wire.failure(status, message)}")
 
     def _run_spec(self, sender: int, pool: envelope.PayloadPool) -> tuple[Any, ...]:
-        """A lane's fixed arguments of ``redis_lanes`` for this sender and payload pool."""
+        """The fixed arguments of a Redis lane (``mqlab._sendpath.Lanes``) for this sender
+        and payload pool."""
         length = b"$%d\r\n" % pool.message_bytes
         return (
             tuple(self.heads[k] + length for k in self.keys),

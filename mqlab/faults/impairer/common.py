@@ -4,6 +4,7 @@ device and a queue number (standard library only: the impairer runs alone on lab
 from __future__ import annotations
 
 import re
+import socket
 
 try:
     from mqlab.errors import FleetError
@@ -31,16 +32,26 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 
 
-def check_dev(dev: str) -> str:
-    """``dev`` if it names one device other than loopback, else FleetError."""
+def check_dev(dev: str, loopback_here: bool = False) -> str:
+    """``dev`` if it names one device other than loopback, else FleetError; with
+    ``loopback_here``, loopback too, but only in a network namespace whose one link is
+    loopback (one made for a benchmark: nothing outside it uses that loopback)."""
     if not DEV_RE.match(dev):
         raise FleetError(
             f"impair: device {dev!r}: not an interface name (1-15 letters, digits, _.:@-; "
             "no wildcard)"
         )
-    if dev == "lo":
+    if dev == "lo" and not (loopback_here and only_loopback()):
         raise FleetError("impair: device 'lo': loopback is never impaired (name the host's link)")
     return dev
+
+
+def only_loopback() -> bool:
+    """Whether loopback is the one network link of this process's namespace."""
+    try:
+        return [name for _, name in socket.if_nameindex()] == ["lo"]
+    except OSError:
+        return False
 
 
 def check_queue(queue: int) -> int:

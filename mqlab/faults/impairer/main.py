@@ -40,6 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--loss-pct", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None, help="seed of the loss and jitter draws")
     p.add_argument(
+        "--loopback-here",
+        action="store_true",
+        help="allow --dev lo, in a network namespace other than the machine's own only "
+        "(bench/lanes.py's)",
+    )
+    p.add_argument(
         "--remove-only",
         action="store_true",
         help="remove mqlab's leftover rules (of --queue only, if given) and exit",
@@ -55,6 +61,7 @@ class Options:
     queue: int
     impairment: Impairment
     seed: int | None = None
+    loopback_here: bool = False  # dev may be lo (a namespace whose one link it is)
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,8 @@ def parse_args(argv: Sequence[str]) -> Options | RemoveOnly:
     if a.loss_pct > 100:
         raise FleetError(f"impair: --loss-pct {a.loss_pct:g}: must be at most 100")
     impairment = Impairment(a.delay_ms, a.jitter_ms, a.loss_pct)
-    return Options(check_dev(a.dev), a.queue, impairment, a.seed)
+    dev = check_dev(a.dev, a.loopback_here)
+    return Options(dev, a.queue, impairment, a.seed, a.loopback_here)
 
 
 def command(
@@ -133,7 +141,7 @@ def impair(opts: Options, out: TextIO) -> int:
     code = EXIT_OK
     try:
         nfq = NfQueue.open(opts.queue)
-        add_rule(opts.dev, opts.queue)
+        add_rule(opts.dev, opts.queue, opts.loopback_here)
         try:
             print("ready", file=out, flush=True)
             stdin = _stdin_fd()

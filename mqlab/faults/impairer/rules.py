@@ -27,12 +27,12 @@ def comment(queue: int) -> str:
     return f"{COMMENT_PREFIX}{queue}"
 
 
-def rule_spec(dev: str, queue: int) -> list[str]:
+def rule_spec(dev: str, queue: int, loopback_here: bool = False) -> list[str]:
     """The rule, chain first, as ``iptables -S`` prints it (what ``-I``/``-D`` take)."""
     return [
         CHAIN,
         "-o",
-        check_dev(dev),
+        check_dev(dev, loopback_here),
         "-m",
         "comment",
         "--comment",
@@ -45,10 +45,10 @@ def rule_spec(dev: str, queue: int) -> list[str]:
     ]
 
 
-def add_command(dev: str, queue: int) -> list[str]:
+def add_command(dev: str, queue: int, loopback_here: bool = False) -> list[str]:
     """``iptables -w -I OUTPUT -o DEV -m comment --comment mqlab-impair-N -j NFQUEUE
     --queue-num N --queue-bypass``."""
-    return [IPTABLES, "-w", "-I", *rule_spec(dev, queue)]
+    return [IPTABLES, "-w", "-I", *rule_spec(dev, queue, loopback_here)]
 
 
 def list_command() -> list[str]:
@@ -99,9 +99,11 @@ def _iptables(cmd: Sequence[str], doing: str) -> str:
     return res.stdout
 
 
-def add_rule(dev: str, queue: int) -> None:
-    """Insert the rule that queues this namespace's IPv4 egress on ``dev`` to ``queue``."""
-    _iptables(add_command(dev, queue), f"adding the rule for {dev} (queue {queue})")
+def add_rule(dev: str, queue: int, loopback_here: bool = False) -> None:
+    """Insert the rule that queues this namespace's IPv4 egress on ``dev`` to ``queue``
+    (``loopback_here``: see :func:`check_dev`)."""
+    cmd = add_command(dev, queue, loopback_here)
+    _iptables(cmd, f"adding the rule for {dev} (queue {queue})")
 
 
 def remove_rules(queue: int | None = None) -> int:

@@ -1,0 +1,300 @@
+"""Closed-loop senders in lanes: each sender its own connection, all of a thread's
+driven through one ``mqlab._sendpath.Lanes`` set (mqlab/_sendpath.c), as the brokers'
+own benchmark tools drive theirs.
+
+What a thread per sender would record, each lane records:
+
+- **Each lane at its own pace.** A lane's next batch starts as soon as its own last one
+  is confirmed; the compiled loop returns to Python at each interval's cut (every whole
+  wall-clock second and the warm-up end, :class:`Cuts`), when a lane's run of sizes is
+  used up or a lane failed, a connect ended, ``stop`` was set or the warm-up end was told
+  (both wake it through a pipe it polls), and leaves the other lanes' batches in flight:
+  the next call reads their replies. No lane waits for another, and Python runs about
+  once a second, so the client's own time between a lane's batches stays the compiled
+  loop's.
+- **Each batch's own start.** A batch's start (and its header's intended-send stamp) is
+  taken as its own bytes are written; a batch that had to wait for its sender to
+  connect again starts when the connecting started, so the reconnect counts in its
+  latency, as in a thread that connects inside its send call. Connecting happens on a
+  small pool of threads: healthy lanes go on meanwhile.
+- **Each batch in the interval of its confirmation.** What the loop returns is recorded
+  before the thread sets its watermark (:attr:`SenderStats.watermark_ms`); the ticker
+  waits for it before closing an interval, and takes only the batches confirmed before
+  the cut (:meth:`SenderStats.swap`).
+- **Everything accounted on the way out.** At the end (or ``stop``) no batch starts,
+  those in flight are waited for (each bounded by the driver's timeout) and recorded;
+  a lane whose failures ran out the error budget has every other lane's outcome
+  recorded before the thread fails.
+"""
+
+from __future__ import annotations
+
+import array
+import concurrent.futures
+import contextlib
+import os
+import select
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mqlab import envelope
+from mqlab.brokers.base import Sender, lanes_engine
+from mqlab.errors import DriverError
+from mqlab.workload.senderstats import Cuts, SenderStats
+
+RUN_BATCHES = 1024  # sizes handed to a lane at once (its records: two i64 each)
+STOP_POLL_S = 0.05  # how often the stop watcher looks at ``stop``
+CONNECTING_MAX = 8  # threads that connect lanes again, at most
+NEVER = 2**62
+
+
+@dataclass
+class LaneState:
+    """One closed-loop sender in a lanes set: its client, stats and batch sizes (a
+    ``BatchSizes``), the next seq, its retry and where its current run is."""
+
+    client: Sender
+    stats: SenderStats
+    sizes: Any  # mqlab.workload.threads.BatchSizes
+    retry: Any  # mqlab.workload.threads.Retry
+    seq: int = 0
+    run: array.array[int] = field(default_factory=lambda: array.array("q"))
+    records: array.array[int] = field(
+        default_factory=lambda: array.array("q", bytes(16 * RUN_BATCHES))
+    )
+    recorded: int = 0  # batches of the run recorded so far
+    assigned: bool = False  # the run is with the compiled set
+    resume_ns: int = 0  # backing off until then
+    connecting: concurrent.futures.Future[None] | None = None
+    connect_start: int = 0
+    finished: bool = False  # no more batches: the message limit, or the budget ran out
+
+
+class _Waker:
+    """A pipe the compiled loop polls: a lane's connect that ended wakes it."""
+
+    def __init__(self) -> None:
+        self.rfd, self.wfd = os.pipe()
+        os.set_blocking(self.rfd, False)
+        os.set_blocking(self.wfd, False)
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: it is awake already
+            os.write(self.wfd, b"x")
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.rfd, 4096):
+                pass
+
+    def wait(self, timeout_s: float) -> None:
+        select.select([self.rfd], [], [], max(0.0, timeout_s))
+
+    def close(self) -> None:
+        os.close(self.rfd)
+        os.close(self.wfd)
+
+
+def _watch(stop: threading.Event, finished: threading.Event, waker: _Waker) -> None:
+    """Wake the compiled loop once ``stop`` is set (until the lanes are done)."""
+    while not finished.is_set():
+        if stop.wait(STOP_POLL_S):
+            waker.wake()
+            return
+
+
+def drive(
+    lanes: Sequence[LaneState],
+    pool: envelope.PayloadPool,
+    stop: threading.Event,
+    start_ns: int,
+    end_ns: int | None,
+    wall_offset_ns: int,
+    cuts: Cuts,
+) -> None:
+    """Send the lanes' batches back to back from ``start_ns`` until ``end_ns`` (None: no
+    end), the message limit or ``stop``; when a lane's failures ran out its error budget
+    (``retry.backoff`` raised), raises that once every lane's outcome is recorded and
+    nothing is in flight."""
+    client = lanes[0].client
+    engine = lanes_engine()
+    proto = type(client).lane_proto
+    if engine is None or proto is None:
+        raise NotImplementedError(f"{type(client).__name__} does not send in lanes")
+    ls = engine(proto, len(lanes), client.lane_timeout_ns())
+    waker = _Waker()
+    connector = concurrent.futures.ThreadPoolExecutor(
+        max_workers=min(len(lanes), CONNECTING_MAX), thread_name_prefix="lane-connect"
+    )
+    loop = _Loop(lanes, ls, waker, connector, pool, wall_offset_ns)
+    for lane in lanes:
+        lane.stats.watermark_ms = (start_ns + wall_offset_ns) // 1_000_000
+    finished = threading.Event()
+    watcher = threading.Thread(
+        target=_watch, args=(stop, finished, waker), name="lanes-stop", daemon=True
+    )
+    watcher.start()
+    cuts.listen(waker.wake)
+    try:
+        loop.run(stop, end_ns, cuts)
+    finally:
+        cuts.unlisten(waker.wake)
+        finished.set()
+        watcher.join()
+        for lane in lanes:
+            lane.stats.watermark_ms = None
+        connector.shutdown(wait=True)
+        waker.close()
+        del ls  # its lanes' buffers go back with it
+    if loop.failure is not None:
+        raise loop.failure
+
+
+class _Loop:
+    def __init__(
+        self,
+        lanes: Sequence[LaneState],
+        ls: Any,
+        waker: _Waker,
+        connector: concurrent.futures.ThreadPoolExecutor,
+        pool: envelope.PayloadPool,
+        wall_offset_ns: int,
+    ):
+        self.lanes, self.ls, self.waker, self.connector = lanes, ls, waker, connector
+        self.pool, self.off = pool, wall_offset_ns
+        self.failure: Exception | None = None
+
+    def run(self, stop: threading.Event, end_ns: int | None, cuts: Cuts) -> None:
+        stop_ns = end_ns if end_ns is not None else NEVER
+        while True:
+            now = time.monotonic_ns()
+            ending = stop.is_set() or self.failure is not None or now >= stop_ns
+            if ending:
+                stop_ns = min(stop_ns, now)
+            for j, lane in enumerate(self.lanes):
+                self._connected(j, lane, now, stop_ns)
+                idle = not (lane.assigned or lane.connecting or lane.finished or ending)
+                if idle and lane.resume_ns <= now:
+                    self._arm(j, lane, now)
+            busy = [x for x in self.lanes if x.assigned or x.connecting]
+            if not busy and (ending or all(x.finished for x in self.lanes)):
+                return
+            ret = cuts.next_ns(now + self.off) - self.off
+            waiting = [x.resume_ns for x in self.lanes if not (x.assigned or x.connecting)]
+            waiting = [t for t in waiting if t > now]
+            if waiting and not ending:
+                ret = min(ret, min(waiting))
+            if not any(x.assigned for x in self.lanes):
+                self.waker.wait((ret - now) / 1e9)  # all connecting or backing off
+                results = None
+            else:
+                results = self.ls.run(ret, stop_ns, self.off, self.waker.rfd)
+            returned = time.monotonic_ns()
+            self.waker.drain()
+            if results is not None:
+                self._record(results, returned, stop_ns)
+            mark = (returned + self.off) // 1_000_000
+            for lane in self.lanes:
+                lane.stats.watermark_ms = mark
+
+    # -- a lane's run -------------------------------------------------------------------
+    def _arm(self, j: int, lane: LaneState, now: int, first_start: int = 0) -> None:
+        """Give the lane its next run of sizes (connecting first, off this thread, when it
+        is not connected)."""
+        run = lane.sizes.take(RUN_BATCHES)
+        if not run:
+            lane.finished = True
+            return
+        lane.run, lane.recorded = run, 0
+        if not first_start and not lane.client.lane_connected():
+            lane.connect_start = now
+            lane.connecting = self.connector.submit(self._connect, lane.client)
+            return
+        try:
+            fd, spec, key, gen = lane.client.lane_args(lane.stats.sender_id, self.pool)
+        except DriverError as e:
+            self._failed(lane, run[0], first_start or now, time.monotonic_ns(), e)
+            return
+        self.ls.assign(j, fd, spec, run, lane.seq, key, lane.records, first_start, gen)
+        lane.assigned = True
+
+    def _connect(self, client: Sender) -> None:
+        try:
+            client.lane_connect()
+        finally:
+            self.waker.wake()
+
+    def _connected(self, j: int, lane: LaneState, now: int, stop_ns: int) -> None:
+        """A lane whose connect ended: its batch goes (started when connecting did), or
+        fails with the connect's error."""
+        fut = lane.connecting
+        if fut is None or not fut.done():
+            return
+        lane.connecting = None
+        exc = fut.exception()
+        if exc is not None:
+            self._failed(lane, lane.run[0], lane.connect_start, now, exc)
+            return
+        if lane.connect_start >= stop_ns:
+            return
+        run = lane.run  # taken when the connect began, not used yet
+        try:
+            fd, spec, key, gen = lane.client.lane_args(lane.stats.sender_id, self.pool)
+        except DriverError as e:
+            self._failed(lane, run[0], lane.connect_start, time.monotonic_ns(), e)
+            return
+        self.ls.assign(j, fd, spec, run, lane.seq, key, lane.records, lane.connect_start, gen)
+        lane.recorded = 0
+        lane.assigned = True
+
+    def _record(self, results: list[Any], returned: int, stop_ns: int) -> None:
+        """Each assigned lane's confirmed batches since the last call, then its failure or
+        the end of its run; a lane out of error budget fails the thread, after all are
+        recorded."""
+        for j, lane in enumerate(self.lanes):
+            if not lane.assigned:
+                continue
+            done, in_flight, status = results[j]
+            if done > lane.recorded:
+                a, b = lane.recorded, done
+                lane.stats.confirmed_run(
+                    lane.seq, lane.run[a:b], b - a, lane.records[2 * a : 2 * b], self.off
+                )
+                lane.seq += sum(lane.run[a:b])
+                lane.recorded = done
+                lane.retry.ok()
+            if status is not None:
+                lane.assigned = False
+                self.ls.release(j)
+                exc = lane.client.lane_outcome(*status)
+                lane.client.lane_ran(done, True)
+                started, ended = lane.records[2 * done], lane.records[2 * done + 1]
+                lane.sizes.used(done)
+                self._failed(lane, lane.run[done], started, ended, exc or DriverError(str(status)))
+            elif not in_flight and (done == len(lane.run) or returned >= stop_ns):
+                lane.assigned = False
+                self.ls.release(j)
+                lane.client.lane_ran(done, False)
+                lane.sizes.used(done)
+
+    def _failed(
+        self, lane: LaneState, n: int, started: int, ended: int, exc: BaseException
+    ) -> None:
+        """Record a failed batch of ``n`` (``started`` .. ``ended``, monotonic ns) and set
+        the lane's backoff; a lane out of error budget stops, and fails the thread."""
+        stats = lane.stats
+        stats.sending(n, started, lane.seq, (started + self.off) // 1_000_000)
+        stats.failed(n, (ended - started) // 1000)
+        lane.seq += n
+        lane.sizes.used(1)
+        try:
+            backoff_s = lane.retry.backoff(exc, "send")
+        except Exception as e:  # noqa: BLE001 - ThreadFailed: recorded, then raised
+            lane.finished = True
+            if self.failure is None:
+                self.failure = e
+            return
+        lane.resume_ns = time.monotonic_ns() + int(backoff_s * 1e9)

@@ -1,0 +1,289 @@
+"""Closed-loop senders in lanes (mqlab.workload.lanes over mqlab._sendpath.Lanes),
+against Redis stand-ins on socket pairs whose replies we delay, refuse or withhold: what
+each lane records is what a thread per sender would record (issue 25)."""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import hiredis
+import pytest
+import redis
+
+from mqlab import envelope
+from mqlab.archive import codecs, layout
+from mqlab.brokers.base import Endpoints, NodeEndpoint
+from mqlab.brokers.redis import driver as redis_driver
+from mqlab.brokers.redis import sender as redis_sender
+from mqlab.brokers.redis import wire as redis_wire
+from mqlab.workload import lanes, threads
+from mqlab.workload.recorder import IntervalRecorder
+from mqlab.workload.senderstats import Cuts, SenderStats
+
+pytestmark = pytest.mark.skipif(
+    redis_sender._sendpath is None, reason="tests/brokers/test_sendpath.py fails first"
+)
+SIZE = 100
+XADD_OK = b"$15\r\n1700000000000-0\r\n"
+
+
+class _PairWire(redis_wire.SendWire):
+    """The sender's wire with a socket pair's end as its connection; connecting again
+    takes ``connect_s`` and fails while ``refuse`` says so."""
+
+    def __init__(self, sock: socket.socket):
+        super().__init__(None, 2.0)  # type: ignore[arg-type]
+        self.pair_sock = sock
+        self.connect_s = 0.0
+        self.refuse: Callable[[], bool] = lambda: False
+        self.connects = 0
+
+    def _connect(self) -> socket.socket:
+        time.sleep(self.connect_s)
+        self.connects += 1
+        if self.refuse():
+            raise redis.ConnectionError("refused")
+        self.sock, self.fd = self.pair_sock, self.pair_sock.fileno()
+        self.reader = hiredis.Reader(replyError=redis.ResponseError)
+        return self.pair_sock
+
+    def reset(self) -> None:
+        self.sock, self.fd = None, -1
+
+
+class Peer:
+    """A Redis stand-in for one lane (no WAIT): reads each batch of ``batch`` XADDs whole,
+    notes when its first byte came (monotonic ns), and answers after ``delay_s()``, or
+    with an error while ``failing()``."""
+
+    def __init__(self, sock: socket.socket, frame: int, batch: int, prefix: int):
+        self.sock, self.frame, self.batch, self.prefix = sock, frame, batch, prefix
+        self.stamps: list[int] = []  # each batch's first message's intended-send stamp
+        self.delay_s: Callable[[], float] = lambda: 0.0
+        self.failing: Callable[[], bool] = lambda: False
+        self.first_byte_ns: list[int] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        buf = b""
+        want = self.frame * self.batch
+        try:
+            while True:
+                while len(buf) < want:
+                    data = self.sock.recv(1 << 20)
+                    if not data:
+                        return
+                    if not buf:
+                        self.first_byte_ns.append(time.monotonic_ns())
+                    buf += data
+                head = buf[self.prefix : self.prefix + envelope.HEADER_BYTES]
+                self.stamps.append(envelope.decode(head + bytes(SIZE))[2])
+                buf = buf[want:]
+                time.sleep(self.delay_s())
+                if self.failing():
+                    self.sock.sendall(b"-ERR refused\r\n" * self.batch)
+                else:
+                    self.sock.sendall(XADD_OK * self.batch)
+        except OSError:
+            return
+
+
+@pytest.fixture
+def made() -> Iterator[list[tuple[socket.socket, socket.socket]]]:
+    out: list[tuple[socket.socket, socket.socket]] = []
+    yield out
+    for a, b in out:
+        a.close()
+        b.close()
+
+
+def _lanes(
+    made: list[tuple[socket.socket, socket.socket]], n: int, batch: int = 2
+) -> tuple[list[lanes.LaneState], list[Peer], envelope.PayloadPool]:
+    pool = envelope.PayloadPool(SIZE, pool_size=2, seed=3)
+    states, peers = [], []
+    for j in range(n):
+        a, b = socket.socketpair()
+        made.append((a, b))
+        settings = redis_driver.Settings(streams=1, wait_replicas=0)
+        endpoints = Endpoints("redis", (NodeEndpoint(0, "127.0.0.1", 1),))
+        s = redis_sender.RedisSender(redis_driver.RedisDriver(settings, endpoints, "q"))
+        s.wire = _PairWire(a)
+        s.wire.connected()
+        prefix = len(s.heads[s.keys[0]]) + len(b"$%d\r\n" % SIZE)
+        peer = Peer(b, prefix + SIZE + 2, batch, prefix)
+        peer.thread.start()
+        sizes = threads.BatchSizes(random.Random(j), batch, batch, None)
+        states.append(lanes.LaneState(s, SenderStats(j), sizes, threads.Retry()))
+        peers.append(peer)
+    return states, peers, pool
+
+
+def _drive(
+    states: list[lanes.LaneState],
+    pool: envelope.PayloadPool,
+    seconds: float,
+    cuts: Cuts | None = None,
+    stop: threading.Event | None = None,
+) -> tuple[int, int]:
+    start = time.monotonic_ns()
+    offset = time.time_ns() - time.monotonic_ns()
+    end = start + int(seconds * 1e9)
+    lanes.drive(states, pool, stop or threading.Event(), start, end, offset, cuts or Cuts())
+    return start, offset
+
+
+def _latencies_us(stats: SenderStats) -> list[int]:
+    call_us, *_ = stats.swap()
+    return [int(x) for x in call_us]
+
+
+def test_a_delayed_reply_is_inside_the_recorded_latency(made: list) -> None:
+    states, peers, pool = _lanes(made, 2)
+    peers[0].delay_s = lambda: 0.03
+    _drive(states, pool, 0.5)
+    slow, fast = (_latencies_us(s.stats) for s in states)
+    assert slow and min(slow) >= 30_000  # each batch waited 30 ms for its reply
+    assert fast and len(fast) > 3 * len(slow)
+
+
+def test_each_lane_starts_its_batch_before_its_first_byte_reaches_the_peer(made: list) -> None:
+    """A batch's start (its header's intended-send stamp) is taken as its own bytes are
+    written: never after they reach the peer, whichever lane of the round it is."""
+    states, peers, pool = _lanes(made, 4)
+    _, offset = _drive(states, pool, 0.3)
+    for peer in peers:
+        n = min(len(peer.stamps), len(peer.first_byte_ns))
+        assert n > 10
+        for stamp, first in zip(peer.stamps[:n], peer.first_byte_ns[:n], strict=True):
+            assert stamp - offset <= first
+
+
+def test_lanes_with_unequal_latencies_keep_their_own_pace(made: list) -> None:
+    """A slow lane (20 ms a batch) does not hold a fast one (1 ms): the fast one's
+    batches follow each other at its own latency, whatever the slow one does."""
+    states, peers, pool = _lanes(made, 2)
+    peers[0].delay_s = lambda: 0.02
+    peers[1].delay_s = lambda: 0.001
+    _drive(states, pool, 1.0)
+    slow, fast = states[0].stats, states[1].stats
+    # Little's law per lane: its batches' latencies add up to (nearly) the time it ran
+    busy_fast = sum(fast.call_us) / 1e6
+    busy_slow = sum(slow.call_us) / 1e6
+    assert busy_fast > 0.8 and busy_slow > 0.8
+    assert len(fast.call_us) > 5 * len(slow.call_us)
+
+
+def test_a_lane_failing_past_its_budget_leaves_every_confirmed_batch_recorded(
+    made: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One lane's sends fail until its error budget runs out (shortened to 0.4 s) while
+    the others confirm: the thread fails, after every other lane's confirmed batch was
+    recorded and nothing is in flight."""
+    monkeypatch.setattr(threads, "ERROR_BUDGET_S", 0.4)
+    states, peers, pool = _lanes(made, 3)
+    peers[0].failing = lambda: True
+    for p in peers[1:]:
+        p.delay_s = lambda: 0.002
+    with pytest.raises(threads.ThreadFailed):
+        _drive(states, pool, 30)
+    bad = states[0].stats
+    assert bad.confirmed_total == 0 and bad.failed_total > 0
+    for state, peer in zip(states[1:], peers[1:], strict=True):
+        st = state.stats
+        # every batch the peer answered is recorded (none left in flight)
+        assert st.confirmed_total == len(peer.first_byte_ns) * 2
+        assert st.confirmed_total == len(st.confirmed) and st.failed_total == 0
+        assert st.watermark_ms is None
+
+
+def test_a_reconnect_counts_in_its_batch_and_does_not_hold_the_others(made: list) -> None:
+    states, peers, pool = _lanes(made, 2)
+    wire = states[0].client.wire  # type: ignore[attr-defined]
+    wire.connect_s = 0.2
+    fails = iter([True])
+    peers[0].failing = lambda: next(fails, False)
+    peers[1].delay_s = lambda: 0.001
+    _drive(states, pool, 0.6)
+    assert wire.connects == 2  # the first, and again after the failure
+    slow = _latencies_us(states[0].stats)
+    assert slow and max(slow) >= 200_000  # the batch after the failure waited to connect
+    fast = states[1].stats
+    # the other lane was busy all along: no gap of the reconnect's length
+    assert sum(fast.call_us) / 1e6 > 0.45
+
+
+def test_runs_land_in_the_interval_of_their_confirmation_across_a_tick_and_the_warm_up_end(
+    made: list, tmp_path: Path
+) -> None:
+    """A recorder ticked as the worker ticks it (the ticker waits for the senders'
+    watermark): every batch lands in the interval its confirmation fell in, the warm-up
+    end (an arbitrary ms) included, as the batches' own records say."""
+    states, peers, pool = _lanes(made, 2)
+    for p in peers:
+        p.delay_s = lambda: 0.003
+    now_ms = time.time_ns() // 1_000_000
+    rec = IntervalRecorder(tmp_path, "sender", "sender-00", "r", now_ms)
+    rec.senders += [s.stats for s in states]
+    cuts = Cuts()
+    cuts.measure_ms = now_ms + 1337  # the warm-up end
+    cut_list = sorted({cuts.measure_ms, *((now_ms // 1000 + k) * 1000 for k in (1, 2))})
+    confirms: list[list[int]] = [[] for _ in states]
+    orig = SenderStats.confirmed_run
+
+    def keep(self: SenderStats, first: int, sizes, done, records, off) -> None:  # type: ignore[no-untyped-def]
+        confirms[self.sender_id] += [(records[2 * i + 1] + off) // 1_000_000 for i in range(done)]
+        orig(self, first, sizes, done, records, off)
+
+    SenderStats.confirmed_run = keep  # type: ignore[method-assign]
+    stop = threading.Event()
+    ticker_done = threading.Event()
+
+    def ticker() -> None:
+        for cut in cut_list:
+            while time.time_ns() // 1_000_000 < cut:
+                time.sleep(0.0005)
+            rec.wait_for_senders(cut, threads.WATERMARK_WAIT_S)
+            rec.tick(cut)
+        ticker_done.set()
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    try:
+        _drive(states, pool, (cut_list[-1] - now_ms) / 1000 + 0.2, cuts, stop)
+    finally:
+        SenderStats.confirmed_run = orig  # type: ignore[method-assign]
+        t.join(10)
+    rec.tick(time.time_ns() // 1_000_000 + 1)
+    rec.close()
+    rows, _ = codecs.parse_counts((tmp_path / layout.COUNTS).read_text())
+    bounds = [now_ms, *cut_list]
+    every = [m for c in confirms for m in c]
+    for k in range(len(cut_list)):
+        lo, hi = bounds[k], bounds[k + 1]
+        want = sum(1 for m in every if lo <= m < hi) * 2
+        got = next(r for r in rows if r.start_ms == lo)
+        assert got.counts["confirmed"] == want, (k, lo, hi)
+        assert got.counts["sent"] == want
+    assert any(r.start_ms == cuts.measure_ms for r in rows)
+
+
+def test_a_failing_lane_backs_off_alone_and_every_message_is_accounted(made: list) -> None:
+    """The first 3 batches of one lane fail (its backoff: 0.1 + 0.2 + 0.4 s); the other
+    lane sends all its 40 messages meanwhile, and the failed ones' seqs are skipped."""
+    states, peers, pool = _lanes(made, 2)
+    fails = iter([True, True, True])
+    peers[0].failing = lambda: next(fails, False)
+    for state in states:
+        state.sizes = threads.BatchSizes(random.Random(1), 2, 2, 40)
+    _drive(states, pool, 30)
+    bad, good = states[0].stats, states[1].stats
+    assert (bad.sent_total, bad.failed_total, bad.confirmed_total) == (40, 6, 34)
+    assert sorted(bad.confirmed) == list(range(6, 40))
+    assert (good.sent_total, good.confirmed_total, good.failed_total) == (40, 40, 0)
+    assert good.confirm_ms[-1] < bad.confirm_ms[0]  # all 20 batches before its first
