@@ -1,0 +1,256 @@
+"""Every run archive under a results folder, at any depth, and DuckDB views over their
+own Parquet summaries read where they lie (``RUN_DIR/summary/*.parquet``).
+
+A run is a directory holding ``manifest.json``; the walk does not go into a run, nor
+into hidden folders (``.catalog``). The folder a run sits in (relative to the results
+folder, ``.`` for the top) is its ``folder``.
+
+The views (``runs``, ``windows``, ``timeline``, ``latency``, ``delivery``, ``problems``,
+``faults``; columns :data:`mqlab.analysis.schema.SCHEMAS`, ``latency`` without its
+histograms, ``runs`` with ``folder`` and ``run_dir`` where the run is now) hold every
+summarized run found, and the view ``archives`` every run found, summarized or not.
+
+The cache (``RESULTS/.catalog/cache/``) holds the same tables concatenated, with the
+list of the summary files it was written from (each ``run.parquet``'s path, size and
+modification time). It answers only when that list is exactly the one found now, so it
+can never answer with fewer runs than the archives hold; otherwise the views read the
+archives in place and the cache is rewritten (when the folder is writable)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from mqlab.analysis.catalog import CATALOG_DIR, empty_table, run_file
+from mqlab.analysis.schema import TABLES
+from mqlab.archive import layout
+from mqlab.errors import ArchiveError
+
+LOG = logging.getLogger(__name__)
+
+CACHE_DIR = "cache"  # under RESULTS/.catalog
+SOURCES = "sources.json"
+CACHE_VERSION = 1
+TOP = "."  # the folder of a run directly under the results folder
+
+
+def find_all_runs(results_dir: Path | str) -> list[Path]:
+    """Every run directory under ``results_dir`` at any depth, oldest first (a run's
+    name starts with its start time), then by folder."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise ArchiveError(f"{root}: no such results directory")
+    found = []
+    for here, dirs, _files in os.walk(root):
+        keep = []
+        for name in sorted(dirs):
+            if name.startswith("."):
+                continue
+            path = Path(here) / name
+            if layout.is_run_dir(path):
+                found.append(path)  # a run: its own folders are not searched
+            else:
+                keep.append(name)
+        dirs[:] = keep
+    return sorted(found, key=lambda p: (p.name, str(p)))
+
+
+def folder_of(run_dir: Path, results_dir: Path | str) -> str:
+    """The folder ``run_dir`` sits in, relative to ``results_dir`` (``.`` at the top)."""
+    try:
+        rel = run_dir.parent.relative_to(Path(results_dir))
+    except ValueError:
+        return str(run_dir.parent)
+    return TOP if str(rel) in ("", ".") else rel.as_posix()
+
+
+@dataclass(frozen=True)
+class Found:
+    """The runs found under a results folder: ``summarized`` have ``summary/run.parquet``;
+    ``source`` says where the views read: "in place" or "cache"."""
+
+    results_dir: Path
+    runs: list[Path]
+    summarized: list[Path]
+    source: str
+
+    @property
+    def not_summarized(self) -> list[Path]:
+        done = set(self.summarized)
+        return [p for p in self.runs if p not in done]
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _sources(root: Path, summarized: list[Path]) -> dict[str, Any]:
+    runs = {}
+    for d in summarized:
+        st = run_file(d, "runs").stat()
+        runs[d.relative_to(root).as_posix()] = [st.st_size, st.st_mtime_ns]
+    return {"format_version": CACHE_VERSION, "results_dir": str(root.resolve()), "runs": runs}
+
+
+def _cache_dir(root: Path) -> Path:
+    return root / CATALOG_DIR / CACHE_DIR
+
+
+def _cache_fresh(root: Path, sources: dict[str, Any]) -> bool:
+    path = _cache_dir(root) / SOURCES
+    try:
+        held = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if held != sources:
+        return False
+    return all((_cache_dir(root) / f"{t}.parquet").is_file() for t in TABLES)
+
+
+def _empty_view(con: duckdb.DuckDBPyConnection, name: str, extra: str = "") -> None:
+    con.register(f"_{name}_empty", empty_table(name))
+    con.execute(f"CREATE VIEW {name} AS SELECT *{extra} FROM _{name}_empty")
+
+
+def _in_place_views(
+    con: duckdb.DuckDBPyConnection, root: Path, summarized: list[Path], tables: Sequence[str]
+) -> None:
+    """One view per table of ``tables`` over the runs' own files; columns a file lacks
+    (written before they existed) are null, and ``runs`` gets each run's ``folder`` and
+    ``run_dir``; the other tables' views are empty."""
+    where = pa.table(
+        {
+            "_path": [str(d) for d in summarized],
+            "_folder": [folder_of(d, root) for d in summarized],
+            "_run_dir": [str(d.resolve()) for d in summarized],
+        }
+    )
+    con.register("_where", where)
+    for name in TABLES:
+        files = [str(run_file(d, name)) for d in summarized if name in tables]
+        files = [f for f in files if Path(f).is_file()]
+        con.register(f"_{name}_empty", empty_table(name))
+        if not files:
+            extra = ", NULL::VARCHAR AS folder" if name == "runs" else ""
+            con.execute(f"CREATE VIEW {name} AS SELECT *{extra} FROM _{name}_empty")
+            continue
+        listed = "[" + ", ".join(_quote(f) for f in files) + "]"
+        drop = " EXCLUDE (histogram)" if name == "latency" else ""
+        read = f"SELECT *{drop} FROM read_parquet({listed}, union_by_name = true, filename = true)"
+        conformed = f"SELECT * FROM _{name}_empty UNION ALL BY NAME ({read})"
+        if name == "runs":
+            con.execute(
+                f"CREATE VIEW runs AS SELECT r.* EXCLUDE (filename, run_dir), "
+                f"w._run_dir AS run_dir, w._folder AS folder FROM ({conformed}) r "
+                f"JOIN _where w ON regexp_replace(r.filename, '/{layout.SUMMARY_DIR}/[^/]+$', '')"
+                f" = w._path"
+            )
+        else:
+            con.execute(f"CREATE VIEW {name} AS SELECT * EXCLUDE (filename) FROM ({conformed})")
+
+
+def _cache_views(con: duckdb.DuckDBPyConnection, root: Path, tables: Sequence[str]) -> None:
+    for name in TABLES:
+        if name not in tables:
+            _empty_view(con, name, ", NULL::VARCHAR AS folder" if name == "runs" else "")
+            continue
+        path = _cache_dir(root) / f"{name}.parquet"
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({_quote(str(path))})")
+
+
+def _write_cache(root: Path, summarized: list[Path], sources: dict[str, Any]) -> bool:
+    """Every run's rows into the cache (False when it cannot be written); its list of
+    sources is written last (and removed first), so a cache half written is never taken
+    for a fresh one."""
+    cache = _cache_dir(root)
+    con = duckdb.connect(":memory:")
+    try:
+        _in_place_views(con, root, summarized, TABLES)
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / SOURCES).unlink(missing_ok=True)
+        for name in TABLES:
+            tmp = cache / f".{name}.parquet.tmp{os.getpid()}"
+            con.execute(
+                f"COPY (SELECT * FROM {name}) TO {_quote(str(tmp))} "
+                "(FORMAT parquet, COMPRESSION zstd)"
+            )
+            os.replace(tmp, cache / f"{name}.parquet")
+        tmp = cache / f".{SOURCES}.tmp{os.getpid()}"
+        tmp.write_text(json.dumps(sources), encoding="utf-8")
+        os.replace(tmp, cache / SOURCES)
+        return True
+    except (OSError, duckdb.Error) as err:  # a read-only results folder: no cache
+        LOG.info("%s: cache not written (%s)", cache, str(err).splitlines()[0])
+        return False
+    finally:
+        con.close()
+
+
+def _archives_view(con: duckdb.DuckDBPyConnection, root: Path, found: Found) -> None:
+    done = set(found.summarized)
+    con.register(
+        "_archives",
+        pa.table(
+            {
+                "run_id": pa.array([p.name for p in found.runs], pa.string()),
+                "folder": pa.array([folder_of(p, root) for p in found.runs], pa.string()),
+                "run_dir": pa.array([str(p.resolve()) for p in found.runs], pa.string()),
+                "summarized": pa.array([p in done for p in found.runs], pa.bool_()),
+            }
+        ),
+    )
+    con.execute("CREATE VIEW archives AS SELECT * FROM _archives")
+
+
+def tables_in(sql: str) -> list[str]:
+    """The views ``sql`` names (a word of it), so that only those read any file."""
+    words = set(re.findall(r"[a-z_]+", sql.lower()))
+    return [t for t in TABLES if t in words]
+
+
+def connect(
+    results_dir: Path | str, use_cache: bool = True, tables: Sequence[str] = TABLES
+) -> tuple[duckdb.DuckDBPyConnection, Found]:
+    """An in-memory DuckDB with the views over every run under ``results_dir`` (those of
+    ``tables`` read files, the others are empty), and what was found. The cache answers
+    when it holds exactly the runs found; when it does not it is rewritten first (and
+    when it cannot be, the views read in place). ``use_cache=False`` reads in place and
+    leaves the cache alone."""
+    root = Path(results_dir)
+    runs = find_all_runs(root)
+    summarized = [d for d in runs if run_file(d, "runs").is_file()]
+    con = duckdb.connect(":memory:")
+    sources = _sources(root, summarized) if use_cache and summarized else {}
+    fresh = bool(sources) and _cache_fresh(root, sources)
+    if sources and not fresh:
+        fresh = _write_cache(root, summarized, sources)
+    if fresh:
+        _cache_views(con, root, tables)
+        found = Found(root, runs, summarized, "cache")
+    else:
+        _in_place_views(con, root, summarized, tables)
+        found = Found(root, runs, summarized, "in place")
+    _archives_view(con, root, found)
+    return con, found
+
+
+def load_runs(results_dir: Path | str) -> list[dict[str, Any]]:
+    """The ``runs`` row of every summarized run under ``results_dir`` (newest first),
+    ``run_dir`` where it is now."""
+    if not Path(results_dir).is_dir():
+        return []
+    con, _found = connect(results_dir)
+    try:
+        rows = con.sql("SELECT * FROM runs").to_arrow_table().to_pylist()
+    finally:
+        con.close()
+    return sorted(rows, key=lambda r: r.get("started_at") or "", reverse=True)
