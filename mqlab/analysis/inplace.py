@@ -13,8 +13,9 @@ summarized run found, and the view ``archives`` every run found, summarized or n
 The cache (``RESULTS/.catalog/cache/``) holds the same tables concatenated, with the
 list of the summary files it was written from (each ``run.parquet``'s path, size and
 modification time). It answers only when that list is exactly the one found now, so it
-can never answer with fewer runs than the archives hold; otherwise the views read the
-archives in place and the cache is rewritten (when the folder is writable)."""
+can never answer with fewer runs than the archives hold; otherwise it is rewritten
+first, keeping the rows of the runs unchanged since and reading the others in place
+(and when the folder cannot be written, the views read every run in place)."""
 
 from __future__ import annotations
 
@@ -167,22 +168,80 @@ def _cache_views(con: duckdb.DuckDBPyConnection, root: Path, tables: Sequence[st
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({_quote(str(path))})")
 
 
+def _reusable(root: Path, sources: dict[str, Any]) -> set[str]:
+    """The runs (relative paths) whose rows the cache holds unchanged: same results
+    folder, same ``run.parquet`` (size and time)."""
+    try:
+        held = json.loads((_cache_dir(root) / SOURCES).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(held, dict) or any(
+        held.get(k) != sources[k] for k in ("format_version", "results_dir")
+    ):
+        return set()
+    if not all((_cache_dir(root) / f"{t}.parquet").is_file() for t in TABLES):
+        return set()
+    old = held.get("runs") or {}
+    return {rel for rel, stat in sources["runs"].items() if old.get(rel) == stat}
+
+
+def _kept_ids(con: duckdb.DuckDBPyConnection, root: Path, reuse: set[str]) -> list[str] | None:
+    """The run ids (as the rows have them) of the runs kept from the cache; None when
+    they cannot stand for those runs alone (the tables other than ``runs`` know a run by
+    its id): two kept runs share one, a run read in place or one the cache held and is
+    gone has one of them."""
+    dirs = pa.table({"run_dir": [str((root / rel).resolve()) for rel in reuse]})
+    con.register("_kept_dirs", dirs)
+    runs = _quote(str(_cache_dir(root) / "runs.parquet"))
+    kept = [
+        r[0]
+        for r in con.execute(
+            f"SELECT run_id FROM read_parquet({runs}) WHERE run_dir IN "
+            "(SELECT run_dir FROM _kept_dirs)"
+        ).fetchall()
+    ]
+    fresh = {r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()}
+    if len(kept) != len(reuse) or len(set(kept)) != len(kept) or fresh & set(kept):
+        return None
+    con.register("_kept_ids", pa.table({"run_id": pa.array(kept, pa.string())}))
+    (held,) = con.execute(
+        f"SELECT count(*) FROM read_parquet({runs}) WHERE run_id IN (SELECT run_id FROM _kept_ids)"
+    ).fetchone() or (0,)
+    if held != len(kept):  # a run gone from the folder had one of their ids
+        return None
+    return kept
+
+
 def _write_cache(root: Path, summarized: list[Path], sources: dict[str, Any]) -> bool:
-    """Every run's rows into the cache (False when it cannot be written); its list of
-    sources is written last (and removed first), so a cache half written is never taken
-    for a fresh one."""
+    """Every run's rows into the cache (False when it cannot be written): the rows it
+    holds of runs unchanged since, and the others' read in place. Its list of sources is
+    written last (and removed first), so a cache half written is never taken for a fresh
+    one."""
     cache = _cache_dir(root)
+    reuse = _reusable(root, sources)
     con = duckdb.connect(":memory:")
     try:
-        _in_place_views(con, root, summarized, TABLES)
+        changed = [d for d in summarized if d.relative_to(root).as_posix() not in reuse]
+        _in_place_views(con, root, changed, TABLES)
+        kept = _kept_ids(con, root, reuse) if reuse else []
+        if kept is None:  # rebuilt from every run
+            reuse, kept = set(), []
+            con.close()
+            con = duckdb.connect(":memory:")
+            _in_place_views(con, root, summarized, TABLES)
+        con.register("_reuse", pa.table({"run_id": pa.array(kept, pa.string())}))
         cache.mkdir(parents=True, exist_ok=True)
         (cache / SOURCES).unlink(missing_ok=True)
         for name in TABLES:
+            rows = f"SELECT * FROM {name}"
+            if reuse:
+                held = _quote(str(cache / f"{name}.parquet"))
+                rows = (
+                    f"SELECT * FROM read_parquet({held}) WHERE run_id IN "
+                    f"(SELECT run_id FROM _reuse) UNION ALL BY NAME {rows}"
+                )
             tmp = cache / f".{name}.parquet.tmp{os.getpid()}"
-            con.execute(
-                f"COPY (SELECT * FROM {name}) TO {_quote(str(tmp))} "
-                "(FORMAT parquet, COMPRESSION zstd)"
-            )
+            con.execute(f"COPY ({rows}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION zstd)")
             os.replace(tmp, cache / f"{name}.parquet")
         tmp = cache / f".{SOURCES}.tmp{os.getpid()}"
         tmp.write_text(json.dumps(sources), encoding="utf-8")

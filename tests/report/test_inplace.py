@@ -82,6 +82,18 @@ def test_the_cache_never_answers_with_fewer_runs(lab: Lab, tmp_path: Path) -> No
     shutil.copytree(lab.complete.run_dir, third)
     _cols, rows, found = query.run_query_found(tmp_path, count)
     assert rows == [(3,)] and _cached_runs(tmp_path) == sorted([*both, third.name])
+    # the cache kept the first two runs' rows and read the third's: every table whole
+    for table in ("windows", "timeline", "delivery", "latency"):
+        own = sum(
+            pq.read_table(run_file(d, table)).num_rows
+            for d in (lab.complete.run_dir, lab.no_delivery.run_dir, third)
+        )
+        _cols, rows, found = query.run_query_found(tmp_path, f"SELECT count(*) FROM {table}")
+        assert rows == [(own,)] and found.source == "cache", table
+    _cols, rows, _found = query.run_query_found(
+        tmp_path, "SELECT run_id, folder FROM runs ORDER BY run_id"
+    )
+    assert (lab.complete.run_id, "later") in rows and len(rows) == 3  # the copy keeps its id
     # a run re-summarized (its run.parquet rewritten): the cache is rewritten too
     held = (tmp_path / CATALOG_DIR / inplace.CACHE_DIR / inplace.SOURCES).read_text()
     os.utime(run_file(third, "runs"), ns=(1, 1))
