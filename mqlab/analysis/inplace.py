@@ -204,9 +204,9 @@ def _kept_ids(con: duckdb.DuckDBPyConnection, root: Path, reuse: set[str]) -> li
     if len(kept) != len(reuse) or len(set(kept)) != len(kept) or fresh & set(kept):
         return None
     con.register("_kept_ids", pa.table({"run_id": pa.array(kept, pa.string())}))
-    (held,) = con.execute(
+    ((held,),) = con.execute(
         f"SELECT count(*) FROM read_parquet({runs}) WHERE run_id IN (SELECT run_id FROM _kept_ids)"
-    ).fetchone() or (0,)
+    ).fetchall()
     if held != len(kept):  # a run gone from the folder had one of their ids
         return None
     return kept

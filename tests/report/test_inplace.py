@@ -167,3 +167,22 @@ def test_every_committed_run_is_listed_and_queried(tmp_path: Path) -> None:
     assert res.stdout.splitlines()[1] == str(len(committed))
     assert res.stderr == ""
     assert all((p / layout.SUMMARY_DIR).is_dir() for p in committed)
+
+
+def test_the_cache_keeps_the_rows_of_the_runs_unchanged(lab: Lab, tmp_path: Path) -> None:
+    """One run re-summarized: the cache is rewritten with its rows read anew and the
+    other run's kept, and answers (it is not left for reading in place)."""
+    _nested(lab, tmp_path)
+    sql = "SELECT run_id, folder FROM runs ORDER BY run_id"
+    _cols, before, found = query.run_query_found(tmp_path, sql)
+    assert found.source == "cache"
+    moved = tmp_path / "b/c/d" / lab.no_delivery.run_id
+    os.utime(run_file(moved, "runs"))
+    _cols, after, found = query.run_query_found(tmp_path, sql)
+    assert found.source == "cache" and after == before
+    for table in ("windows", "timeline", "latency", "delivery", "faults"):
+        _cols, cached, _found = query.run_query_found(tmp_path, f"SELECT count(*) FROM {table}")
+        _cols, placed, _found = query.run_query_found(
+            tmp_path, f"SELECT count(*) FROM {table}", use_cache=False
+        )
+        assert cached == placed, table
