@@ -17,7 +17,8 @@ from mqlab.cli import checks as checks  # registers the scenario checks from abo
 from mqlab.errors import MqlabError
 
 console = Console(stderr=True, log_path=False)  # log lines say what happens, not where
-PIPE_WIDTH = 160  # stdout's width when it is not a terminal (a pipe, a file, captured)
+PIPE_WIDTH = 280  # stdout's width when it is not a terminal (a pipe, a file, captured):
+# `mqlab ls` of the seeds (run ids of 120 characters) keeps every column
 out = Console()
 if not out.is_terminal:
     out = Console(width=PIPE_WIDTH)  # tables stay readable when piped or captured

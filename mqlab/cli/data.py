@@ -104,7 +104,9 @@ def summarize(
         rows, problems = job.summarize_logs(spark, paths)
         _echo_logs(rows, problems, as_json)
         return
-    dirs = list(paths) + ([str(p) for p in layout.find_runs(results_dir)] if all_runs else [])
+    from mqlab.analysis.inplace import find_all_runs
+
+    dirs = list(paths) + ([str(p) for p in find_all_runs(results_dir)] if all_runs else [])
     if all_runs and not dirs:
         raise ArchiveError(f"{results_dir}: no run archives in it")
     if not dirs:
@@ -249,20 +251,20 @@ def _echo_logs(
 @results_option
 @_user_errors
 def query(sql: str, fmt: str | None, results_dir: str) -> None:
-    """Run DuckDB SQL over the catalog (views: runs, windows, timeline, latency, delivery,
-    problems)."""
-    from mqlab.analysis.catalog import missing_from_catalog
+    """Run DuckDB SQL over every run archive under --results, at any depth, read in place
+    (views: runs, windows, timeline, latency, delivery, problems, faults; archives: every
+    run found, summarized or not)."""
     from mqlab.report import query as q
 
-    columns, rows = q.run_query(results_dir, sql)
-    missing = missing_from_catalog(results_dir)
+    columns, rows, found = q.run_query_found(results_dir, sql)
+    missing = found.not_summarized
     if missing:
-        shown = ", ".join(missing[:5]) + (
-            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        )
+        names = [p.name for p in missing]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         click.echo(
-            f"note: the catalog of {results_dir} lacks {len(missing)} run(s): {shown} "
-            f"(mqlab summarize --all --results {results_dir} adds them)",
+            f"note: {len(missing)} of the {len(found.runs)} run(s) under {results_dir} have "
+            f"no summary yet, so no rows (the view archives lists them): {shown} "
+            f"(mqlab summarize RUN_DIR, or --all, adds them)",
             err=True,
         )
     if fmt == "csv":
@@ -331,7 +333,8 @@ def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
     for side, run, trials in (("baseline: ", base, bt), ("contender:", cont, ct)):
         marked = marks(run, run.get("stand_in"))
         note = f"; marked {', '.join(marked)}: not the broker's figures" if marked else ""
-        click.echo(f"{side} {run['run_id']} ({len(trials)} trials{note})")
+        where = f" in {run['folder']}" if run.get("folder") not in (None, ".") else ""
+        click.echo(f"{side} {run['run_id']}{where} ({len(trials)} trials{note})")
     lines = cmp.compare_runs(base, cont, bt, ct)
     echo_table(
         ("figure", "baseline", "contender", "ratio", "vs noise"),
@@ -365,15 +368,20 @@ def compare(runs: tuple[str, ...], ref: str | None, results_dir: str) -> None:
 @results_option
 @_user_errors
 def site(out_dir: str, results_dir: str) -> None:
-    """Write the runs under --results as a static website: an index of runs, a page per
-    run (plots, delivery, scenario, manifest), and a comparison page with the mqperf 2021
-    published figures. Open the index.html it prints from disk or serve the folder."""
+    """Write the runs under --results (at any depth) as a static website: an index of the
+    experiments and runs, a page per experiment (its sweep, and the published figures
+    beside its runs), a broker overview, the durability matrix, a page per run (plots,
+    delivery, scenario, manifest), and a comparison page with the mqperf 2021 published
+    figures. Open the index.html it prints from disk or serve the folder."""
     from mqlab.report.site import write_site
 
     result = write_site(results_dir, out_dir)
     for line in result.warnings:
         click.echo(f"warning: {line}", err=True)
-    click.echo(f"site of {result.runs} run(s) written; open:", err=True)
+    click.echo(
+        f"site of {result.runs} run(s) in {result.experiments} experiment(s) written; open:",
+        err=True,
+    )
     click.echo(str(result.index.resolve()))
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mqlab.analysis import catalog
+from mqlab.analysis import catalog, inplace
 from mqlab.errors import ArchiveError
 
 LOG = logging.getLogger(__name__)
@@ -66,7 +66,8 @@ class Line:
 
 
 def resolve_run(ref: str, results_dir: Path | str) -> dict[str, Any]:
-    """A run by directory, or by run id (or a unique part of it) in the catalog."""
+    """A run by directory, or by run id (or a unique part of it) among the summarized
+    runs under ``results_dir``, at any depth."""
     path = Path(ref)
     if path.is_dir():
         run = catalog.read_run_table(path, "runs").to_pylist()[0]
@@ -74,7 +75,7 @@ def resolve_run(ref: str, results_dir: Path | str) -> dict[str, Any]:
         # summarized at still in its table
         run["run_dir"] = str(path.resolve())
         return run
-    runs = catalog.load_runs(results_dir)
+    runs = inplace.load_runs(results_dir)
     exact = [r for r in runs if r["run_id"] == ref]
     found = exact or [r for r in runs if ref in r["run_id"]]
     if len(found) == 1:
@@ -85,10 +86,11 @@ def resolve_run(ref: str, results_dir: Path | str) -> dict[str, Any]:
 
 
 def trials_of(run: dict[str, Any], results_dir: Path | str) -> list[dict[str, Any]]:
-    """All catalogued runs with the same configuration (the run itself included)."""
+    """All summarized runs under ``results_dir`` with the same configuration (the run
+    itself included)."""
     same = [
         r
-        for r in catalog.load_runs(results_dir)
+        for r in inplace.load_runs(results_dir)
         if all(_trial_value(r, k) == _trial_value(run, k) for k in TRIAL_KEY)
     ]
     if not any(r["run_id"] == run["run_id"] for r in same):

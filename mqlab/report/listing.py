@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mqlab.analysis.inplace import find_all_runs, folder_of
 from mqlab.analysis.saturation import marks
 from mqlab.archive import layout
 from mqlab.archive.formats import ACCEPTED_VERSIONS, V1_FIX
@@ -20,6 +21,7 @@ from mqlab.report import unknown
 NOT_SUMMARIZED = "–"
 COLUMNS = (
     "Run",
+    "Folder",
     "Broker",
     "Scenario",
     "Status",
@@ -38,6 +40,7 @@ class Listed:
 
     info: RunInfo
     problem: str | None = None
+    folder: str = "."  # where it sits, relative to the results folder
 
 
 def _raw_json(path: Path) -> dict[str, Any]:
@@ -48,7 +51,7 @@ def _raw_json(path: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _unreadable(path: Path, err: ArchiveError) -> Listed:
+def _unreadable(path: Path, err: ArchiveError, folder: str) -> Listed:
     manifest = _raw_json(path / layout.MANIFEST)
     try:
         scenario = layout.read_scenario(path)
@@ -59,20 +62,21 @@ def _unreadable(path: Path, err: ArchiveError) -> Listed:
         problem = f"archive format_version {version}"
     else:
         problem = str(err).removeprefix(f"{path}/").removeprefix(f"{path}: ")
-    return Listed(RunInfo(path, path.name, manifest, scenario, None), problem)
+    return Listed(RunInfo(path, path.name, manifest, scenario, None), problem, folder)
 
 
 def list_runs(results_dir: Path | str) -> list[Listed]:
-    """Every run under ``results_dir`` (oldest first), unreadable ones included; none if
-    the directory is missing."""
+    """Every run under ``results_dir`` at any depth (oldest first), unreadable ones
+    included; none if the directory is missing."""
     if not Path(results_dir).is_dir():
         return []
     out = []
-    for path in layout.find_runs(results_dir):
+    for path in find_all_runs(results_dir):
+        folder = folder_of(path, results_dir)
         try:
-            out.append(Listed(layout.load_run(path)))
+            out.append(Listed(layout.load_run(path), None, folder))
         except ArchiveError as err:
-            out.append(_unreadable(path, err))
+            out.append(_unreadable(path, err, folder))
     return out
 
 
@@ -125,6 +129,7 @@ def row(x: Listed) -> dict[str, Any]:
     lab = (s or {}).get("lab") or {}
     return {
         "run_id": r.run_id,
+        "folder": x.folder,
         "broker": r.broker,
         "scenario": r.scenario_name,
         # the summary's status is the manifest's, made "partial" when figures are unknown
@@ -161,6 +166,7 @@ def cells(d: dict[str, Any]) -> list[str]:
 
     return [
         d["run_id"],
+        d["folder"],
         d["broker"],
         d["scenario"],
         d["status"],

@@ -1,6 +1,8 @@
-"""DuckDB over the catalog: one view per summary table (``runs``, ``windows``,
-``timeline``, ``latency``, ``delivery``, ``problems``; their columns are
-:data:`mqlab.analysis.schema.SCHEMAS`); results as rows, CSV or JSON.
+"""DuckDB over every run archive under a results folder, at any depth, read in place
+(:mod:`mqlab.analysis.inplace`): one view per summary table (``runs``, ``windows``,
+``timeline``, ``latency``, ``delivery``, ``problems``, ``faults``; their columns are
+:data:`mqlab.analysis.schema.SCHEMAS`, ``runs`` with the run's ``folder``), and
+``archives``: every run found, summarized or not. Results as rows, CSV or JSON.
 
 A figure the summary could not compute is NULL (``runs.unknown`` says why), so SQL
 aggregates skip it: count the NULLs when that matters (the third example)."""
@@ -16,7 +18,7 @@ from typing import Any
 
 import duckdb
 
-from mqlab.analysis.catalog import catalog_file, empty_table
+from mqlab.analysis import inplace
 from mqlab.analysis.schema import TABLES
 from mqlab.errors import ArchiveError, MqlabError
 
@@ -44,31 +46,31 @@ class QueryError(MqlabError):
     """The SQL given to ``mqlab query`` failed."""
 
 
-def connect(results_dir: Path | str) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with one view per catalog table (empty when not summarized)."""
-    con = duckdb.connect(":memory:")
-    for name in TABLES:
-        path = catalog_file(results_dir, name)
-        if path.is_file():
-            quoted = str(path).replace("'", "''")
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{quoted}')")
-        else:
-            con.register(f"_{name}_empty", empty_table(name))
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_empty")
-    return con
+VIEWS = (*TABLES, "archives")
 
 
-def run_query(results_dir: Path | str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+def run_query(
+    results_dir: Path | str, sql: str, use_cache: bool = True
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    columns, rows, _found = run_query_found(results_dir, sql, use_cache)
+    return columns, rows
+
+
+def run_query_found(
+    results_dir: Path | str, sql: str, use_cache: bool = True
+) -> tuple[list[str], list[tuple[Any, ...]], inplace.Found]:
+    """The columns and rows of ``sql``, and the runs found (those without a summary are
+    in the view ``archives`` only)."""
     if not Path(results_dir).is_dir():
         raise ArchiveError(f"{results_dir}: no such results directory")
-    con = connect(results_dir)
+    con, found = inplace.connect(results_dir, use_cache, inplace.tables_in(sql))
     try:
         cur = con.execute(sql)
         columns = [d[0] for d in cur.description or []]
-        return columns, cur.fetchall()
+        return columns, cur.fetchall(), found
     except duckdb.Error as err:
         first = str(err).splitlines()[0]
-        raise QueryError(f"query failed: {first} (views: {', '.join(TABLES)})") from err
+        raise QueryError(f"query failed: {first} (views: {', '.join(VIEWS)})") from err
     finally:
         con.close()
 

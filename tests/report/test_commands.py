@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 from mqlab import cli
-from mqlab.analysis.catalog import CATALOG_DIR
 from mqlab.archive import layout
 from mqlab.cli import data as cli_data
 from mqlab.report import compare, query
@@ -39,11 +38,10 @@ def json_documents(text: str) -> list[dict[str, Any]]:
 
 
 # -- query -------------------------------------------------------------------------
-def test_query_notes_the_runs_the_catalog_lacks(lab: Lab, tmp_path: Path) -> None:
+def test_query_notes_the_runs_without_a_summary(lab: Lab, tmp_path: Path) -> None:
     results = tmp_path / "results"
     results.mkdir()
-    shutil.copytree(lab.results / CATALOG_DIR, results / CATALOG_DIR)
-    for r in (lab.complete, lab.no_delivery):
+    for r in (lab.complete, lab.no_delivery):  # no catalog: read in place
         shutil.copytree(r.run_dir, results / r.run_id)
     never = write_tiny_run(results, start_ms=START_MS + 120_000)  # never summarized
     stdout, stderr = invoke(
@@ -53,10 +51,22 @@ def test_query_notes_the_runs_the_catalog_lacks(lab: Lab, tmp_path: Path) -> Non
         lab.complete.run_id,
         lab.no_delivery.run_id,
     ]
-    assert "lacks 1 run(s)" in stderr
+    assert f"1 of the 3 run(s) under {results} have no summary yet" in stderr
     assert never.run_id in stderr
     assert lab.complete.run_id not in stderr
-    assert f"mqlab summarize --all --results {results}" in stderr
+    assert "mqlab summarize RUN_DIR, or --all" in stderr
+    stdout, _ = invoke(
+        cli_data.query,
+        "--results",
+        results,
+        "--json",
+        "SELECT run_id, summarized FROM archives ORDER BY run_id",
+    )
+    assert {r["run_id"]: r["summarized"] for r in json.loads(stdout)} == {
+        lab.complete.run_id: True,
+        lab.no_delivery.run_id: True,
+        never.run_id: False,
+    }
 
 
 def test_query_has_no_note_when_the_catalog_holds_every_run(lab: Lab) -> None:

@@ -82,9 +82,9 @@ def test_rows_of_summarized_unsummarized_and_unreadable_runs(lab: Lab, results: 
     assert never["summarized"] is False and never["send_msgs_per_s"] is None
     assert never["status"] == "complete"  # the manifest's
     cells = listing.cells(never)
-    assert cells[4:] == ["–", "–", "–", "–", ""]  # no price: no cost cell
+    assert cells[5:] == ["–", "–", "–", "–", ""]  # no price: no cost cell
     assert rows[OLD]["status"] == "archive format_version 1"
-    assert listing.cells(rows[OLD])[:4] == [OLD, "?", "?", "archive format_version 1"]
+    assert listing.cells(rows[OLD])[:5] == [OLD, ".", "?", "?", "archive format_version 1"]
 
 
 def test_filters_by_broker_scenario_and_day(lab: Lab, results: Path) -> None:
@@ -130,6 +130,7 @@ def test_cells_format_figures_and_the_cost() -> None:
     assert d["unknown"] == {"undrained": "the broker did not answer"}  # delivery figures only
     assert listing.cells(d) == [
         "x",
+        ".",
         "kafka",
         "s",
         "complete",
@@ -146,4 +147,4 @@ def test_cells_format_figures_and_the_cost() -> None:
     assert len(listing.cells(d)) == len(listing.COLUMNS)
     # a priced lab whose run was never summarized
     unsummarized = {**d, "summarized": False, "price_per_hour_usd": 1.53}
-    assert listing.cells(unsummarized)[4:] == ["–"] * 5
+    assert listing.cells(unsummarized)[5:] == ["–"] * 5

@@ -1,4 +1,6 @@
-"""Write the site: ``index.html``, ``compare.html``, ``site.css``, ``site.js`` and
+"""Write the site: ``index.html`` (the experiments and every run), ``experiments/<slug>.html``
+(a page per experiment, its charts in ``experiments/<slug>/``), ``brokers.html``,
+``durability.html``, ``compare.html``, ``site.css``, ``site.js`` and
 ``runs/<run id>/index.html`` with the run's plots (drawn by the report's plotting code)."""
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 
 from mqlab.published import reference
 from mqlab.report import against, plots
-from mqlab.report.site import compare_page, pages, run_page
+from mqlab.report.site import compare_page, experiments, overview, pages, run_page
 from mqlab.report.site.gather import SiteError, gather
 
 LOG = logging.getLogger(__name__)
@@ -26,6 +28,7 @@ __all__ = ["SiteError", "SiteResult", "write_site"]
 class SiteResult:
     index: Path
     runs: int
+    experiments: int
     warnings: list[str]  # one line per run archive left out
 
 
@@ -39,8 +42,9 @@ def _prepare(out: Path) -> None:
             f"{out}: not empty and not written by `mqlab site` (no {MARKER} in it); "
             "give another --out DIR or empty it"
         )
-    if (out / "runs").is_dir():
-        shutil.rmtree(out / "runs")
+    for sub in ("runs", "experiments"):
+        if (out / sub).is_dir():
+            shutil.rmtree(out / sub)
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("written by `mqlab site`, which rewrites this folder\n")
 
@@ -77,6 +81,18 @@ def write_site(results_dir: Path | str, out_dir: Path | str) -> SiteResult:
             )
         _write(run_dir / "index.html", run_page.run_page(r, images, matches.get(r.run_id)))
     _write(out / "compare.html", compare_page.compare_page(found.runs, matches))
+    groups = experiments.group(found.runs, results_dir)
+    (out / "experiments").mkdir()
+    for ex in groups:
+        priced = any(r.ls.get("price_per_hour_usd") is not None for r in ex.runs)
+        rows = [pages.index_row(r, priced, root="../") for r in ex.runs]
+        matrix = pages.durability(ex.runs, root="../")
+        html = experiments.experiment_page(
+            ex, rows, pages.runs_header(priced), matrix, out / "experiments"
+        )
+        _write(out / ex.href, html)
+    _write(out / "brokers.html", overview.brokers_page(found.runs))
+    _write(out / "durability.html", overview.durability_page(found.runs))
     index = out / "index.html"
-    _write(index, pages.index_page(found.runs, str(results_dir), found.warnings))
-    return SiteResult(index, len(found.runs), found.warnings)
+    _write(index, pages.index_page(groups, str(results_dir), found.warnings))
+    return SiteResult(index, len(found.runs), len(groups), found.warnings)

@@ -24,6 +24,12 @@ from mqlab.report.model import (
 )
 
 NOT_SUMMARIZED = "–"  # as `mqlab ls` shows a figure of a run without a summary
+NAV = (
+    ("Runs", "index.html"),
+    ("Brokers", "brokers.html"),
+    ("Durability", "durability.html"),
+    ("Compare", "compare.html"),
+)
 
 
 def esc(x: Any) -> str:
@@ -138,7 +144,7 @@ def page(title: str, body: str, root: str = "", current: str = "") -> str:
     nav = "".join(
         f'<a href="{root}{href}"{attrs(aria_current="page" if name == current else None)}>'
         f"{esc(name)}</a>"
-        for name, href in (("Runs", "index.html"), ("Compare", "compare.html"))
+        for name, href in NAV
     )
     return f"""<!DOCTYPE html>
 <html lang="en">

@@ -19,6 +19,7 @@ from typing import Any
 from mqlab.analysis import faults as fault_figures
 from mqlab.report import cells as shown
 from mqlab.report import listing, sweep, unknown
+from mqlab.report.site.experiments import Experiment
 from mqlab.report.site.gather import SiteRun
 from mqlab.report.site.html import (
     NOT_SUMMARIZED,
@@ -145,10 +146,12 @@ INDEX_COLUMNS: tuple[str | tuple[str, str], ...] = (
 )
 
 
-def _index_row(r: SiteRun, priced: bool) -> str:
+def index_row(r: SiteRun, priced: bool, root: str = "", experiment: str | None = None) -> str:
+    """A run's row of a runs table; ``experiment`` the HTML of its experiment's cell
+    (the index has that column), ``root`` the path to the site's root."""
     d = r.ls
     c = listing.cells(d)  # exactly `mqlab ls`'s cells: run, broker, scenario, status, ...
-    run, broker, scenario, status, send, receive, lost, undrained, cost = c
+    run, _folder, broker, scenario, status, send, receive, lost, undrained, cost = c
     summarized = d["summarized"]
     why_not = f"not summarized: run `mqlab summarize {r.path}`"
     reasons = _summary_reasons(r)
@@ -173,7 +176,8 @@ def _index_row(r: SiteRun, priced: bool) -> str:
     )
     cells = [
         td(box, raw=True),
-        td(run_link(r), sort=run, raw=True, cls="run"),
+        td(run_link(r, root), sort=run, raw=True, cls="run"),
+        *([td(experiment, raw=True, cls="experiment")] if experiment is not None else []),
         td(broker),
         td(profile),
         td(scenario),
@@ -196,9 +200,50 @@ def _index_row(r: SiteRun, priced: bool) -> str:
     return tr(cells, data_run=r.run_id)
 
 
-def index_page(runs: Sequence[SiteRun], results_dir: str, warnings: Sequence[str]) -> str:
+def runs_header(priced: bool, experiment: bool = False) -> list[str | tuple[str, str]]:
+    cols = list(INDEX_COLUMNS)
+    if experiment:
+        cols.insert(2, "Experiment")
+    return [*cols, *(("Cost",) if priced else ()), "Flags"]
+
+
+def _experiments_table(experiments: Sequence[Experiment]) -> str:
+    rows = [
+        tr(
+            [
+                td(f'<a href="{esc(ex.href)}">{esc(ex.title)}</a>', sort=i, raw=True),
+                td(ex.folder),
+                td(ex.family),
+                td(str(len(ex.runs)), sort=len(ex.runs), cls="num"),
+                td(", ".join(ex.brokers)),
+                td(ex.reference or ""),
+                td("yes" if ex.own else ""),
+            ],
+            data_experiment=ex.slug,
+        )
+        for i, ex in enumerate(experiments)
+    ]
+    header = (
+        "Experiment",
+        "Folder",
+        "Scenario family",
+        "Runs",
+        "Brokers",
+        "Published set",
+        "Yours",
+    )
+    return f"""<h2 id="experiments-heading">Experiments</h2>
+<p>{len(experiments)} experiment(s): the runs grouped by the folder they sit in and their
+scenario family (the published set a scenario reproduces), your own runs (those git does
+not track) first. Each has its page: its runs, its sweep, and the published figures beside
+them.</p>
+{filter_box("experiments", "e.g. mqperf", "experiments")}
+<div class="wide">{table(header, rows, table_id="experiments")}</div>"""
+
+
+def index_page(experiments: Sequence[Experiment], results_dir: str, warnings: Sequence[str]) -> str:
+    runs = [r for ex in experiments for r in ex.runs]
     priced = any(r.ls.get("price_per_hour_usd") is not None for r in runs)
-    header = [*INDEX_COLUMNS, *(("Cost",) if priced else ()), "Flags"]
     left_out = ""
     if warnings:
         items = "".join(f"<li>{esc(w)}</li>" for w in warnings)
@@ -206,23 +251,33 @@ def index_page(runs: Sequence[SiteRun], results_dir: str, warnings: Sequence[str
             f'<details class="warnings"><summary>{len(warnings)} run archive(s) could not be '
             f"read and are left out</summary><ul>{items}</ul></details>"
         )
+    rows = [
+        index_row(r, priced, experiment=f'<a href="{esc(ex.href)}">{esc(ex.title)}</a>')
+        for ex in experiments
+        for r in ex.runs
+    ]
     body = f"""<h1>Runs</h1>
-<p>{len(runs)} run(s) from <code>{esc(results_dir)}</code>, oldest first; click a column
-heading to sort, type in the box to filter. Figures are those of <code>mqlab ls</code>
+<p>{len(runs)} run(s) from <code>{esc(results_dir)}</code> and the folders under it.</p>
+{left_out}
+{_experiments_table(experiments)}
+<h2>Every run</h2>
+<p>By experiment (as above), oldest first within one; click a column heading to sort, type
+in the box to filter. Figures are those of <code>mqlab ls</code>
 and the run's summary: <em>unknown</em> where the summary could not compute a figure
 (the reason is in the flags and on hover), <em>{NOT_SUMMARIZED}</em> where the run is not
 summarized. p95 and p99 are of the processing latency (from each message's intended send
-time to its receipt) over the measured period.</p>
-{left_out}
+time to its receipt) over the measured period. The runs that injected faults are on
+<a href="durability.html">the durability matrix</a>.</p>
 {filter_box("runs", "e.g. nats complete", "runs")}
 <p><button type="button" id="compare-picked" disabled>Compare the runs ticked</button>
 <a href="compare.html">compare all runs, and with mqperf 2021</a></p>
-<div class="wide">{table(header, [_index_row(r, priced) for r in runs], table_id="runs")}</div>
-{_durability(runs)}"""
+<div class="wide">{table(runs_header(priced, True), rows, table_id="runs")}</div>"""
     return page("Runs", body, current="Runs")
 
 
-def _durability(runs: Sequence[SiteRun]) -> str:
+def durability(
+    runs: Sequence[SiteRun], root: str = "", table_id: str = "durability", title: str = ""
+) -> str:
     """The sweep report's durability matrix over the summarized runs that had faults: a
     row per run, a column per kind of fault; nothing when none had one."""
     faulted = [r for r in runs if r.run is not None and r.had_faults]
@@ -234,7 +289,7 @@ def _durability(runs: Sequence[SiteRun]) -> str:
         run = r.run
         assert run is not None
         cells = [
-            td(run_link(r), sort=r.run_id, raw=True, cls="run"),
+            td(run_link(r, root), sort=r.run_id, raw=True, cls="run"),
             td(run["broker"]),
             td(run["profile"]),
         ]
@@ -246,9 +301,10 @@ def _durability(runs: Sequence[SiteRun]) -> str:
             else:
                 cells.append(td(text, cls="fault"))
         rows.append(tr(cells, data_run=r.run_id))
-    return f"""<h2 id="durability-matrix">Durability matrix</h2>
-<p>The runs above that injected faults (runs without faults are not listed), a column per
+    heading = title or "Durability matrix"
+    return f"""<h2 id="{esc(table_id)}-matrix">{esc(heading)}</h2>
+<p>The runs that injected faults (runs without faults are not listed), a column per
 kind of fault. {sweep.MATRIX_NOTE} (several faults of a kind are separated by /). A
 run's page has every figure of every fault.</p>
-<div class="wide">{table(("run", "broker", "profile", *columns), rows, table_id="durability")}</div>
+<div class="wide">{table(("run", "broker", "profile", *columns), rows, table_id=table_id)}</div>
 """

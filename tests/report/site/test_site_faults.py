@@ -210,14 +210,14 @@ def test_the_delivery_table_has_the_checkers_figures_and_shares(faulted: Faulted
 
 
 # -- the index --------------------------------------------------------------------------
-def test_the_index_has_the_durability_matrix(faulted: Faulted) -> None:
+def test_the_durability_page_has_the_matrix(faulted: Faulted) -> None:
     faults = {r: _summary(faulted.results / r)["faults"] for r in faulted.run_ids}
     kinds: list[str] = []
     for run_id in faulted.run_ids:
         for f in faults[run_id]:
             if _kind(f) not in kinds:
                 kinds.append(_kind(f))
-    matrix = read_page(faulted.out / "index.html").table("durability")
+    matrix = read_page(faulted.out / "durability.html").table("durability")
     assert matrix.header == ["run", "broker", "profile", *kinds]
     assert [r.attrs["data-run"] for r in matrix.rows] == faulted.run_ids  # one row per run
     for row in matrix.rows:
@@ -238,7 +238,7 @@ def test_the_matrix_cells_are_the_sweep_reports(faulted: Faulted) -> None:
         [c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines if ln.startswith("|")
     ]
     header, body = rows[0], rows[2:]
-    matrix = read_page(faulted.out / "index.html").table("durability")
+    matrix = read_page(faulted.out / "durability.html").table("durability")
     assert matrix.header[1:] == header
     assert [[c.text for c in r.cells[1:]] for r in matrix.rows] == body
 
@@ -251,8 +251,9 @@ def test_runs_without_faults_have_no_faults_section_and_no_matrix(built: Built) 
         page = _page(built.out, run_id)
         assert "faults" not in page.ids, run_id  # the report's section says so, no table
         assert "None injected." in page.text, run_id
-    index = read_page(built.out / "index.html")
-    assert "durability" not in index.ids and "Durability matrix" not in index.text
+    matrix = read_page(built.out / "durability.html")
+    assert "durability" not in matrix.ids
+    assert "No run under the results folder injected faults." in matrix.text
 
 
 # -- fault figures that cannot be read ----------------------------------------------------
@@ -294,7 +295,7 @@ def test_runs_whose_fault_figures_cannot_be_read_still_render(tmp_path: Path) ->
     assert "faults" not in third_page.ids  # no table: the section says the figures are unknown
     assert third_page.table("delivery").rows
 
-    matrix = read_page(out / "index.html").table("durability")
+    matrix = read_page(out / "durability.html").table("durability")
     assert [r.attrs["data-run"] for r in matrix.rows] == [first, second]
     kinds = []
     for f in _summary(results / first)["faults"] + _summary(results / second)["faults"]:
