@@ -1,0 +1,279 @@
+"""Servers fetched from Maven Central at set-up, never at run time (stdlib only).
+
+``servers.toml`` (beside this file) pins each server: its version, the Maven
+coordinates whose runtime closure makes its class path (``deps``, copied into
+``lib/``) and/or one distribution archive (``dist``, unpacked into ``dist/``).
+``servers.lock.json`` records the sha256 of every file fetched for that version;
+``fetch`` checks each one and refuses a file that is not recorded or differs.
+
+Where they go: ``$MQLAB_SERVERS_DIR``, else ``build/servers`` of this checkout;
+Maven's own repository for the downloads is ``<that>/m2`` (never ``~/.m2``).
+A server is ready when ``<dir>/<name>-<version>/.verified`` exists.
+
+    python -m mqlab.brokers.servers fetch [NAME ...]   # what scripts/bootstrap --test runs
+    python -m mqlab.brokers.servers lock NAME ...      # re-resolve, record the sha256s
+    python -m mqlab.brokers.servers path NAME          # the server's directory
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mqlab.errors import ClusterError
+
+PINS = Path(__file__).with_name("servers.toml")
+LOCK = Path(__file__).with_name("servers.lock.json")
+#: maven-dependency-plugin, pinned (known to work with the machine's Maven 3.8.7)
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+FETCH = "scripts/bootstrap --test (or: python -m mqlab.brokers.servers fetch {name})"
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    version: str
+    deps: tuple[str, ...]  # group:artifact:version[:type[:classifier]]
+    dist: str | None  # group:artifact:version:type[:classifier]
+    java: int  # the Java major version it runs on
+
+
+def pins(path: Path | None = None) -> dict[str, Pin]:
+    with (path or PINS).open("rb") as f:
+        raw = tomllib.load(f)
+    out = {}
+    for name, t in raw.items():
+        version = str(t["version"])
+        deps = [str(d).replace("{version}", version) for d in t.get("deps", ())]
+        dist = str(t["dist"]).replace("{version}", version) if t.get("dist") else None
+        out[name] = Pin(
+            name,
+            version,
+            tuple(deps),
+            dist,
+            int(t.get("java", 17)),
+        )
+    return out
+
+
+def pin(name: str) -> Pin:
+    try:
+        return pins()[name]
+    except KeyError:
+        raise ClusterError(f"{PINS}: no server {name!r} pinned") from None
+
+
+def root(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    if env.get("MQLAB_SERVERS_DIR"):
+        return Path(env["MQLAB_SERVERS_DIR"]).expanduser().resolve()
+    return Path(__file__).resolve().parents[2] / "build" / "servers"
+
+
+def home(name: str) -> Path:
+    """The fetched and checked server's directory (``lib/``, ``dist/``)."""
+    p = pin(name)
+    d = root() / f"{name}-{p.version}"
+    if not (d / ".verified").is_file():
+        raise ClusterError(f"{name} {p.version} is not fetched: run {FETCH.format(name=name)}")
+    return d
+
+
+def classpath(name: str) -> str:
+    """Every jar of the server's ``lib/``, sorted, joined for ``-cp``."""
+    return ":".join(str(j) for j in sorted((home(name) / "lib").glob("*.jar")))
+
+
+def dist(name: str) -> Path:
+    """The unpacked distribution's top folder (e.g. ``apache-artemis-2.40.0``)."""
+    d = home(name) / "dist"
+    tops = [p for p in d.iterdir() if p.is_dir()] if d.is_dir() else []
+    if len(tops) != 1:
+        raise ClusterError(f"{d}: expected one unpacked distribution folder, found {len(tops)}")
+    return tops[0]
+
+
+def java(major: int = 17) -> Path:
+    """The ``java`` of that major version: ``$MQLAB_JAVA_<major>`` or the Debian/Temurin JDK."""
+    env = os.environ.get(f"MQLAB_JAVA_{major}")
+    candidates = [Path(env)] if env else []
+    candidates += sorted(Path("/usr/lib/jvm").glob(f"*-{major}-*/bin/java"))
+    candidates += sorted(Path("/usr/lib/jvm").glob(f"*{major}*/bin/java"))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    raise ClusterError(f"Java {major} not found under /usr/lib/jvm (set MQLAB_JAVA_{major})")
+
+
+def version(name: str) -> str:
+    return pin(name).version
+
+
+# ---------------------------------------------------------------- fetching
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _pom(p: Pin) -> str:
+    deps = []
+    for coord in p.deps:
+        g, a, v, *rest = coord.split(":")
+        typ = f"<type>{rest[0]}</type>" if rest else ""
+        cls = f"<classifier>{rest[1]}</classifier>" if len(rest) > 1 else ""
+        deps.append(
+            f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+            f"<version>{v}</version>{typ}{cls}</dependency>"
+        )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        f"<groupId>mqlab.fetch</groupId><artifactId>{p.name}</artifactId>"
+        f"<version>{p.version}</version><packaging>pom</packaging>"
+        f"<dependencies>{''.join(deps)}</dependencies></project>"
+    )
+
+
+def _mvn(args: list[str], cwd: Path, m2: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ClusterError("mvn not found (install Debian's maven: apt-get install maven)")
+    cmd = [mvn, "-q", "-B", f"-Dmaven.repo.local={m2}", *args]
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        tail = (r.stdout + r.stderr).strip().splitlines()[-15:]
+        raise ClusterError(f"mvn failed: {' '.join(cmd)}\n" + "\n".join(tail))
+
+
+def _download(p: Pin, into: Path, m2: Path) -> None:
+    """Fetch ``p``'s files into ``into/lib`` and ``into/dist`` (not yet checked)."""
+    if p.deps:
+        work = into / ".pom"
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "pom.xml").write_text(_pom(p))
+        _mvn(
+            [
+                f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={into / 'lib'}",
+            ],
+            work,
+            m2,
+        )
+        shutil.rmtree(work)
+    if p.dist:
+        g, a, v, typ, *cls = p.dist.split(":")
+        (into / "archive").mkdir(parents=True, exist_ok=True)
+        artifact = ":".join([g, a, v, typ, *cls])
+        _mvn(
+            [
+                f"{DEPENDENCY_PLUGIN}:copy",
+                f"-Dartifact={artifact}",
+                f"-DoutputDirectory={into / 'archive'}",
+            ],
+            into,
+            m2,
+        )
+
+
+def _files(d: Path) -> dict[str, Path]:
+    out = {}
+    for sub in ("lib", "archive"):
+        for f in sorted((d / sub).glob("*")) if (d / sub).is_dir() else ():
+            out[f"{sub}/{f.name}"] = f
+    return out
+
+
+def _unpack(d: Path) -> None:
+    archives = sorted((d / "archive").glob("*")) if (d / "archive").is_dir() else []
+    for a in archives:
+        target = d / "dist"
+        target.mkdir(exist_ok=True)
+        if a.name.endswith((".tar.gz", ".tgz")):
+            with tarfile.open(a) as t:
+                t.extractall(target, filter="tar")  # keeps execute bits, refuses escapes
+        elif a.name.endswith(".zip"):
+            with zipfile.ZipFile(a) as z:
+                z.extractall(target)
+
+
+def _read_lock() -> dict[str, dict[str, object]]:
+    return json.loads(LOCK.read_text()) if LOCK.is_file() else {}
+
+
+def fetch(name: str, *, relock: bool = False, log: Callable[[str], object] = print) -> Path:
+    """Download, check against the lock (or record it, ``relock``) and unpack one server."""
+    p = pin(name)
+    base = root()
+    final = base / f"{name}-{p.version}"
+    if (final / ".verified").is_file() and not relock:
+        return final
+    base.mkdir(parents=True, exist_ok=True)
+    lock = _read_lock()
+    entry = lock.get(name, {})
+    want: dict[str, str] = dict(entry.get("files", {})) if entry.get("version") == p.version else {}  # type: ignore[call-overload]
+    if not want and not relock:
+        raise ClusterError(
+            f"{LOCK}: no sha256s recorded for {name} {p.version} "
+            f"(record them once: python -m mqlab.brokers.servers lock {name})"
+        )
+    log(f"servers: fetching {name} {p.version} from Maven Central")
+    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=base) as tmp:
+        work = Path(tmp)
+        _download(p, work, base / "m2")
+        got = {rel: _sha256(f) for rel, f in _files(work).items()}
+        if relock:
+            lock[name] = {"version": p.version, "files": dict(sorted(got.items()))}
+            LOCK.write_text(json.dumps(lock, indent=1, sort_keys=True) + "\n")
+            log(f"servers: recorded {len(got)} sha256s for {name} {p.version} in {LOCK.name}")
+        else:
+            bad = sorted(r for r in got if want.get(r) != got[r])
+            missing = sorted(set(want) - set(got))
+            if bad or missing:
+                raise ClusterError(
+                    f"{name} {p.version}: downloaded files differ from {LOCK.name} "
+                    f"(changed or unrecorded: {bad[:5]}, missing: {missing[:5]}); "
+                    f"if the pin changed on purpose: python -m mqlab.brokers.servers lock {name}"
+                )
+        _unpack(work)
+        (work / ".verified").write_text(json.dumps({"version": p.version, "files": len(got)}))
+        if final.exists():
+            shutil.rmtree(final)
+        work.rename(final)
+        os.mkdir(tmp)  # TemporaryDirectory removes what it made
+    return final
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("fetch", "lock", "path"):
+        print(__doc__.split("\n\n")[-1], file=sys.stderr)
+        return 2
+    names = argv[1:] or sorted(pins())
+    try:
+        if argv[0] == "path":
+            print("\n".join(str(home(n)) for n in names))
+        for n in names if argv[0] != "path" else ():
+            fetch(n, relock=argv[0] == "lock", log=lambda s: print(s, file=sys.stderr))
+    except ClusterError as e:
+        print(f"servers: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
