@@ -248,6 +248,10 @@ class PostgresCluster(LocalCluster):
             "-c",
             f"cluster_name=mqlab-n{index}",
             *listen,
+            # the data dir may lie outside the state dir (a server user must reach it):
+            # naming the cluster's own dir on the command line lets a scan of the processes
+            # for a state dir (a test's leak check) find this server too
+            *([] if self.on_hosts else ["-c", f"mqlab.workdir={self.workdir}"]),
         ]
 
     def _start_node(self, index: int) -> ProcessRecord:

@@ -18,6 +18,7 @@ from mqlab.brokers.postgres.cluster import PostgresCluster, server_children
 from mqlab.brokers.postgres.driver import PostgresDriver, PostgresSender, Settings
 from mqlab.errors import DriverError
 from mqlab.hosts import process
+from tests.conftest import processes_mentioning
 
 pytestmark = pytest.mark.integration
 
@@ -178,6 +179,11 @@ def test_stop_leaves_no_process_behind(tmp_path: Path) -> None:
         # each postmaster's helpers (checkpointer, walsender, walreceiver...)
         children = [ch for r in records for ch in server_children(r)]
         assert len(children) >= 3 * 3
+        # the data dir lies outside the state dir, yet a leak check scanning for the
+        # state dir (tests/conftest.py's state_dir, shared_lab) finds every postmaster
+        assert {pid for pid, _ in processes_mentioning(str(tmp_path))} >= {
+            r.pid for r in records
+        }
     finally:
         PostgresCluster.load(tmp_path / "cluster").stop()  # as `mqlab cluster down` does
     assert not [r.pid for r in records + children if process.is_alive(r)]
