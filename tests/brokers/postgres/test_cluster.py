@@ -181,9 +181,7 @@ def test_stop_leaves_no_process_behind(tmp_path: Path) -> None:
         assert len(children) >= 3 * 3
         # the data dir lies outside the state dir, yet a leak check scanning for the
         # state dir (tests/conftest.py's state_dir, shared_lab) finds every postmaster
-        assert {pid for pid, _ in processes_mentioning(str(tmp_path))} >= {
-            r.pid for r in records
-        }
+        assert {pid for pid, _ in processes_mentioning(str(tmp_path))} >= {r.pid for r in records}
     finally:
         PostgresCluster.load(tmp_path / "cluster").stop()  # as `mqlab cluster down` does
     assert not [r.pid for r in records + children if process.is_alive(r)]
