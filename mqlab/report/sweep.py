@@ -20,25 +20,38 @@ from mqlab.report.model import Block, Paragraph, Plot, Section, Table, section_m
 LOG = logging.getLogger(__name__)
 
 
-def _fault_column(f: dict[str, Any]) -> str:
-    """A matrix column: the fault's action; a partition with its kind."""
+#: a column's suffix for a run whose receivers were behind (summary's saturation): a fault
+#: then strikes while the queue holds a backlog, which is what an asynchronous profile
+#: loses on a failover (at a low fixed rate nothing is waiting, and every cell reads 0)
+BEHIND = " (receivers behind)"
+
+
+def _fault_column(f: dict[str, Any], run: dict[str, Any] | None = None) -> str:
+    """A matrix column: the fault's action; a partition with its kind; either with
+    :data:`BEHIND` when the run's receivers were behind."""
     if f["action"] == faultlog.PARTITION:
-        return f"partition: {f.get('kind') or '?'}"
-    return str(f["action"])
+        column = f"partition: {f.get('kind') or '?'}"
+    else:
+        column = str(f["action"])
+    return column + (BEHIND if run is not None and run.get("receivers_behind") else "")
 
 
 def matrix_columns(entries: Sequence[tuple[Any, Sequence[dict[str, Any]] | None]]) -> list[str]:
     """The durability matrix's columns: each kind of fault of the entries' runs (their
-    ``faults`` rows), in the order first met."""
+    ``faults`` rows), in the order first met, those struck behind a backlog last."""
     columns: list[str] = []
-    for _run, faults in entries:
+    for run, faults in entries:
         for f in faults or []:
-            if _fault_column(f) not in columns:
-                columns.append(_fault_column(f))
-    return columns
+            if _fault_column(f, run) not in columns:
+                columns.append(_fault_column(f, run))
+    return sorted(columns, key=lambda c: c.endswith(BEHIND))
 
 
-def matrix_cells(faults: Sequence[dict[str, Any]] | None, columns: Sequence[str]) -> list[str]:
+def matrix_cells(
+    faults: Sequence[dict[str, Any]] | None,
+    columns: Sequence[str],
+    run: dict[str, Any] | None = None,
+) -> list[str]:
     """A run's cells of the durability matrix, one per column: what its faults of that
     kind cost ("–": none of that kind; "unknown" in each when ``faults`` is None)."""
     if faults is None:
@@ -51,12 +64,15 @@ def matrix_cells(faults: Sequence[dict[str, Any]] | None, columns: Sequence[str]
             for f in fs
         )
 
-    return [cell([f for f in faults if _fault_column(f) == c]) or "–" for c in columns]
+    return [cell([f for f in faults if _fault_column(f, run) == c]) or "–" for c in columns]
 
 
 MATRIX_NOTE = (
     "Each cell: of the messages sent while the fault lasted, how many were lost and how "
-    "many were delivered more than once; the seconds without a confirmed send"
+    "many were delivered more than once; the seconds without a confirmed send. A column "
+    f"marked{BEHIND} holds runs whose receivers were behind their senders: the fault "
+    "struck while the queue held a backlog, where an asynchronous profile's failover loses "
+    "what its leader had confirmed but not yet copied"
 )
 
 
@@ -71,7 +87,8 @@ def fault_matrix(
     if not columns:
         return None
     rows = [
-        [run["broker"], run["profile"], *matrix_cells(faults, columns)] for run, faults in entries
+        [run["broker"], run["profile"], *matrix_cells(faults, columns, run)]
+        for run, faults in entries
     ]
     return Section(
         "Durability matrix",

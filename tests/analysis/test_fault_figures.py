@@ -234,3 +234,32 @@ def test_the_durability_matrix_puts_each_fault_in_its_column() -> None:
     )
     assert "| pg | postgres-sync | unknown | unknown | unknown |" in text
     assert sweep.fault_matrix([(nats, [])]) is None
+
+
+def test_a_fault_struck_behind_a_backlog_has_a_column_of_its_own() -> None:
+    """The same partition at a low fixed rate and at full rate with receivers behind: two
+    columns (the backlog one last), each run's cell in its own."""
+    from mqlab.report import sweep
+    from mqlab.report.model import section_markdown
+
+    cut = {"action": "partition", "kind": "leader_from_brokers", "duplicated": 0}
+    slow = {"broker": "redis", "profile": "redis-async", "receivers_behind": False}
+    behind = {"broker": "redis", "profile": "redis-async", "receivers_behind": True}
+    wait1 = {"broker": "redis", "profile": "redis-wait1", "receivers_behind": True}
+    matrix = sweep.fault_matrix(
+        [
+            (behind, [{**cut, "lost": 1_875_851, "unavailable_send_s": 0}]),
+            (slow, [{**cut, "lost": 0, "unavailable_send_s": 2}]),
+            (wait1, [{**cut, "lost": 0, "unavailable_send_s": 9}]),
+        ]
+    )
+    assert matrix is not None
+    text = "\n".join(section_markdown(matrix))
+    assert (
+        "| broker | profile | partition: leader_from_brokers "
+        "| partition: leader_from_brokers (receivers behind) |" in text
+    )
+    assert "| redis | redis-async | – | lost 1,875,851 · duplicated 0 · 0 s |" in text
+    assert "| redis | redis-async | lost 0 · duplicated 0 · 2 s | – |" in text
+    assert "| redis | redis-wait1 | – | lost 0 · duplicated 0 · 9 s |" in text
+    assert "receivers were behind" in text

@@ -293,7 +293,7 @@ def durability(
             td(run["broker"]),
             td(run["profile"]),
         ]
-        for text in sweep.matrix_cells(r.faults, columns):
+        for text in sweep.matrix_cells(r.faults, columns, run):
             if r.faults is None:
                 cells.append(figure(None, why=r.faults_unknown))
             elif text == "–":
