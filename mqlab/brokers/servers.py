@@ -5,12 +5,17 @@ coordinates whose runtime closure makes its class path (``deps``, copied into
 ``lib/``) and/or one distribution archive (``dist``, unpacked into ``dist/``).
 ``servers.lock.json`` records the sha256 of every file fetched for that version;
 ``fetch`` checks each one and refuses a file that is not recorded or differs.
+A Go tool (``go``: its main package; ``gomod``: the checkout's folder whose ``go.mod``
+names its version and whose ``go.sum`` holds every module's hash, which the go
+command checks) is built from the Go module proxy into ``bin/``. A pin marked
+``bench = true`` is a benchmark's reference tool: fetched with ``--bench`` only.
 
 Where they go: ``$MQLAB_SERVERS_DIR``, else ``build/servers`` of this checkout;
 Maven's own repository for the downloads is ``<that>/m2`` (never ``~/.m2``).
 A server is ready when ``<dir>/<name>-<version>/.verified`` exists.
 
-    python -m mqlab.brokers.servers fetch [NAME ...]   # what scripts/bootstrap --test runs
+    python -m mqlab.brokers.servers fetch [--bench] [NAME ...]   # scripts/bootstrap --test
+                                                        # (--bench: scripts/bootstrap --bench)
     python -m mqlab.brokers.servers lock NAME ...      # re-resolve, record the sha256s
     python -m mqlab.brokers.servers path NAME          # the server's directory
 """
@@ -38,6 +43,8 @@ LOCK = Path(__file__).with_name("servers.lock.json")
 #: maven-dependency-plugin, pinned (known to work with the machine's Maven 3.8.7)
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 FETCH = "scripts/bootstrap --test (or: python -m mqlab.brokers.servers fetch {name})"
+FETCH_BENCH = "scripts/bootstrap --bench (or: python -m mqlab.brokers.servers fetch {name})"
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,9 @@ class Pin:
     deps: tuple[str, ...]  # group:artifact:version[:type[:classifier]]
     dist: str | None  # group:artifact:version:type[:classifier]
     java: int  # the Java major version it runs on
+    go: str | None = None  # a Go main package, built into bin/
+    gomod: str | None = None  # the checkout's folder of its go.mod and go.sum
+    bench: bool = False  # a benchmark's reference tool (fetched by --bench only)
 
 
 def pins(path: Path | None = None) -> dict[str, Pin]:
@@ -63,6 +73,9 @@ def pins(path: Path | None = None) -> dict[str, Pin]:
             tuple(deps),
             dist,
             int(t.get("java", 17)),
+            str(t["go"]) if t.get("go") else None,
+            str(t["gomod"]) if t.get("gomod") else None,
+            bool(t.get("bench", False)),
         )
     return out
 
@@ -78,7 +91,7 @@ def root(env: dict[str, str] | None = None) -> Path:
     env = dict(os.environ) if env is None else env
     if env.get("MQLAB_SERVERS_DIR"):
         return Path(env["MQLAB_SERVERS_DIR"]).expanduser().resolve()
-    return Path(__file__).resolve().parents[2] / "build" / "servers"
+    return CHECKOUT / "build" / "servers"
 
 
 def home(name: str) -> Path:
@@ -86,8 +99,15 @@ def home(name: str) -> Path:
     p = pin(name)
     d = root() / f"{name}-{p.version}"
     if not (d / ".verified").is_file():
-        raise ClusterError(f"{name} {p.version} is not fetched: run {FETCH.format(name=name)}")
+        how = (FETCH_BENCH if p.bench else FETCH).format(name=name)
+        raise ClusterError(f"{name} {p.version} is not fetched: run {how}")
     return d
+
+
+def tool(name: str) -> Path:
+    """A built Go tool's binary (``bin/`` holds one)."""
+    [binary] = sorted((home(name) / "bin").iterdir())
+    return binary
 
 
 def classpath(name: str) -> str:
@@ -191,6 +211,38 @@ def _download(p: Pin, into: Path, m2: Path) -> None:
         )
 
 
+def _go_build(p: Pin, into: Path, base: Path) -> None:
+    """Build ``p.go`` with the go.mod / go.sum of ``p.gomod``: the go command fetches each
+    module from the proxy and checks it against go.sum (``-mod=readonly``: nothing added)."""
+    assert p.go and p.gomod
+    go = shutil.which("go")
+    if go is None:
+        raise ClusterError(f"go not found: building {p.name} needs the Go toolchain")
+    src = CHECKOUT / p.gomod
+    gomod = (src / "go.mod").read_text()
+    if f"{p.go.split('/')[0]}" not in gomod or f" {p.version}" not in gomod:
+        raise ClusterError(f"{src / 'go.mod'}: does not require version {p.version} of {p.name}")
+    work = into / ".go"
+    work.mkdir(parents=True)
+    for f in ("go.mod", "go.sum"):
+        shutil.copy(src / f, work / f)
+    env = {
+        **os.environ,
+        "GOPATH": str(base / "go"),
+        "GOMODCACHE": str(base / "go" / "mod"),
+        "GOCACHE": str(base / "go" / "cache"),
+        "GOFLAGS": "-buildvcs=false -mod=readonly",
+        "GOTOOLCHAIN": "local",
+    }
+    out = into / "bin" / p.go.rstrip("/").rsplit("/", 1)[-1]
+    cmd = [go, "build", "-trimpath", "-o", str(out), p.go]
+    r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        tail = (r.stdout + r.stderr).strip().splitlines()[-10:]
+        raise ClusterError(f"go build failed: {' '.join(cmd)}\n" + "\n".join(tail))
+    shutil.rmtree(work)
+
+
 def _files(d: Path) -> dict[str, Path]:
     out = {}
     for sub in ("lib", "archive"):
@@ -227,17 +279,22 @@ def fetch(name: str, *, relock: bool = False, log: Callable[[str], object] = pri
     lock = _read_lock()
     entry = lock.get(name, {})
     want: dict[str, str] = dict(entry.get("files", {})) if entry.get("version") == p.version else {}  # type: ignore[call-overload]
-    if not want and not relock:
+    if not want and not relock and not p.go:
         raise ClusterError(
             f"{LOCK}: no sha256s recorded for {name} {p.version} "
             f"(record them once: python -m mqlab.brokers.servers lock {name})"
         )
-    log(f"servers: fetching {name} {p.version} from Maven Central")
+    where = "the Go module proxy" if p.go else "Maven Central"
+    log(f"servers: fetching {name} {p.version} from {where}")
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=base) as tmp:
         work = Path(tmp)
+        if p.go:
+            _go_build(p, work, base)
         _download(p, work, base / "m2")
         got = {rel: _sha256(f) for rel, f in _files(work).items()}
-        if relock:
+        if p.go:
+            pass  # the go command checked every module against go.sum
+        elif relock:
             lock[name] = {"version": p.version, "files": dict(sorted(got.items()))}
             LOCK.write_text(json.dumps(lock, indent=1, sort_keys=True) + "\n")
             log(f"servers: recorded {len(got)} sha256s for {name} {p.version} in {LOCK.name}")
@@ -263,7 +320,9 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("fetch", "lock", "path"):
         print(__doc__.split("\n\n")[-1], file=sys.stderr)
         return 2
-    names = argv[1:] or sorted(pins())
+    bench = "--bench" in argv
+    argv = [a for a in argv if a != "--bench"]
+    names = argv[1:] or sorted(n for n, p in pins().items() if p.bench == bench)
     try:
         if argv[0] == "path":
             print("\n".join(str(home(n)) for n in names))

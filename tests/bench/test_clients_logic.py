@@ -12,6 +12,7 @@ from bench.clients import (
     format_table,
     goal_line,
     nul_free,
+    parse_nats_bench,
     parse_pgbench,
     parse_redis_benchmark_csv,
     pgbench_claim_script,
@@ -51,6 +52,20 @@ def test_redis_benchmark_rps_is_read_from_its_csv() -> None:
 def test_redis_benchmark_output_without_a_result_is_an_error() -> None:
     with pytest.raises(Exception, match="unexpected output"):
         parse_redis_benchmark_csv("ERR unknown command\n")
+
+
+# the end of `nats bench js pub async` (natscli v0.5.0) as it printed it here
+NATS_BENCH_OUT = """  [8] 789 msgs/sec ~ 790 KiB/sec ~ min: 640.22us ~ avg: 12,664.90us (2,500 msgs)
+
+ NATS JetStream asynchronous publisher aggregated stats: 6,230 msgs/sec ~ 6.1 MiB/sec
+ message rates min 779 | avg 853 | max 881 | stddev 40 msgs
+"""
+
+
+def test_nats_bench_rate_is_its_aggregated_line_not_a_clients() -> None:
+    assert parse_nats_bench(NATS_BENCH_OUT) == 6230.0
+    with pytest.raises(BenchError, match="unexpected output"):
+        parse_nats_bench("nats: error: nats: no servers available for connection\n")
 
 
 def test_pgbench_tps_and_transactions() -> None:
