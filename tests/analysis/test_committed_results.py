@@ -116,8 +116,7 @@ def test_the_committed_durability_matrix_is_one_run_per_profile_through_every_fa
     runs = [
         r
         for r in RUNS
-        if r.parent == MATRIX
-        and tomllib.loads((r / "scenario.toml").read_text())["name"] == name
+        if r.parent == MATRIX and tomllib.loads((r / "scenario.toml").read_text())["name"] == name
     ]
     profiles = [json.loads((r / "manifest.json").read_text())["broker"]["profile"] for r in runs]
     assert sorted(profiles) == sorted(scenario["profile"])
