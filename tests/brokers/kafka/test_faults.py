@@ -29,7 +29,7 @@ def test_a_killed_leader_loses_no_confirmed_message(
     shared_lab.cluster("kafka")  # up before the run, which then reuses it
     monkeypatch.setenv("MQLAB_STATE_DIR", str(shared_lab.root))
     result = run_under_faults(
-        tmp_path, "kafka-faults", "kafka-isr", FAULTS, duration_s=24, rate_per_s=50, threads=2
+        tmp_path, "kafka-faults", "kafka-isr", FAULTS, duration_s=16, rate_per_s=50, threads=2
     )
     assert result.status == "complete", result.end_reason
     manifest = read_json(result.run_dir / "manifest.json")
