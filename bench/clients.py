@@ -27,6 +27,16 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   quorum queue mqlab's driver declared; figures from its per-second lines (the first
   left out) and the JVM's CPU read as each arrives.
 
+- Kafka, profile ``kafka-isr`` (acks=all with idempotence, replication 3, min ISR 2, no
+  linger): Kafka's own ``org.apache.kafka.tools.ProducerPerformance`` (kafka-tools, the
+  pinned server's class path; one producer, pipelined, the same acks, idempotence, linger
+  and message size) against mqlab's sender, and ``ConsumerPerformance`` (one consumer)
+  reading what it wrote against mqlab's receiver reading what mqlab's sender wrote. Both
+  JVM tools run with ``--reporting-interval 1000``: their window starts at their first
+  report (after the JVM's start) and counts the whole reported seconds that follow, their
+  CPU over the same window. mqlab's receiver may drain its topic before its window ends
+  (then its rate is understated: the table says what it read).
+
 mqlab's senders take their hot paths: Redis and PostgreSQL, where the C extension
 ``mqlab._sendpath`` is built (``scripts/bootstrap``), drive all of a worker's closed-loop
 senders from one thread, each on its own connection, writing each batch into its wire
@@ -44,7 +54,8 @@ client CPU-second; the ratio mqlab/native of both. "Per core" is the second rati
 machine is shared and has 2 cores, so the wall-clock ratio also reflects which process
 got the CPU; the per-CPU-second one says what each client costs per message.
 
-    .venv/bin/python bench/clients.py [--brokers redis,postgres,nats,rabbitmq] [--duration-s 8]
+    .venv/bin/python bench/clients.py [--brokers redis,postgres,nats,rabbitmq,kafka]
+        [--duration-s 8]
         [--message-bytes 1024] [--batch 10] [--connections 8] [--py-spy PATH]
 
 ``--py-spy PATH`` (py-spy installed in a venv of its own, not a project dependency)
@@ -97,6 +108,7 @@ PROFILES = {
     "postgres": "postgres-sync",
     "nats": "nats-r3",
     "rabbitmq": "rabbitmq-quorum",
+    "kafka": "kafka-isr",
 }
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SPY_RATE = 200  # py-spy samples per second
@@ -841,6 +853,110 @@ def rabbitmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
     return out
 
 
+# -- Kafka ---------------------------------------------------------------------------------
+PRODUCED = re.compile(r"^(\d+) records sent, ")  # ProducerPerformance's interval report
+
+
+def windowed_tool(cmd: list[str], seconds: float, count: Any, label: str) -> Measured:
+    """Run a JVM tool that reports once a second; from its first report on, for
+    ``seconds``, the messages ``count(line)`` adds up (None: not a report line) and its CPU
+    over that window; then stop it."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    messages, start, end, cpu0, cpu1 = 0, 0.0, 0.0, 0.0, 0.0
+    tail: list[str] = []
+    try:
+        for line in proc.stdout:
+            tail = [*tail[-5:], line]
+            n = count(line)
+            if n is None:
+                continue
+            now = time.monotonic()
+            if not start:
+                start, cpu0 = now, proc_cpu_s(proc.pid)
+                continue
+            messages += n
+            end, cpu1 = now, proc_cpu_s(proc.pid)
+            if end - start >= seconds:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    if end <= start:
+        raise BenchError(f"{label}: no report in its window: {''.join(tail).strip()[-300:]}")
+    return Measured(label, messages, end - start, cpu1 - cpu0)
+
+
+def consumed_counter() -> Any:
+    """ConsumerPerformance's detailed stats: the cumulative nMsg column, as increments."""
+    state: dict[str, Any] = {"col": None, "last": None}
+
+    def count(line: str) -> int | None:
+        cols = [c.strip() for c in line.split(",")]
+        if "data.consumed.in.nMsg" in cols:
+            state["col"] = cols.index("data.consumed.in.nMsg")
+            return None
+        col = state["col"]
+        if col is None or len(cols) <= col:
+            return None
+        try:
+            total = int(float(cols[col]))
+        except ValueError:
+            return None
+        last, state["last"] = state["last"], total
+        return total - (last if last is not None else total)
+
+    return count
+
+
+def kafka_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
+    from mqlab.brokers import servers
+
+    settings = profile.settings
+    cls = registry.driver_class("kafka")
+    tag = uuid.uuid4().hex[:8]
+    ours = cls(settings, cluster.endpoints(), f"bench-mqlab-{tag}")
+    native: Any = cls(settings, cluster.endpoints(), f"bench-native-{tag}")
+    for d in (ours, native):
+        d.setup()  # both topics, with the profile's partitions, replicas and min ISR
+    bootstrap = ",".join(f"{n.host}:{n.port}" for n in cluster.endpoints().nodes)
+    java = [str(servers.java(17)), "-Xmx512m", "-cp", servers.classpath("kafka")]
+    props = [
+        f"acks={settings.acks}",
+        f"enable.idempotence={str(settings.idempotence).lower()}",
+        f"linger.ms={int(settings.linger_ms)}",
+    ]
+    try:
+        mq_s = run_mqlab("sender", ours, profile, s)
+        perf = [*java, "org.apache.kafka.tools.ProducerPerformance", "--topic", native.queue]
+        perf += ["--num-records", "100000000", "--record-size", str(s.message_bytes)]
+        perf += ["--throughput", "-1", "--bootstrap-server", bootstrap]
+        perf += ["--reporting-interval", "1000", "--command-property", *props]
+
+        def produced(line: str) -> int | None:
+            m = PRODUCED.match(line)
+            return int(m.group(1)) if m else None
+
+        label = f"ProducerPerformance (1 producer, acks={settings.acks})"
+        nat_s = windowed_tool(perf, s.duration_s, produced, label)
+        print(f"kafka: {label}: {nat_s.messages} messages in {nat_s.seconds:.1f} s", flush=True)
+        mq_r = run_mqlab("receiver", ours, profile, s)
+        cons = [*java, "org.apache.kafka.tools.ConsumerPerformance", "--topic", native.queue]
+        # every record it wrote (more than its window counted); it stops once none comes
+        cons += ["--num-records", "100000000", "--bootstrap-server", bootstrap]
+        cons += ["--reporting-interval", "1000", "--show-detailed-stats", "--timeout", "20000"]
+        cons += ["--group", f"bench-native-{tag}"]
+        nat_r = windowed_tool(cons, s.duration_s, consumed_counter(), "ConsumerPerformance")
+    finally:
+        for d in (ours, native):
+            d.teardown()
+            d.close()
+    return [
+        Comparison("kafka", "send", profile.name, mq_s, nat_s),
+        Comparison("kafka", "receive", profile.name, mq_r, nat_r),
+    ]
+
+
 # -- main ----------------------------------------------------------------------------------
 def check_tools(brokers: Sequence[str]) -> None:
     """Fail early, in one line, for a native tool that is not installed."""
@@ -937,6 +1053,8 @@ def run_all(brokers: Sequence[str], args: argparse.Namespace) -> list[Comparison
                     results += nats_pairs(cluster, profile, s)
                 elif broker == "rabbitmq":
                     results += rabbitmq_pairs(cluster, profile, s)
+                elif broker == "kafka":
+                    results += kafka_pairs(cluster, profile, s)
                 else:
                     results += postgres_pairs(cluster, profile, s, args.pgbench_jobs)
             finally:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from bench.clients import (
+    PRODUCED,
     BenchError,
     Comparison,
     Measured,
     check_stored,
+    consumed_counter,
     format_table,
     goal_line,
     nul_free,
@@ -21,6 +25,7 @@ from bench.clients import (
     pgbench_insert_script,
     summarize_stacks,
     window_count,
+    windowed_tool,
 )
 from mqlab.archive.codecs import COUNT_FIELDS, CountsRow
 from mqlab.brokers.postgres.database import claim_sql, insert_sql
@@ -212,3 +217,56 @@ def test_a_native_run_that_stored_other_sizes_is_refused() -> None:
         check_stored("redis-benchmark", [1024, 411, 255, 411], 1024)
     with pytest.raises(BenchError, match="no message stored"):
         check_stored("pgbench", [], 1024)
+
+
+# Kafka's tools (4.4.0): ProducerPerformance's interval report, ConsumerPerformance's
+# detailed stats (the cumulative message count is a column named in its header)
+PRODUCER_LINE = (
+    "51234 records sent, 10246.8 records/sec (10.01 MB/sec), 12.3 ms avg latency, "
+    "180.0 ms max latency."
+)
+CONSUMER_OUT = [
+    "time, threadId, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+    "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec",
+    "2026-11-26 17:00:01:000, 0, 1.0, 1.0, 1000, 1000.0, 300, 700, 1.4, 1428.6",
+    "2026-11-26 17:00:02:000, 0, 3.5, 2.5, 3500, 2500.0, 0, 1000, 2.5, 2500.0",
+    "2026-11-26 17:00:03:000, 0, 7.0, 3.5, 7000, 3500.0, 0, 1000, 3.5, 3500.0",
+]
+
+
+def test_producer_performance_reports_its_interval_count() -> None:
+    m = PRODUCED.match(PRODUCER_LINE)
+    assert m is not None and int(m.group(1)) == 51234
+    assert (
+        PRODUCED.match("100000 records sent, 9876.5 records/sec (9.65 MB/sec), 3 ms avg")
+        is not None
+    )
+    assert PRODUCED.match("[2026-11-26] WARN something records sent") is None
+
+
+def test_consumer_performance_counts_the_increments_after_its_first_report() -> None:
+    count = consumed_counter()
+    # the header names the column; the first report is the window's start (nothing counted)
+    assert [count(line) for line in CONSUMER_OUT] == [None, 0, 2500, 3500]
+    assert count("WARN not a report") is None
+
+
+def test_a_reporting_tool_counts_only_the_reports_after_its_first() -> None:
+    # a stand-in tool: a report line every 50 ms, each of 100 messages, after a start line
+    script = (
+        "import time, sys\n"
+        "print('starting', flush=True)\n"
+        "while True:\n"
+        "    print('100 records sent, 2000.0 records/sec', flush=True)\n"
+        "    time.sleep(0.05)\n"
+    )
+
+    def produced(line: str) -> int | None:
+        m = PRODUCED.match(line)
+        return int(m.group(1)) if m else None
+
+    got = windowed_tool([sys.executable, "-c", script], 0.3, produced, "stand-in")
+    assert got.messages > 0 and got.messages % 100 == 0
+    assert got.seconds >= 0.3 and got.label == "stand-in"
+    with pytest.raises(BenchError, match="no report"):
+        windowed_tool([sys.executable, "-c", "print('nothing')"], 0.3, produced, "silent")

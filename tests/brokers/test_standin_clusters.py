@@ -1,5 +1,5 @@
-"""The local stand-ins: tansu (Kafka API) and moto (SQS API); and `mqlab cluster up|status|down`
-for redis, kafka, sqs and mongodb."""
+"""The local stand-ins: tansu (Kafka API, Redpanda's stand-in) and moto (SQS API); and
+`mqlab cluster up|status|down` for redis, redpanda, sqs and mongodb."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from mqlab import envelope
 from mqlab.brokers.base import Delivery
 from mqlab.brokers.cluster import LocalCluster
-from mqlab.brokers.kafka.cluster import KafkaCluster
 from mqlab.brokers.local import cluster_class
+from mqlab.brokers.redpanda.cluster import TansuCluster
 from mqlab.brokers.sqs.cluster import SqsCluster
 from mqlab.brokers.sqs.driver import Settings as SqsSettings
 from mqlab.brokers.sqs.driver import SqsDriver
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_tansu_answers_as_one_kafka_broker(tmp_path: Path) -> None:
-    c = KafkaCluster(tmp_path / "cluster", nodes=3)  # always one node
+    c = TansuCluster(tmp_path / "cluster", nodes=3)  # always one node
     c.start()
     try:
         assert c.nodes == 1
@@ -76,7 +76,7 @@ def test_moto_sqs_redelivers_after_the_visibility_timeout(tmp_path: Path) -> Non
 STATUS_EXTRA = {"artemis": ('"master": 0', 3)}
 
 
-@pytest.mark.parametrize("broker", ["redis", "kafka", "sqs", "mongodb", "pulsar", "artemis"])
+@pytest.mark.parametrize("broker", ["redis", "redpanda", "sqs", "mongodb", "pulsar", "artemis"])
 def test_cluster_up_status_down(
     broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

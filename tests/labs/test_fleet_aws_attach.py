@@ -28,7 +28,7 @@ import pytest
 from mqlab.archive.formats import read_json
 from mqlab.brokers import cluster as base
 from mqlab.brokers import image
-from mqlab.brokers.kafka import cluster as kafka
+from mqlab.brokers.redpanda import cluster as tansu
 from mqlab.hosts import process
 from mqlab.hosts.base import Host
 from mqlab.hosts.process import ProcessRecord
@@ -89,7 +89,7 @@ def kafka_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kafka
         [host], _s, _r = hosts_of(up.inventory)
         url = f"tcp://{host.address}:9092"
         host.mkdir(host.root)
-        server = host.spawn(kafka.tansu_command(url), host.root / "tansu.log", cwd=host.root)
+        server = host.spawn(tansu.tansu_command(url), host.root / "tansu.log", cwd=host.root)
         deadline = time.monotonic() + 20
         while not host.listening([9092])[0]:
             assert host.is_alive(server), "tansu exited on the broker host"

@@ -1,7 +1,9 @@
 """Kafka API (confluent-kafka): one topic, one consumer group; also used for Redpanda.
 
 - setup: a topic with ``partitions`` partitions, replication factor ``replicas``
-  and ``min.insync.replicas``.
+  and ``min.insync.replicas``; with ``flush_messages`` N > 0 also the topic's
+  ``flush.messages`` N (every replica fsyncs its log after N messages: 1 is a flush
+  per message), else Kafka's default (no fsync of its own: the OS flushes).
 - send: produce the batch (``acks=all``, idempotence on, ``compression`` as the
   producer's ``compression.type``), then flush: a send
   returns once every message's delivery report arrived without error. Reports
@@ -80,6 +82,9 @@ class Settings:
         choices=("none", "gzip", "snappy", "lz4", "zstd"),
         help="producer compression.type (brokers-bench compared none, gzip and snappy)",
     )
+    flush_messages: int = spec(
+        0, min=0, help="topic flush.messages (fsync every N messages); 0: Kafka's default"
+    )
     commit_interval_s: float = spec(
         10.0, min=0, help="commit acked offsets this often; 0: every ack"
     )
@@ -88,6 +93,14 @@ class Settings:
     send_timeout_s: float = spec(30.0, min=0.1)
     assignment_timeout_s: float = spec(60.0, min=1, help="how long a new receiver waits to join")
     prefetch: int = spec(500, min=1, help="messages a receiver buffers ahead of the worker")
+
+
+def topic_config(s: Settings) -> dict[str, str]:
+    """The topic's own configuration: its in-sync minimum and, if set, its flush interval."""
+    config = {"min.insync.replicas": str(s.min_insync_replicas)}
+    if s.flush_messages:
+        config["flush.messages"] = str(s.flush_messages)
+    return config
 
 
 def _bootstrap(endpoints: Any) -> str:
@@ -359,7 +372,7 @@ class KafkaDriver(Driver):
             self.topic,
             num_partitions=s.partitions,
             replication_factor=s.replicas,
-            config={"min.insync.replicas": str(s.min_insync_replicas)},
+            config=topic_config(s),
         )
         try:
             admin.create_topics([topic])[self.topic].result(30)
