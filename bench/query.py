@@ -9,11 +9,13 @@ fetch), median of 5 (one sample in place over 10,000 runs), two ways: reading ev
 run's own files in place, and through the cache (``RESULTS/.catalog/cache``, taken
 only when it holds exactly the runs found, which is checked on every query), and the
 query after one run is re-summarized (the cache refreshed, the others' rows kept).
-Reference in the same invocation: the same over 100 runs. Goal: every query under
+References in the same invocation: the same over 100 runs, and the same queries over
+the cache's files with no check (the floor; the ratio is what the check costs), and
+the check alone. Goal: every query under
 200 ms on 10,000 runs (the cached path, which `mqlab query` takes once the cache is
 written).
 
-    .venv/bin/python bench/query.py [--runs 10000]
+    .venv/bin/python bench/query.py [--runs 10000] [--cache-only] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from mqlab.analysis import inplace
-from mqlab.analysis.catalog import run_file, write_run_tables
+from mqlab.analysis.catalog import CATALOG_DIR, run_file, write_run_tables
 from mqlab.analysis.schema import SCHEMAS, TABLES
 from mqlab.archive.formats import FORMAT_VERSION
 from mqlab.archive.layout import MANIFEST, METRICS
@@ -129,6 +132,41 @@ def build_runs(root: Path, n_runs: int) -> None:
         write_run_tables(run_dir, per_run)
 
 
+def _unchecked(root: Path, sql: str) -> None:
+    """``sql`` over the cache's files with no look at the archives (what the catalog of
+    2026-11-22 did): the floor under a checked query."""
+    con = duckdb.connect(":memory:")
+    try:
+        inplace._cache_views(con, root, inplace.tables_in(sql))
+        con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def time_unchecked(root: Path, samples_n: int = 5) -> list[float]:
+    out = []
+    for sql in EXAMPLES:
+        samples = []
+        for _ in range(samples_n):
+            t = time.perf_counter()
+            _unchecked(root, sql)
+            samples.append((time.perf_counter() - t) * 1000)
+        out.append(statistics.median(samples))
+    return out
+
+
+def time_check(root: Path, samples_n: int = 5) -> float:
+    """The freshness check alone: list the runs, stat each summary, fingerprint."""
+    samples = []
+    for _ in range(samples_n):
+        t = time.perf_counter()
+        held, known = inplace._held(root)
+        _runs, _summarized, lines = inplace._scan(str(root), known)
+        assert inplace._fingerprint(str(root.resolve()), lines) == held
+        samples.append((time.perf_counter() - t) * 1000)
+    return statistics.median(samples)
+
+
 def time_queries(root: Path, use_cache: bool, samples_n: int = 5) -> list[float]:
     if use_cache:
         run_query(root, "SELECT 1", True)  # writes the cache (once, as a first query does)
@@ -154,33 +192,52 @@ def main() -> None:
         action="store_true",
         help="skip the in-place timings over the big folder (minutes on 10,000 runs)",
     )
+    p.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="write the run archives into DIR/big and DIR/small and keep them; "
+        "a later run with the same DIR reuses them (tens of minutes on a busy machine)",
+    )
     args = p.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="mqlab-bench-q-"))
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="mqlab-bench-q-"))
     try:
         big, small = tmp / "big", tmp / "small"
         t = time.perf_counter()
-        build_runs(big, args.runs)
-        build_runs(small, args.reference_runs)
-        print(f"run archives written in {time.perf_counter() - t:.1f} s")
+        for where, n in ((big, args.runs), (small, args.reference_runs)):
+            if not where.is_dir():
+                build_runs(where, n)
+            elif len(inplace.find_all_runs(where)) != n:
+                raise SystemExit(f"{where}: holds other than {n} runs; give another --keep")
+        print(f"run archives ready in {time.perf_counter() - t:.1f} s")
+        listing = big / CATALOG_DIR / inplace.CACHE_DIR / inplace.LISTING
+        before = listing.stat().st_mtime_ns if listing.is_file() else None
         t = time.perf_counter()
         run_query(big, "SELECT 1", True)
-        print(
-            f"first query over {args.runs:,} runs (reads in place, writes the cache): "
-            f"{(time.perf_counter() - t) * 1000:.0f} ms"
-        )
+        took = (time.perf_counter() - t) * 1000
+        if before is None or listing.stat().st_mtime_ns != before:
+            print(
+                f"first query over {args.runs:,} runs (reads in place, writes the cache): "
+                f"{took:.0f} ms"
+            )
         # in place over the big folder: one sample each (each reads thousands of files)
         small_place = time_queries(small, False)
         big_place = (
             [float("nan")] * len(EXAMPLES) if args.cache_only else time_queries(big, False, 1)
         )
         big_cache, small_cache = time_queries(big, True), time_queries(small, True)
+        big_bare = time_unchecked(big)
         for i in range(len(EXAMPLES)):
             print(
                 f"example {i + 1}: {args.runs:,} runs: in place {big_place[i]:7.1f} ms, "
-                f"cache {big_cache[i]:6.1f} ms (x{big_place[i] / big_cache[i]:.0f}) | "
+                f"cache {big_cache[i]:6.1f} ms (x{big_place[i] / big_cache[i]:.0f}; "
+                f"unchecked {big_bare[i]:6.1f} ms, x{big_cache[i] / big_bare[i]:.2f}) | "
                 f"{args.reference_runs} runs: in place {small_place[i]:6.1f} ms, "
                 f"cache {small_cache[i]:6.1f} ms"
             )
+        print(
+            f"the check before the cache answers (list {args.runs:,} runs, stat each "
+            f"summary, fingerprint): {time_check(big):.1f} ms"
+        )
         # one run re-summarized: the next query refreshes the cache, keeping the others
         first = sorted(big.glob("folder-000/*"))[0]
         os.utime(run_file(first, "runs"))
@@ -198,7 +255,8 @@ def main() -> None:
             f"{max(big_place):.1f} ms"
         )
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,18 @@ summarized run found, and the view ``archives`` every run found, summarized or n
 
 The cache (``RESULTS/.catalog/cache/``) holds the same tables concatenated, with the
 list of the summary files it was written from (each ``run.parquet``'s path, size and
-modification time). It answers only when that list is exactly the one found now, so it
-can never answer with fewer runs than the archives hold; otherwise it is rewritten
-first, keeping the rows of the runs unchanged since and reading the others in place
-(and when the folder cannot be written, the views read every run in place)."""
+modification time) and a fingerprint of that list. Every query lists the runs (one
+``scandir`` a folder; one ``stat`` a run the cache knows, of its ``run.parquet``, which
+sees a summary rewritten in place as well as one renamed over it) and the cache answers
+only when the fingerprint of what it found is the one held, so it can never answer with
+fewer or staler runs than the archives hold; otherwise it is rewritten first, keeping
+the rows of the runs unchanged since and reading the others in place (and when the
+folder cannot be written, the views read every run in place). A run the cache knows is
+not asked for its manifest again while its summary is there."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -39,9 +44,13 @@ from mqlab.errors import ArchiveError
 LOG = logging.getLogger(__name__)
 
 CACHE_DIR = "cache"  # under RESULTS/.catalog
-SOURCES = "sources.json"
-CACHE_VERSION = 1
+SOURCES = "sources.json"  # each summary's size and time, by path: what can be kept
+LISTING = "listing.txt"  # the fingerprint of the sources, then the runs held, a line each
+CACHE_VERSION = 2
+CODEC = "lz4_raw"  # the cache's Parquet compression
 TOP = "."  # the folder of a run directly under the results folder
+ARCHIVES = "archives"  # the view of every run found, summarized or not
+VIEWS = (*TABLES, ARCHIVES)
 
 
 def _walk(root: str) -> list[str]:
@@ -118,38 +127,90 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-RUN_PARQUET = run_file(Path(), "runs").as_posix()  # summary/run.parquet
+_RUN_PARQUET = os.sep + str(run_file(Path(), "runs"))  # /summary/run.parquet
 
 
 def _rel(root: str, path: str) -> str:
     return path[len(root) :].lstrip(os.sep).replace(os.sep, "/")
 
 
-def _stat_runs(root: str, runs: list[str]) -> tuple[list[str], dict[str, list[int]]]:
-    """The summarized runs of ``runs`` and, by relative path, their ``run.parquet``'s
-    size and modification time (one ``stat`` a run)."""
-    summarized, stats = [], {}
-    for p in runs:
+def _summary_stat(run: str) -> os.stat_result | None:
+    try:
+        return os.stat(run + _RUN_PARQUET)
+    except OSError:
+        return None
+
+
+def _scan(root: str, known: frozenset[str]) -> tuple[list[str], list[str], list[str]]:
+    """The runs under ``root`` as :func:`_walk` finds them, those summarized, and the
+    cache's line for each summarized one (relative path, ``run.parquet``'s size and
+    modification time). A run the cache knows (``known``: relative paths) costs one
+    ``stat``, of its ``run.parquet``: its manifest is looked for only when that is gone;
+    any other directory is a run when it holds ``manifest.json``."""
+    found: list[tuple[str, str, str]] = []  # (name, path, line; "" when not summarized)
+    start = len(root) + 1
+    stack = [root]
+    summary = _RUN_PARQUET
+    while stack:
+        here = stack.pop()
         try:
-            st = os.stat(os.path.join(p, RUN_PARQUET))
+            entries = list(os.scandir(here))
         except OSError:
             continue
-        summarized.append(p)
-        stats[_rel(root, p)] = [st.st_size, st.st_mtime_ns]
-    return summarized, stats
+        for e in entries:
+            name = e.name
+            if name[0] == "." or not e.is_dir():
+                continue
+            path = e.path
+            rel = path[start:]
+            st = None
+            if rel in known:
+                try:
+                    st = os.stat(path + summary)
+                except OSError:
+                    st = None
+            if st is None:
+                if not os.path.isfile(os.path.join(path, layout.MANIFEST)):
+                    stack.append(path)  # a folder: searched; a run: its folders are not
+                    continue
+                st = _summary_stat(path)
+                if st is None:
+                    found.append((name, path, ""))  # not summarized yet
+                    continue
+            found.append((name, path, f"{rel}\t{st.st_size}\t{st.st_mtime_ns}"))
+    found.sort()
+    if os.sep != "/":
+        found = [(n, p, line.replace(os.sep, "/")) for n, p, line in found]
+    return (
+        [p for _n, p, _line in found],
+        [p for _n, p, line in found if line],
+        [line for _n, _p, line in found if line],
+    )
 
 
 def _cache_dir(root: Path) -> Path:
     return root / CATALOG_DIR / CACHE_DIR
 
 
-def _cache_fresh(root: Path, sources: dict[str, Any]) -> bool:
-    path = _cache_dir(root) / SOURCES
+def _held(root: Path) -> tuple[str, frozenset[str]]:
+    """The cache's fingerprint and the runs it holds (relative paths); ("", {}) when
+    there is no cache (or one half written)."""
     try:
-        held = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    if held != sources:
+        text = (_cache_dir(root) / LISTING).read_text(encoding="utf-8")
+    except OSError:
+        return "", frozenset()
+    first, _, rest = text.partition("\n")
+    return first, frozenset(rest.splitlines())
+
+
+def _fingerprint(resolved: str, lines: list[str]) -> str:
+    """One digest of the results folder and every summary's line (path, size, time)."""
+    text = "\n".join([f"{CACHE_VERSION}", resolved, *lines])
+    return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=20).hexdigest()
+
+
+def _cache_fresh(root: Path, held: str, fingerprint: str) -> bool:
+    if not held or held != fingerprint:
         return False
     return all((_cache_dir(root) / f"{t}.parquet").is_file() for t in TABLES)
 
@@ -253,11 +314,12 @@ def _kept_ids(con: duckdb.DuckDBPyConnection, root: Path, reuse: set[str]) -> li
     return kept
 
 
-def _write_cache(root: Path, summarized: list[str], sources: dict[str, Any]) -> bool:
+def _write_cache(root: Path, summarized: list[str], sources: dict[str, Any], listing: str) -> bool:
     """Every run's rows into the cache (False when it cannot be written): the rows it
-    holds of runs unchanged since, and the others' read in place. Its list of sources is
-    written last (and removed first), so a cache half written is never taken for a fresh
-    one."""
+    holds of runs unchanged since, and the others' read in place. Its list of sources and
+    its listing are written last (and removed first), so a cache half written is never
+    taken for a fresh one. Uncompressed Parquet: a cache is read often and a query over
+    6,000,000 zstd rows spends more time decompressing than grouping."""
     cache = _cache_dir(root)
     reuse = _reusable(root, sources)
     con = duckdb.connect(":memory:")
@@ -272,6 +334,7 @@ def _write_cache(root: Path, summarized: list[str], sources: dict[str, Any]) -> 
             _in_place_views(con, root, summarized, TABLES)
         con.register("_reuse", pa.table({"run_id": pa.array(kept, pa.string())}))
         cache.mkdir(parents=True, exist_ok=True)
+        (cache / LISTING).unlink(missing_ok=True)
         (cache / SOURCES).unlink(missing_ok=True)
         for name in TABLES:
             rows = f"SELECT * FROM {name}"
@@ -282,11 +345,16 @@ def _write_cache(root: Path, summarized: list[str], sources: dict[str, Any]) -> 
                     f"(SELECT run_id FROM _reuse) UNION ALL BY NAME {rows}"
                 )
             tmp = cache / f".{name}.parquet.tmp{os.getpid()}"
-            con.execute(f"COPY ({rows}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION zstd)")
+            con.execute(
+                f"COPY ({rows}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION {CODEC})"
+            )
             os.replace(tmp, cache / f"{name}.parquet")
         tmp = cache / f".{SOURCES}.tmp{os.getpid()}"
         tmp.write_text(json.dumps(sources), encoding="utf-8")
         os.replace(tmp, cache / SOURCES)
+        tmp = cache / f".{LISTING}.tmp{os.getpid()}"
+        tmp.write_text(listing, encoding="utf-8")
+        os.replace(tmp, cache / LISTING)
         return True
     except (OSError, duckdb.Error) as err:  # a read-only results folder: no cache
         LOG.info("%s: cache not written (%s)", cache, str(err).splitlines()[0])
@@ -295,10 +363,14 @@ def _write_cache(root: Path, summarized: list[str], sources: dict[str, Any]) -> 
         con.close()
 
 
-def _archives_view(con: duckdb.DuckDBPyConnection, root: Path, found: Found) -> None:
+def _archives_view(
+    con: duckdb.DuckDBPyConnection, root: Path, found: Found, tables: Sequence[str]
+) -> None:
+    """The view ``archives``: every run found (empty when ``tables`` does not name it)."""
+    paths = found.run_paths if ARCHIVES in tables else []
     done = set(found.summarized_paths)
     top, resolved = str(root), str(root.resolve())
-    rels = [_rel(top, p) for p in found.run_paths]
+    rels = [_rel(top, p) for p in paths]
     con.register(
         "_archives",
         pa.table(
@@ -306,7 +378,7 @@ def _archives_view(con: duckdb.DuckDBPyConnection, root: Path, found: Found) -> 
                 "run_id": pa.array([os.path.basename(r) for r in rels], pa.string()),
                 "folder": pa.array([_folder(r) for r in rels], pa.string()),
                 "run_dir": pa.array([os.path.join(resolved, r) for r in rels], pa.string()),
-                "summarized": pa.array([p in done for p in found.run_paths], pa.bool_()),
+                "summarized": pa.array([p in done for p in paths], pa.bool_()),
             }
         ),
     )
@@ -316,11 +388,11 @@ def _archives_view(con: duckdb.DuckDBPyConnection, root: Path, found: Found) -> 
 def tables_in(sql: str) -> list[str]:
     """The views ``sql`` names (a word of it), so that only those read any file."""
     words = set(re.findall(r"[a-z_]+", sql.lower()))
-    return [t for t in TABLES if t in words]
+    return [t for t in VIEWS if t in words]
 
 
 def connect(
-    results_dir: Path | str, use_cache: bool = True, tables: Sequence[str] = TABLES
+    results_dir: Path | str, use_cache: bool = True, tables: Sequence[str] = VIEWS
 ) -> tuple[duckdb.DuckDBPyConnection, Found]:
     """An in-memory DuckDB with the views over every run under ``results_dir`` (those of
     ``tables`` read files, the others are empty), and what was found. The cache answers
@@ -330,26 +402,29 @@ def connect(
     root = Path(results_dir)
     if not root.is_dir():
         raise ArchiveError(f"{root}: no such results directory")
-    runs = _walk(str(root))
-    summarized, stats = _stat_runs(str(root), runs)
+    held, known = _held(root) if use_cache else ("", frozenset[str]())
+    runs, summarized, lines = _scan(str(root), known)
     con = duckdb.connect(":memory:")
-    sources: dict[str, Any] = {}
+    fresh = False
     if use_cache and summarized:
-        sources = {
-            "format_version": CACHE_VERSION,
-            "results_dir": str(root.resolve()),
-            "runs": stats,
-        }
-    fresh = bool(sources) and _cache_fresh(root, sources)
-    if sources and not fresh:
-        fresh = _write_cache(root, summarized, sources)
+        resolved = str(root.resolve())
+        fingerprint = _fingerprint(resolved, lines)
+        fresh = _cache_fresh(root, held, fingerprint)
+        if not fresh:
+            stats = {}
+            for line in lines:
+                rel, size, mtime = line.rsplit("\t", 2)
+                stats[rel] = [int(size), int(mtime)]
+            sources = {"format_version": CACHE_VERSION, "results_dir": resolved, "runs": stats}
+            listing = "\n".join([fingerprint, *(_rel(str(root), p) for p in summarized)])
+            fresh = _write_cache(root, summarized, sources, listing)
     if fresh:
         _cache_views(con, root, tables)
         found = Found(root, runs, summarized, "cache")
     else:
         _in_place_views(con, root, summarized, tables)
         found = Found(root, runs, summarized, "in place")
-    _archives_view(con, root, found)
+    _archives_view(con, root, found, tables)
     return con, found
 
 

@@ -9,12 +9,14 @@ import os
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from mqlab import cli
 from mqlab.analysis import inplace
-from mqlab.analysis.catalog import CATALOG_DIR, run_file
+from mqlab.analysis.catalog import CATALOG_DIR, run_file, write_run_tables
+from mqlab.analysis.schema import TABLES
 from mqlab.archive import layout
 from mqlab.cli import data as cli_data
 from mqlab.report import compare, listing, query
@@ -186,3 +188,41 @@ def test_the_cache_keeps_the_rows_of_the_runs_unchanged(lab: Lab, tmp_path: Path
             tmp_path, f"SELECT count(*) FROM {table}", use_cache=False
         )
         assert cached == placed, table
+
+
+def test_the_next_query_sees_every_change_to_the_archives(lab: Lab, tmp_path: Path) -> None:
+    """The cache's check costs one stat a run it knows: a new run (one whose directory
+    was there before its manifest, too), a removed run, a re-summarized run and a run
+    whose summary is gone are each seen by the next query."""
+    _nested(lab, tmp_path)
+    sql = "SELECT run_id, send_msgs_per_s FROM runs ORDER BY run_id"
+    _cols, before, found = query.run_query_found(tmp_path, sql)
+    assert found.source == "cache" and len(before) == 2
+    # re-summarized as `mqlab summarize` does it: new files renamed over the old ones
+    run_dir = tmp_path / "seeds/a" / lab.complete.run_id
+    tables = {t: pq.read_table(run_file(run_dir, t)) for t in TABLES}
+    runs = tables["runs"]
+    i = runs.schema.get_field_index("send_msgs_per_s")
+    tables["runs"] = runs.set_column(i, "send_msgs_per_s", pa.array([12345.5]))
+    write_run_tables(run_dir, tables)
+    _cols, rows, found = query.run_query_found(tmp_path, sql)
+    assert found.source == "cache" and (lab.complete.run_id, 12345.5) in rows
+    # a run directory written before its manifest: a folder first, a run once it has one
+    later = tmp_path / "seeds/a" / (lab.complete.run_id + "-later")
+    shutil.copytree(run_dir, later)
+    (later / layout.MANIFEST).rename(tmp_path / "manifest.aside")
+    _cols, rows, found = query.run_query_found(tmp_path, sql)
+    assert len(rows) == 2 and later not in found.runs
+    (tmp_path / "manifest.aside").rename(later / layout.MANIFEST)
+    _cols, rows, found = query.run_query_found(tmp_path, sql)
+    assert len(rows) == 3 and later in found.runs and found.source == "cache"
+    # its summary removed: listed as a run without summary, no rows
+    shutil.rmtree(later / layout.SUMMARY_DIR)
+    _cols, rows, found = query.run_query_found(tmp_path, sql)
+    assert len(rows) == 2 and found.not_summarized == [later]
+    # removed altogether: gone from every view
+    shutil.rmtree(later)
+    _cols, rows, found = query.run_query_found(
+        tmp_path, "SELECT count(*) FROM archives UNION ALL SELECT count(*) FROM runs"
+    )
+    assert rows == [(2,), (2,)] and found.runs == sorted(found.runs, key=lambda p: p.name)
