@@ -1,14 +1,17 @@
 """rocketmq: this folder's descriptor (``mqlab.brokers.descriptor``; stdlib only)."""
 
-from mqlab.brokers.descriptor import Attach, Broker
+from mqlab.brokers.descriptor import Attach, Broker, Contract
 
 BROKER = Broker(
     name="rocketmq",
     title="Apache RocketMQ",
     self_hosted=True,
-    local_note="no local server (none in any reachable registry): the cloud path only",
+    local_note=(
+        "Apache RocketMQ 5.4.0 from Maven Central: a name server, 3 brokers whose commit "
+        "log is one DLedger (Raft) group, and the gRPC proxy in cluster mode"
+    ),
     driver_module="rocketmq",
-    local_cluster=None,
+    local_cluster="rocketmq",
     ports={
         "namesrv": 9876,
         "broker": 10911,
@@ -25,4 +28,15 @@ BROKER = Broker(
         node_ports=("broker", "namesrv"),
     ),
     mqperf="RocketMQ",
+    # the local proxy accepts invisible durations from 1 s (mqlab/brokers/rocketmq/cluster.py)
+    contract=(
+        Contract(
+            "rocketmq",
+            {"invisible_duration_s": 5, "send_timeout_s": 30.0},
+            visibility_s=5.0,
+            # remaining() counts ready messages, and unacked ones once the broker revived
+            # them (a few seconds after their invisible duration): it agrees within seconds
+            remaining_exact=False,
+        ),
+    ),
 )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import socket
 import struct
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ UPDATE_AND_CREATE_TOPIC = 17
 GET_ROUTEINFO_BY_TOPIC = 105
 DELETE_TOPIC_IN_BROKER = 215
 DELETE_TOPIC_IN_NAMESRV = 216
+GET_BROKER_RUNTIME_INFO = 28
+GET_BROKER_CLUSTER_INFO = 106
+GET_CONSUME_STATS = 208
 SUCCESS = 0
 TOPIC_NOT_EXIST = 17  # a response code (not the request code of the same number)
 RESPONSE_FLAG = 1
@@ -172,3 +176,60 @@ def delete_topic(broker: tuple[str, int], topic: str, timeout_s: float) -> None:
 def delete_route(namesrv: tuple[str, int], topic: str, timeout_s: float) -> None:
     reply = call(namesrv, DELETE_TOPIC_IN_NAMESRV, {"topic": topic}, timeout_s)
     _check(reply, f"deleting the route of {topic}", namesrv)
+
+
+# RocketMQ's JSON bodies may key maps by bare integers (``{0:"host:port"}``): quoted here
+_BARE_INT_KEY = re.compile(r"([{,])(-?\d+):")
+
+
+def loads(body: bytes) -> Any:
+    """A remoting body as JSON, its bare integer map keys quoted first."""
+    try:
+        return json.loads(_BARE_INT_KEY.sub(r'\1"\2":', body.decode()))
+    except ValueError as e:
+        raise DriverError(f"rocketmq admin: unreadable body: {e}") from None
+
+
+def cluster_info(namesrv: tuple[str, int], timeout_s: float) -> dict[str, dict[int, str]]:
+    """Every broker group the name server knows: group name -> broker id -> address.
+    Broker id 0 is the group's master (with DLedger: the Raft leader)."""
+    reply = call(namesrv, GET_BROKER_CLUSTER_INFO, {}, timeout_s)
+    _check(reply, "the cluster info", namesrv)
+    table = loads(reply.body).get("brokerAddrTable") or {}
+    return {
+        str(name): {int(k): str(v) for k, v in (g.get("brokerAddrs") or {}).items()}
+        for name, g in table.items()
+    }
+
+
+def runtime_info(broker: tuple[str, int], timeout_s: float) -> dict[str, str]:
+    """A broker's runtime figures (``commitLogMaxOffset``, ``brokerVersionDesc``, ...)."""
+    reply = call(broker, GET_BROKER_RUNTIME_INFO, {}, timeout_s)
+    _check(reply, "the runtime info", broker)
+    table = loads(reply.body).get("table") or {}
+    return {str(k): str(v) for k, v in table.items()}
+
+
+# ConsumeStats' offsetTable keys its entries by objects (``{"brokerName":..,"queueId":..,
+# "topic":..}:{"brokerOffset":..,...}``), which JSON cannot: each key and value read alone
+_QUEUE_ENTRY = re.compile(r"(\{[^{}]*\}):(\{[^{}]*\})")
+
+
+def consume_stats(
+    broker: tuple[str, int], group: str, topic: str, timeout_s: float
+) -> dict[int, tuple[int, int]]:
+    """``group``'s position in ``topic`` on ``broker``: queue id -> (the queue's end
+    offset, the group's offset in it). A pop consumer's offset moves when it pops, so
+    ``end - offset`` counts the messages no one took yet."""
+    reply = call(broker, GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic}, timeout_s)
+    _check(reply, f"the consume stats of {group} in {topic}", broker)
+    out = {}
+    for key, value in _QUEUE_ENTRY.findall(reply.body.decode()):
+        try:
+            queue, offsets = json.loads(key), json.loads(value)
+        except ValueError as e:
+            raise DriverError(f"rocketmq admin: unreadable consume stats: {e}") from None
+        if queue.get("topic") == topic:
+            end, at = int(offsets["brokerOffset"]), int(offsets["consumerOffset"])
+            out[int(queue["queueId"])] = (end, max(at, 0))
+    return out

@@ -34,11 +34,14 @@
   after acking the others).
 - close: the consumer shuts down; its unacked deliveries come again once their invisible
   duration ends (a closed connection does not return them earlier).
-- remaining: not known (``remaining`` raises DriverError). The gRPC client has no
-  offset or admin query; the protocol's GetOffset and QueryOffset calls are not served by
-  the 5.3 proxy; and a pop consumer's committed offset would not count messages popped
-  and not acked, nor those put back for redelivery. mqlab's drain then runs to its
-  deadline and the run's undrained count (and so ``lost``) is recorded as unknown.
+- remaining: what no receiver took yet, from the group leader's consume stats (remoting
+  GET_CONSUME_STATS, ``admin.consume_stats``): per queue, its end offset less the group's
+  offset (a pop moves the offset at once), over the run's topic and the group's pop retry
+  topic (``%RETRY%<group>_<topic>``, where the broker puts back what was not acked in time).
+  ``in_flight`` is not known (None): a popped, unacked message is in neither until its
+  invisible duration ends and the broker revives it, some seconds later; mqlab's drain then
+  asks the receivers whether every delivery was acked. The leader is the group's broker id
+  0, as a name server lists it. Not identified (``payloads`` None).
 - ``redelivery_timeout_s`` is ``invisible_duration_s``.
 
 Endpoints: one node per RocketMQ node, ``host``/``port`` its proxy's gRPC port (what
@@ -74,11 +77,7 @@ MAX_RECEIVE_BATCH = 32  # the broker pops at most 32 messages per call
 MAX_TOPIC = 127  # RocketMQ's longest topic name
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9_-]+$")
 ROUTE_POLL_S = 0.2
-REMAINING_UNKNOWN = (
-    "rocketmq: what the topic still holds cannot be asked: the gRPC client has no offset "
-    "or admin query, and a pop consumer's offset does not count unacked or redelivered "
-    "messages"
-)
+SETTINGS_WAIT_S = 10.0
 _import_lock = threading.Lock()
 _client_module: Any = None
 
@@ -88,10 +87,11 @@ class Settings:
     queues: int = spec(8, min=1, max=1024, help="read and write queues of the run's topic")
     invisible_duration_s: int = spec(
         30,
-        min=10,
+        min=1,
         max=43_200,
         help="how long a received message stays hidden before it is delivered again "
-        "(the proxy accepts 10 s to 12 h)",
+        "(a proxy accepts up to 12 h, and from 10 s unless configured lower: mqlab's "
+        "local proxy accepts 1 s)",
     )
     long_poll_s: int = spec(
         5, min=5, max=20, help="how long a receive waits on the proxy when nothing is there"
@@ -113,6 +113,11 @@ def topic_name(queue: str) -> str:
 
 def group_name(topic: str) -> str:
     return f"{topic}-workers"
+
+
+def retry_topic(group: str, topic: str) -> str:
+    """Where a broker puts back the group's popped messages not acked in time."""
+    return f"%RETRY%{group}_{topic}"
 
 
 def access_point(endpoints: Endpoints) -> str:
@@ -299,6 +304,17 @@ class RocketmqDriver(Driver):
             raise DriverError(
                 f"rocketmq: cannot start a {what} on {access_point(self.endpoints)}: {describe(e)}"
             ) from e
+        # A simple consumer's startup does not wait for the proxy's answer to the client's
+        # settings (client 5.1.2), and a ReceiveMessage sent before it fails on the proxy
+        # ("settings is null"): wait for that answer as the client waits for a push
+        # consumer's (its private event; absent in other clients).
+        settled = getattr(c, "_init_settings_event", None)
+        if isinstance(settled, threading.Event) and not settled.wait(SETTINGS_WAIT_S):
+            _shutdown(c)
+            raise DriverError(
+                f"rocketmq: the proxy on {access_point(self.endpoints)} sent the {what} no "
+                f"settings within {SETTINGS_WAIT_S:g} s"
+            )
         return c
 
     def sender(self) -> Sender:
@@ -353,9 +369,30 @@ class RocketmqDriver(Driver):
             except DriverError as e:
                 LOG.debug("%s", e)
 
+    def leader_broker(self) -> tuple[str, int]:
+        """The group's leader (broker id 0) as the first name server that answers lists it."""
+        timeout_s = self.settings.admin_timeout_s
+        error: DriverError | None = None
+        for ns in admin_addresses(self.endpoints, "namesrv"):
+            try:
+                groups = admin.cluster_info(ns, timeout_s)
+            except DriverError as e:
+                error = e
+                continue
+            for members in groups.values():
+                if 0 in members:
+                    host, _, port = members[0].rpartition(":")
+                    return host, int(port)
+        raise DriverError(f"rocketmq: no broker group has a leader now ({error or 'none listed'})")
+
     def remaining(self, identify: bool = False) -> Remaining:
-        """Not known (module docstring): raises DriverError."""
-        raise DriverError(REMAINING_UNKNOWN)
+        """Messages no receiver took yet (module docstring); in flight: not known."""
+        leader = self.leader_broker()
+        count = 0
+        for topic in (self.topic, retry_topic(self.group, self.topic)):
+            stats = admin.consume_stats(leader, self.group, topic, self.settings.admin_timeout_s)
+            count += sum(max(end - at, 0) for end, at in stats.values())
+        return Remaining(count, None, None)
 
     @property
     def redelivery_timeout_s(self) -> float:

@@ -66,7 +66,7 @@ def test_settings_come_from_the_profile_and_are_checked(tmp_path: Path) -> None:
     s = build(rm.Settings, {"queues": 16, "invisible_duration_s": 60}, path)
     assert (s.queues, s.invisible_duration_s, s.long_poll_s) == (16, 60, 5)
     for bad in (
-        {"invisible_duration_s": 5},  # the proxy refuses under 10 s
+        {"invisible_duration_s": 0},  # a proxy refuses under 1 s (its default: 10 s)
         {"invisible_duration_s": 43_201},  # ... and over 12 h
         {"long_poll_s": 1},  # below the proxy's minimum poll: its deadline check fails
         {"invisible_duration_s": 30.5},  # whole seconds: the client sends seconds only
@@ -83,7 +83,7 @@ def test_the_profile_validates_and_names_its_driver() -> None:
     p = load_profile(ROOT / "scenarios" / "profiles" / "rocketmq-dledger.toml")
     assert p.broker == "rocketmq" and p.settings == rm.Settings()
     assert registry.driver_class("rocketmq") is rm.RocketmqDriver
-    assert registry.BROKERS["rocketmq"].local_cluster is None
+    assert registry.BROKERS["rocketmq"].local_cluster == "rocketmq"
 
 
 def test_access_point_and_admin_addresses_come_from_the_endpoints() -> None:
@@ -102,12 +102,57 @@ def test_redelivery_timeout_is_the_invisible_duration() -> None:
     assert driver(invisible_duration_s=45).redelivery_timeout_s == 45.0
 
 
-def test_remaining_is_unknown_and_says_why() -> None:
-    with pytest.raises(DriverError, match="cannot be asked"):
-        driver().remaining()
-    with pytest.raises(DriverError):
-        driver().remaining(identify=True)
+def test_remaining_is_the_leaders_backlog_of_the_topic_and_its_retry_topic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ready messages: per queue, end offset less the group's offset, on the group leader
+    (broker id 0, as the first name server that answers lists it); in flight unknown."""
+    asked: list[tuple[tuple[str, int], str, str]] = []
+
+    def cluster_info(ns: tuple[str, int], _t: float) -> dict[str, dict[int, str]]:
+        if ns[0] == "10.0.1.10":
+            raise DriverError("down")
+        return {"mqlab-broker": {1: "10.0.1.10:10911", 0: "10.0.1.12:10911"}}
+
+    def consume_stats(
+        b: tuple[str, int], group: str, topic: str, _t: float
+    ) -> dict[int, tuple[int, int]]:
+        asked.append((b, group, topic))
+        return {0: (10, 4), 1: (3, 3), 2: (0, 0)} if topic == "q1" else {0: (2, 1)}
+
+    monkeypatch.setattr(rm.admin, "cluster_info", cluster_info)
+    monkeypatch.setattr(rm.admin, "consume_stats", consume_stats)
+    rem = driver("q1").remaining()
+    assert (rem.count, rem.in_flight, rem.payloads) == (6 + 1, None, None)
+    leader = ("10.0.1.12", 10911)
+    assert asked == [(leader, "q1-workers", "q1"), (leader, "q1-workers", "%RETRY%q1-workers_q1")]
     assert rm.RocketmqDriver.identifies_remaining is False
+    monkeypatch.setattr(rm.admin, "cluster_info", lambda ns, t: {"g": {1: "h:1"}})
+    with pytest.raises(DriverError, match="no broker group has a leader"):
+        driver("q1").remaining()
+
+
+def test_consume_stats_and_cluster_info_bodies_are_read_despite_their_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RocketMQ keys maps by bare integers and by objects, which JSON cannot: read anyway."""
+    assert admin.loads(b'{"a":{0:"h:1",1:"h:2"}}') == {"a": {"0": "h:1", "1": "h:2"}}
+    body = (
+        b'{"consumeTps":0.0,"offsetTable":{{"brokerName":"b","queueId":3,"topic":"t"}:'
+        b'{"brokerOffset":9,"consumerOffset":4,"lastTimestamp":0,"pullOffset":4},'
+        b'{"brokerName":"b","queueId":0,"topic":"t"}:{"brokerOffset":2,"consumerOffset":-1,'
+        b'"lastTimestamp":0,"pullOffset":0}}}'
+    )
+    sent: list[tuple[int, dict[str, str]]] = []
+
+    def call(_a: tuple[str, int], code: int, ext: dict[str, str], _t: float) -> admin.Reply:
+        sent.append((code, ext))
+        return admin.Reply(0, "", 1, 1, body)
+
+    monkeypatch.setattr(admin, "call", call)
+    assert admin.consume_stats(("h", 1), "g", "t", 1.0) == {3: (9, 4), 0: (2, 0)}
+    assert admin.consume_stats(("h", 1), "g", "other", 1.0) == {}
+    assert sent[0] == (admin.GET_CONSUME_STATS, {"consumerGroup": "g", "topic": "t"})
 
 
 def test_server_versions_without_a_launcher_name_each_proxy() -> None:
