@@ -10,7 +10,9 @@ so a cluster that misses its goal shows where the time went. The reference is th
 
     .venv/bin/python bench/startup.py [--brokers nats,postgres,redis,rabbitmq] [--repeat 1]
 
-Goals (issue 13): NATS < 2 s, PostgreSQL < 5 s, Redis < 2 s, RabbitMQ < 40 s.
+Goals (issue 13): NATS < 2 s, PostgreSQL < 5 s, Redis < 2 s, RabbitMQ < 40 s. Issue 26
+asks only that Pulsar's time be printed (``--brokers pulsar``: 1 ZooKeeper, 3 bookies,
+3 brokers, 7 JVMs); its 120 s mark is this script's, not an issue's goal.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from mqlab.brokers.local import cluster_class
 from mqlab.errors import MqlabError
 
 ELAPSED = re.compile(r" \(\d+ s\)$")  # a progress message's own elapsed-time suffix
-GOALS_S = {"nats": 2.0, "postgres": 5.0, "redis": 2.0, "rabbitmq": 40.0}
+GOALS_S = {"nats": 2.0, "postgres": 5.0, "redis": 2.0, "rabbitmq": 40.0, "pulsar": 120.0}
+DEFAULT = ("nats", "postgres", "redis", "rabbitmq")  # the JVM clusters on request only
 
 
 @dataclass
@@ -102,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--brokers", default=",".join(GOALS_S), help="comma-separated")
+    ap.add_argument("--brokers", default=",".join(DEFAULT), help="comma-separated")
     ap.add_argument("--repeat", type=int, default=1, help="start each cluster this many times")
     ap.add_argument("--no-phases", action="store_true", help="only the table")
     args = ap.parse_args(argv)

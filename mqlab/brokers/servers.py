@@ -47,6 +47,9 @@ class Pin:
     deps: tuple[str, ...]  # group:artifact:version[:type[:classifier]]
     dist: str | None  # group:artifact:version:type[:classifier]
     java: int  # the Java major version it runs on
+    # group:artifact:version of POMs whose dependencyManagement is imported, so that the
+    # closure gets the versions the project builds its own distribution with
+    boms: tuple[str, ...] = ()
 
 
 def pins(path: Path | None = None) -> dict[str, Pin]:
@@ -63,6 +66,7 @@ def pins(path: Path | None = None) -> dict[str, Pin]:
             tuple(deps),
             dist,
             int(t.get("java", 17)),
+            tuple(str(b).replace("{version}", version) for b in t.get("boms", ())),
         )
     return out
 
@@ -141,10 +145,22 @@ def _pom(p: Pin) -> str:
             f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
             f"<version>{v}</version>{typ}{cls}</dependency>"
         )
+    boms = []
+    for coord in p.boms:
+        g, a, v = coord.split(":")
+        boms.append(
+            f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+            f"<version>{v}</version><type>pom</type><scope>import</scope></dependency>"
+        )
+    managed = (
+        f"<dependencyManagement><dependencies>{''.join(boms)}</dependencies></dependencyManagement>"
+        if boms
+        else ""
+    )
     return (
         '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
         f"<groupId>mqlab.fetch</groupId><artifactId>{p.name}</artifactId>"
-        f"<version>{p.version}</version><packaging>pom</packaging>"
+        f"<version>{p.version}</version><packaging>pom</packaging>{managed}"
         f"<dependencies>{''.join(deps)}</dependencies></project>"
     )
 
