@@ -11,8 +11,10 @@ so a cluster that misses its goal shows where the time went. The reference is th
     .venv/bin/python bench/startup.py [--brokers nats,postgres,redis,rabbitmq] [--repeat 1]
 
 Goals (issue 13): NATS < 2 s, PostgreSQL < 5 s, Redis < 2 s, RabbitMQ < 40 s; (issue 26)
-Kafka < 60 s (3 JVMs, storage formatted first, on 2 cores).
-RocketMQ < 60 s (five JVMs: name server, 3 DLedger brokers, the proxy once one leads).
+Kafka < 60 s (3 JVMs, storage formatted first, on 2 cores), RocketMQ < 60 s (five JVMs:
+name server, 3 DLedger brokers, the proxy once one leads). Issue 26 asks only that
+Pulsar's time be printed (1 ZooKeeper, 3 bookies, 3 brokers, 7 JVMs); its 120 s mark is
+this script's, not an issue's goal.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ GOALS_S = {
     "rabbitmq": 40.0,
     "kafka": 60.0,
     "rocketmq": 60.0,
+    "pulsar": 120.0,
 }
+DEFAULT = tuple(GOALS_S)  # every cluster unless --brokers names some
 
 
 @dataclass
@@ -111,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--brokers", default=",".join(GOALS_S), help="comma-separated")
+    ap.add_argument("--brokers", default=",".join(DEFAULT), help="comma-separated")
     ap.add_argument("--repeat", type=int, default=1, help="start each cluster this many times")
     ap.add_argument("--no-phases", action="store_true", help="only the table")
     args = ap.parse_args(argv)

@@ -57,6 +57,9 @@ class Pin:
     go: str | None = None  # a Go main package, built into bin/
     gomod: str | None = None  # the checkout's folder of its go.mod and go.sum
     bench: bool = False  # a benchmark's reference tool (fetched by --bench only)
+    # group:artifact:version of POMs whose dependencyManagement is imported, so that the
+    # closure gets the versions the project builds its own distribution with
+    boms: tuple[str, ...] = ()
 
 
 def pins(path: Path | None = None) -> dict[str, Pin]:
@@ -76,6 +79,7 @@ def pins(path: Path | None = None) -> dict[str, Pin]:
             str(t["go"]) if t.get("go") else None,
             str(t["gomod"]) if t.get("gomod") else None,
             bool(t.get("bench", False)),
+            tuple(str(b).replace("{version}", version) for b in t.get("boms", ())),
         )
     return out
 
@@ -161,10 +165,22 @@ def _pom(p: Pin) -> str:
             f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
             f"<version>{v}</version>{typ}{cls}</dependency>"
         )
+    boms = []
+    for coord in p.boms:
+        g, a, v = coord.split(":")
+        boms.append(
+            f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+            f"<version>{v}</version><type>pom</type><scope>import</scope></dependency>"
+        )
+    managed = (
+        f"<dependencyManagement><dependencies>{''.join(boms)}</dependencies></dependencyManagement>"
+        if boms
+        else ""
+    )
     return (
         '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
         f"<groupId>mqlab.fetch</groupId><artifactId>{p.name}</artifactId>"
-        f"<version>{p.version}</version><packaging>pom</packaging>"
+        f"<version>{p.version}</version><packaging>pom</packaging>{managed}"
         f"<dependencies>{''.join(deps)}</dependencies></project>"
     )
 

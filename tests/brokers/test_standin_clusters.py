@@ -76,7 +76,7 @@ def test_moto_sqs_redelivers_after_the_visibility_timeout(tmp_path: Path) -> Non
 STATUS_EXTRA = {"artemis": ('"master": 0', 3)}
 
 
-@pytest.mark.parametrize("broker", ["redis", "redpanda", "sqs", "mongodb", "pulsar", "artemis"])
+@pytest.mark.parametrize("broker", ["redis", "redpanda", "sqs", "mongodb", "artemis"])
 def test_cluster_up_status_down(
     broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

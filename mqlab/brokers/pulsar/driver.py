@@ -1,12 +1,10 @@
 """Apache Pulsar (pulsar-client): one persistent topic, one shared subscription.
 
-- setup: the durable shared subscription ``<queue>-workers`` on
-  ``persistent://public/default/<queue>``, made before anything is sent (Pulsar keeps
-  messages only for the subscriptions that exist). Where the endpoints name the admin REST
-  API (a real Pulsar cluster), setup first creates the topic and sets the namespace's
-  persistence: ``ensemble_size``, ``write_quorum`` and ``ack_quorum`` bookies. The
-  pulsar-lite stand-in has no admin API and keeps one copy: it refuses any other value
-  than 1/1/1 (the ``pulsar-standin`` profile).
+- setup: the namespace's persistence (``ensemble_size``, ``write_quorum`` and
+  ``ack_quorum`` bookies for every ledger) and the topic
+  ``persistent://public/default/<queue>`` through the admin REST API, then the durable
+  shared subscription ``<queue>-workers``, made before anything is sent (Pulsar keeps
+  messages only for the subscriptions that exist).
 - send: ``send_async`` every message of the batch, ``flush``, then wait until every
   callback came: a send returns once the broker persisted the whole batch (on real
   Pulsar: ``ack_quorum`` bookies have fsynced each entry); a callback with an error, or
@@ -26,18 +24,12 @@
   counted from ``receive()`` (not from its arrival in the receiver queue); a consumer
   that closes or dies returns everything it held, queue included, to the subscription at
   once. A delivery is flagged redelivered when the broker's redelivery count is above 0.
-- remaining: where the endpoints name the admin REST API (real Pulsar), the topic stats'
-  backlog of the subscription (ready plus delivered-but-unacked) and, as ``in_flight``,
-  its unacked count (including what open consumers hold in their receiver queues).
-  pulsar-lite has no admin API: its Prometheus page gives messages stored on the topic
-  minus the subscription's distinct acks (live counters, exact while the server has not
-  restarted since ``setup``; ``in_flight`` unknown), else its backlog gauge, an upper
-  bound recomputed every ``stats_period_s`` and there only once a consumer subscribed
-  again after the restart (see :func:`lite_remaining`). Messages cannot be read without
-  consuming them (``identify`` gives no payloads).
-- pulsar-lite refuses a subscribe whose consumer id another connection already uses on
-  the subscription; receivers on the stand-in start at a random id and try again with
-  the next one (see :func:`spread_consumer_id`).
+- remaining: the topic stats' backlog of the subscription (ready plus
+  delivered-but-unacked) and, as ``in_flight``, its unacked count (including what open
+  consumers hold in their receiver queues), from the admin REST API. Messages cannot be
+  read without consuming them (``identify`` gives no payloads).
+- the admin REST API answers a topic operation on a broker that does not own the topic
+  with a redirect (307) to the owner: followed with the same method and body.
 """
 
 from __future__ import annotations
@@ -46,7 +38,6 @@ import contextlib
 import functools
 import json
 import logging
-import random
 import threading
 import time
 import urllib.error
@@ -59,7 +50,7 @@ from typing import Any
 import pulsar
 
 from mqlab.brokers.base import Delivery, Driver, Receiver, Remaining, Sender
-from mqlab.brokers.pulsar.stats import lite_remaining, parse_metrics, parse_topic_stats
+from mqlab.brokers.pulsar.stats import parse_topic_stats
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
@@ -69,10 +60,6 @@ TENANT_NAMESPACE = "public/default"
 MIN_ACK_TIMEOUT_S = 10.0  # pulsar-client refuses a shorter ack timeout
 ACK_GROUPING_S = 0.3  # pulsar-client writes grouped acks within 100 ms
 HTTP_TIMEOUT_S = 10.0
-# the stand-in's consumer-id workaround (see spread_consumer_id)
-ID_SPREAD_TOPIC = f"persistent://{TENANT_NAMESPACE}/mqlab-consumer-ids"
-STANDIN_ID_SPREAD = 256  # a receiver's client starts at a random consumer id below this
-STANDIN_SUBSCRIBE_TRIES = 8
 
 
 def client_logger() -> Any:
@@ -113,29 +100,32 @@ def service_url(endpoints: Any) -> str:
     return "pulsar://" + ",".join(f"{n.host}:{n.port}" for n in endpoints.nodes)
 
 
-#: pulsar-lite's Prometheus series mqlab reads: name -> key in parse_metrics' result
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # 307/308 come back as HTTPError; _http follows them itself
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+MAX_REDIRECTS = 5
 
 
 def _http(method: str, url: str, body: Any = None) -> str:
+    """``method`` on ``url``; a 307/308 (a broker sends topic operations on to the broker
+    that owns the topic) is followed with the same method and body."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
-        return str(resp.read().decode())
-
-
-def spread_consumer_id(client: pulsar.Client, n: int) -> None:
-    """Use up ``n`` of ``client``'s consumer ids (a short-lived reader each).
-
-    pulsar-lite (0.2) keys a subscription's consumers by the client's consumer id alone,
-    not by connection: a second connection subscribing with an id in use is refused (the
-    broker drops that connection, and the subscribe times out). Every client numbers its
-    consumers from 0, so receivers of separate clients would all ask for id 0; a random
-    start makes that rare, and a refused subscribe is tried again with the next id. Real
-    Pulsar keys consumers per connection and needs none of this."""
-    for _ in range(n):
-        client.create_reader(ID_SPREAD_TOPIC, pulsar.MessageId.earliest).close()
+    for _ in range(MAX_REDIRECTS):
+        req = urllib.request.Request(url, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with _OPENER.open(req, timeout=HTTP_TIMEOUT_S) as resp:
+                return str(resp.read().decode())
+        except urllib.error.HTTPError as e:
+            location = e.headers.get("Location") if e.code in (307, 308) else None
+            if not location:
+                raise
+            url = urllib.parse.urljoin(url, location)
+    raise DriverError(f"pulsar: more than {MAX_REDIRECTS} redirects from {url}")
 
 
 def _client(driver: PulsarDriver) -> pulsar.Client:
@@ -281,12 +271,12 @@ class PulsarDriver(Driver):
         self.subscription = f"{queue}-workers"
         extra = endpoints.extra
         self.admin: list[str] = list(extra.get("admin_urls") or [])
-        self.metrics_url: str | None = extra.get("metrics_url")
-        self.stats_period_s = float(extra.get("stats_period_s", 0.0))
-        self.stand_in = bool(extra.get("stand_in", False))
-        self.lite_started: float | None = None  # pulsar-lite's start time at setup
+        if not self.admin:
+            raise DriverError(
+                f"pulsar: the endpoints name no admin REST API (extra.admin_urls): {endpoints}"
+            )
 
-    # -- admin REST (real Pulsar) -----------------------------------------------------
+    # -- admin REST -----------------------------------------------------
     def _admin(self, method: str, path: str, body: Any = None) -> str:
         """``method`` on the first admin URL that answers; HTTP errors are raised."""
         last: Exception | None = None
@@ -304,46 +294,26 @@ class PulsarDriver(Driver):
 
     def setup(self) -> None:
         s: Settings = self.settings
-        copies = (s.ensemble_size, s.write_quorum, s.ack_quorum)
         if not s.ack_quorum <= s.write_quorum <= s.ensemble_size:
             raise DriverError(
                 f"pulsar: ack quorum {s.ack_quorum} <= write quorum {s.write_quorum} <= "
                 f"ensemble {s.ensemble_size} does not hold"
             )
-        if self.admin:
-            persistence = {
-                "bookkeeperEnsemble": s.ensemble_size,
-                "bookkeeperWriteQuorum": s.write_quorum,
-                "bookkeeperAckQuorum": s.ack_quorum,
-                "managedLedgerMaxMarkDeleteRate": 0.0,
-            }
-            try:
-                self._admin(
-                    "POST", f"/admin/v2/namespaces/{TENANT_NAMESPACE}/persistence", persistence
-                )
-            except urllib.error.HTTPError as e:
-                raise DriverError(
-                    f"pulsar: cannot set {TENANT_NAMESPACE}'s persistence: {e}"
-                ) from e
-            try:
-                self._admin("PUT", self._topic_path())
-            except urllib.error.HTTPError as e:
-                if e.code != 409:  # 409: the topic exists
-                    raise DriverError(f"pulsar: cannot create {self.topic}: {e}") from e
-        elif copies != (1, 1, 1):
-            raise DriverError(
-                f"pulsar: this server keeps one copy of each message (no admin API to set "
-                f"ensemble/write/ack quorum {copies}); use 1/1/1 (profile pulsar-standin)"
-            )
-        if self.metrics_url and not self.admin:  # pulsar-lite: its counters start here
-            self.lite_started = self._lite_stats().get("started")
-            # its start time is in whole seconds: a server started again within the
-            # second it first started would look like the same one, so setup returns
-            # only once that second is over (at most 1 s, on a server that young)
-            if self.lite_started is not None:
-                young_s = self.lite_started + 1 - time.time()
-                if young_s > 0:
-                    time.sleep(young_s)
+        persistence = {
+            "bookkeeperEnsemble": s.ensemble_size,
+            "bookkeeperWriteQuorum": s.write_quorum,
+            "bookkeeperAckQuorum": s.ack_quorum,
+            "managedLedgerMaxMarkDeleteRate": 0.0,
+        }
+        try:
+            self._admin("POST", f"/admin/v2/namespaces/{TENANT_NAMESPACE}/persistence", persistence)
+        except urllib.error.HTTPError as e:
+            raise DriverError(f"pulsar: cannot set {TENANT_NAMESPACE}'s persistence: {e}") from e
+        try:
+            self._admin("PUT", self._topic_path())
+        except urllib.error.HTTPError as e:
+            if e.code != 409:  # 409: the topic exists
+                raise DriverError(f"pulsar: cannot create {self.topic}: {e}") from e
         client = _client(self)
         try:  # the durable subscription: from now on the topic keeps what is sent
             self.subscribe(client).close()
@@ -353,27 +323,14 @@ class PulsarDriver(Driver):
             client.close()
 
     def subscribe(self, client: pulsar.Client, **options: Any) -> pulsar.Consumer:
-        """A consumer of the shared subscription. On the stand-in, from a random consumer
-        id on, and again with the next id while pulsar-lite refuses one in use (see
-        :func:`spread_consumer_id`)."""
-        tries = STANDIN_SUBSCRIBE_TRIES if self.stand_in else 1
-        if self.stand_in:
-            spread_consumer_id(client, random.randrange(STANDIN_ID_SPREAD))
-        attempt = 1
-        while True:
-            try:
-                return client.subscribe(
-                    self.topic,
-                    self.subscription,
-                    consumer_type=pulsar.ConsumerType.Shared,
-                    initial_position=pulsar.InitialPosition.Earliest,
-                    **options,
-                )
-            except pulsar.Timeout:
-                if attempt >= tries:
-                    raise
-                attempt += 1
-                LOG.info("pulsar: subscribe timed out (a consumer id in use?): again")
+        """A consumer of the shared subscription."""
+        return client.subscribe(
+            self.topic,
+            self.subscription,
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+            **options,
+        )
 
     def teardown(self) -> None:
         client = _client(self)
@@ -383,11 +340,10 @@ class PulsarDriver(Driver):
             LOG.debug("pulsar: unsubscribe %s: %s", self.subscription, e)
         finally:
             client.close()
-        if self.admin:
-            try:
-                self._admin("DELETE", self._topic_path() + "?force=true")
-            except (urllib.error.HTTPError, DriverError) as e:
-                LOG.debug("pulsar: delete %s: %s", self.topic, e)
+        try:
+            self._admin("DELETE", self._topic_path() + "?force=true")
+        except (urllib.error.HTTPError, DriverError) as e:
+            LOG.debug("pulsar: delete %s: %s", self.topic, e)
 
     @property
     def redelivery_timeout_s(self) -> float:
@@ -396,48 +352,16 @@ class PulsarDriver(Driver):
 
     def remaining(self, identify: bool = False) -> Remaining:
         """The subscription's backlog and unacked count (see the module docstring)."""
-        if self.admin:
-            try:
-                stats = json.loads(self._admin("GET", self._topic_path() + "/stats"))
-            except (urllib.error.HTTPError, ValueError) as e:
-                raise DriverError(f"pulsar: no stats for {self.topic}: {e}") from e
-            found = parse_topic_stats(stats, self.subscription)
-        elif self.metrics_url:
-            return self._lite_remaining()
-        else:
-            raise DriverError("pulsar: the endpoints name neither an admin API nor metrics")
+        time.sleep(ACK_GROUPING_S)  # acks the client still groups reach the broker
+        try:
+            stats = json.loads(self._admin("GET", self._topic_path() + "/stats"))
+        except (urllib.error.HTTPError, ValueError) as e:
+            raise DriverError(f"pulsar: no stats for {self.topic}: {e}") from e
+        found = parse_topic_stats(stats, self.subscription)
         if found is None:
             raise DriverError(f"pulsar: no stats for subscription {self.subscription}")
         backlog, unacked = found
         return Remaining(backlog, None, unacked)
-
-    def _lite_stats(self) -> dict[str, float]:
-        assert self.metrics_url is not None
-        try:
-            page = _http("GET", self.metrics_url)
-        except OSError as e:
-            raise DriverError(f"pulsar: cannot read {self.metrics_url}: {e}") from e
-        return parse_metrics(page, self.queue, self.subscription)
-
-    def _lite_remaining(self) -> Remaining:
-        """pulsar-lite: see :func:`lite_remaining`."""
-        time.sleep(ACK_GROUPING_S)  # acks the client still groups reach the server
-        rem = lite_remaining(self._lite_stats(), self.lite_started)
-        if rem is not None and rem.in_flight is None:
-            return rem
-        LOG.warning(
-            "pulsar: pulsar-lite restarted since setup (or its counters are missing): "
-            "remaining() reads its backlog gauge, which counts acked messages after the "
-            "first unacked one too"
-        )
-        time.sleep(self.stats_period_s)  # a gauge snapshot from after now
-        rem = lite_remaining(self._lite_stats(), None)
-        if rem is None:  # a restarted pulsar-lite loads a subscription when one subscribes
-            raise DriverError(
-                f"pulsar: no stats for subscription {self.subscription} (after a restart "
-                "pulsar-lite has it only once a consumer subscribed again): count unknown"
-            )
-        return rem
 
     def sender(self) -> Sender:
         return PulsarSender(self)

@@ -10,7 +10,7 @@ ZooKeeper's own admin server is off: it would take port 8080, the broker's ``htt
 
 from __future__ import annotations
 
-from mqlab.brokers.nodeconf import Node, lines, props
+from mqlab.brokers.nodeconf import LOOPBACK, Node, lines, props
 
 
 def zookeepers(node: Node) -> str:
@@ -75,4 +75,104 @@ def cluster_metadata_args(node: Node) -> list[str]:
         f"http://{web}",
         "--broker-service-url",
         f"pulsar://{service}",
+    ]
+
+
+# -- the local cluster (mqlab.brokers.pulsar.cluster): every process on 127.0.0.1 ----------
+# One ZooKeeper, three bookies and up to three brokers, each its own process with its
+# own ports; the keys below are BookKeeper's and Pulsar's own configuration names.
+
+#: what every ledger of the local cluster asks of the bookies (the brokers' defaults;
+#: the driver's namespace persistence policy sets the same per namespace)
+LOCAL_REPLICATION = {
+    "managedLedgerDefaultEnsembleSize": 3,
+    "managedLedgerDefaultWriteQuorum": 3,
+    "managedLedgerDefaultAckQuorum": 2,
+}
+
+
+def local_zookeeper(data_dir: str, port: int) -> str:
+    """One standalone ZooKeeper (no ``server.N`` lines), on loopback, no admin server."""
+    return lines(
+        [
+            f"dataDir={data_dir}",
+            f"clientPort={port}",
+            "clientPortAddress=127.0.0.1",
+            "tickTime=2000",
+            "admin.enableServer=false",
+        ]
+    )
+
+
+def local_bookie(data_dir: str, port: int, zk: str) -> str:
+    """A bookie on loopback (BookKeeper refuses loopback addresses unless allowed), its
+    journal fsynced per entry, small DbLedgerStorage caches (they come out of direct
+    memory), writes refused only on a nearly full disk."""
+    return lines(
+        props(
+            {
+                "bookiePort": port,
+                "advertisedAddress": LOOPBACK,
+                "allowLoopback": True,
+                "metadataServiceUri": f"zk://{zk}/ledgers",
+                "journalDirectories": f"{data_dir}/journal",
+                "ledgerDirectories": f"{data_dir}/ledgers",
+                "journalSyncData": True,
+                "ledgerStorageClass": "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
+                "dbStorage_writeCacheMaxSizeMb": 32,
+                "dbStorage_readAheadCacheMaxSizeMb": 16,
+                "dbStorage_rocksDB_blockCacheSize": 16 * 1024 * 1024,
+                "diskUsageThreshold": 0.99,
+                "diskUsageWarnThreshold": 0.98,
+                "httpServerEnabled": False,
+            }
+        )
+    )
+
+
+def local_broker(broker_port: int, http_port: int, zk: str) -> str:
+    """A broker on loopback. ``bookkeeper_delayEnsembleChange`` (passed to its BookKeeper
+    client): with exactly three bookies and ensemble 3, a dead bookie cannot be replaced,
+    so an entry counts as written once ``ack quorum`` bookies have it instead of failing
+    the ledger. A short metadata session: a killed broker's topics move after 10 s.
+    Topic-level policies (a system topic per namespace) are off: the driver sets the
+    namespace's persistence."""
+    return lines(
+        props(
+            {
+                "clusterName": "mqlab",
+                "metadataStoreUrl": f"zk:{zk}",
+                "configurationMetadataStoreUrl": f"zk:{zk}",
+                "bindAddress": LOOPBACK,
+                "advertisedAddress": LOOPBACK,
+                "brokerServicePort": broker_port,
+                "webServicePort": http_port,
+                **LOCAL_REPLICATION,
+                "bookkeeper_delayEnsembleChange": True,
+                "brokerDeleteInactiveTopicsEnabled": False,
+                "allowAutoTopicCreation": False,
+                "metadataStoreSessionTimeoutMillis": 10000,
+                "systemTopicEnabled": False,
+                "topicLevelPoliciesEnabled": False,
+                "functionsWorkerEnabled": False,
+                "webSocketServiceEnabled": False,
+                "managedLedgerCacheSizeMB": 64,
+            }
+        )
+    )
+
+
+def local_cluster_metadata_args(zk: str, http: list[int], broker: list[int]) -> list[str]:
+    """``PulsarClusterMetadataSetup`` arguments for the local cluster."""
+    return [
+        "--cluster",
+        "mqlab",
+        "--metadata-store",
+        f"zk:{zk}",
+        "--configuration-metadata-store",
+        f"zk:{zk}",
+        "--web-service-url",
+        "http://" + ",".join(f"{LOOPBACK}:{p}" for p in http),
+        "--broker-service-url",
+        "pulsar://" + ",".join(f"{LOOPBACK}:{p}" for p in broker),
     ]

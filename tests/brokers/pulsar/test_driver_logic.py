@@ -1,9 +1,10 @@
-"""Pure logic of the Pulsar driver (no server): metrics and stats parsing, what remaining()
-reports, the send callbacks of a batch, settings. The same driver runs against the real
-pulsar-lite server in tests/brokers/test_contract.py."""
+"""Pure logic of the Pulsar driver (no server): stats parsing, the admin API's redirects,
+the send callbacks of a batch, settings. The same driver runs against the real Pulsar
+cluster in tests/brokers/test_contract.py."""
 
 from __future__ import annotations
 
+import http.server
 import threading
 import time
 from pathlib import Path
@@ -13,53 +14,10 @@ import pulsar
 import pytest
 
 from mqlab import typed
-from mqlab.brokers.base import Endpoints, NodeEndpoint, Remaining
+from mqlab.brokers.base import Endpoints, NodeEndpoint
+from mqlab.brokers.pulsar import cluster as pc
 from mqlab.brokers.pulsar import driver as pd
 from mqlab.errors import DriverError, ScenarioError
-
-PAGE = """\
-# HELP pulsar_in_messages_total Total messages accepted for publish
-# TYPE pulsar_in_messages_total counter
-pulsar_in_messages_total{cluster="pulsar-lite",namespace="public/default",partition="-1",\
-topic="q"} 20
-pulsar_in_messages_total{cluster="pulsar-lite",namespace="public/default",partition="-1",\
-topic="other"} 7
-pulsar_lite_subscription_acked_messages_total{cluster="pulsar-lite",namespace="public/default",\
-partition="-1",subscription="q-workers",topic="q"} 5
-pulsar_lite_subscription_acked_messages_total{cluster="pulsar-lite",namespace="public/default",\
-partition="-1",subscription="another",topic="q"} 19
-pulsar_subscription_back_log{cluster="pulsar-lite",namespace="public/default",partition="-1",\
-subscription="q-workers",topic="q"} 20
-pulsar_subscription_unacked_messages{cluster="pulsar-lite",namespace="public/default",\
-partition="-1",subscription="q-workers",topic="q"} 15
-pulsar_broker_msg_backlog 99
-process_start_time_seconds 1795395769
-"""
-
-
-def test_metrics_are_read_for_the_topic_and_subscription_only() -> None:
-    stats = pd.parse_metrics(PAGE, "q", "q-workers")
-    assert stats == {
-        "in": 20.0,
-        "acked": 5.0,
-        "backlog": 20.0,
-        "unacked": 15.0,
-        "started": 1795395769.0,
-    }
-    assert pd.parse_metrics(PAGE, "absent", "q-workers") == {"started": 1795395769.0}
-
-
-def test_remaining_is_stored_minus_acked_while_the_server_is_the_same() -> None:
-    stats = pd.parse_metrics(PAGE, "q", "q-workers")
-    # acks out of order: the backlog gauge (20) still counts the 5 acked; the counters do not
-    assert pd.lite_remaining(stats, 1795395769.0) == Remaining(15, None, None)
-    # restarted since setup (or never recorded): the counters began later; the gauge
-    for started in (1795390000.0, None):
-        assert pd.lite_remaining(stats, started) == Remaining(20, None, 15)
-    no_counters = {k: v for k, v in stats.items() if k not in ("in", "acked")}
-    assert pd.lite_remaining(no_counters, 1795395769.0) == Remaining(20, None, 15)
-    assert pd.lite_remaining({"started": 1.0}, 1.0) is None
-    assert pd.lite_remaining({"in": 3, "acked": 5, "started": 1.0}, 1.0) == Remaining(0)
 
 
 def test_admin_topic_stats_give_backlog_and_unacked_of_the_subscription() -> None:
@@ -73,20 +31,75 @@ def test_admin_topic_stats_give_backlog_and_unacked_of_the_subscription() -> Non
     assert pd.parse_topic_stats({"subscriptions": {}}, "q-workers") is None
 
 
+def test_a_redirect_to_the_owning_broker_is_followed_with_the_same_method_and_body() -> None:
+    seen: list[tuple[str, str, bytes]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(("PUT", self.path, body))
+            if self.path == "/first":
+                self.send_response(307)
+                self.send_header("Location", "/owner")
+                self.end_headers()
+                return
+            self.send_response(204 if not body else 200)
+            self.end_headers()
+            if body:
+                self.wfile.write(b"done")
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/first"
+        assert pd._http("PUT", url, {"a": 1}) == "done"
+        assert seen == [("PUT", "/first", b'{"a": 1}'), ("PUT", "/owner", b'{"a": 1}')]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+META = (
+    "LedgerMetadata{formatVersion=3, ensembleSize=3, writeQuorumSize=3, ackQuorumSize=2, "
+    "state=OPEN, digestType=CRC32C, password=OMITTED, ensembles={0=[127.0.0.1:23182, "
+    "127.0.0.1:23180, 127.0.0.1:23181], 7=[127.0.0.1:23182, 127.0.0.1:23183, 127.0.0.1:23181]}, "
+    "customMetadata={component=base64:bWFuYWdlZC1sZWRnZXI=}}"
+)
+
+
+def test_a_ledgers_ensembles_and_quorums_are_read_from_its_metadata_text() -> None:
+    assert pc.ensembles(META) == [
+        ["127.0.0.1:23182", "127.0.0.1:23180", "127.0.0.1:23181"],
+        ["127.0.0.1:23182", "127.0.0.1:23183", "127.0.0.1:23181"],
+    ]
+    assert pc.quorums(META) == (3, 3, 2)
+    assert pc.ensembles("LedgerMetadata{}") == [] and pc.quorums("") is None
+
+
 def _endpoints(**extra: Any) -> Endpoints:
+    extra.setdefault("admin_urls", ["http://127.0.0.1:1"])
     return Endpoints("pulsar", (NodeEndpoint(0, "127.0.0.1", 6650),), extra)
 
 
 def test_names_and_timeouts_follow_the_queue_and_settings() -> None:
     s = pd.Settings(ensemble_size=1, write_quorum=1, ack_quorum=1, ack_timeout_s=12.5)
-    d = pd.PulsarDriver(s, _endpoints(stand_in=True), "q")
+    d = pd.PulsarDriver(s, _endpoints(), "q")
     assert d.topic == "persistent://public/default/q" and d.subscription == "q-workers"
     assert d.redelivery_timeout_s == 12.5
     assert pd.service_url(d.endpoints) == "pulsar://127.0.0.1:6650"
-    assert d.server_versions() == []  # neither a launcher's version nor an admin API
-    assert pd.PulsarDriver(s, _endpoints(server="pulsar-lite 0.2.0"), "q").server_versions() == [
-        "pulsar-lite 0.2.0"
+    assert d.server_versions() == []  # no launcher's version, and no admin API answers
+    assert pd.PulsarDriver(s, _endpoints(server="Apache Pulsar 4.2.4"), "q").server_versions() == [
+        "Apache Pulsar 4.2.4"
     ]
+
+
+def test_endpoints_without_an_admin_api_are_refused() -> None:
+    s = pd.Settings()
+    with pytest.raises(DriverError, match="admin"):
+        pd.PulsarDriver(s, Endpoints("pulsar", (NodeEndpoint(0, "127.0.0.1", 6650),), {}), "q")
 
 
 def test_the_profile_cannot_ask_for_an_ack_timeout_pulsar_client_refuses() -> None:
@@ -96,14 +109,14 @@ def test_the_profile_cannot_ask_for_an_ack_timeout_pulsar_client_refuses() -> No
 
 @pytest.mark.parametrize(
     ("copies", "why"),
-    [((3, 3, 2), "keeps one copy"), ((1, 2, 1), "does not hold"), ((3, 2, 3), "does not hold")],
+    [((1, 2, 1), "does not hold"), ((3, 2, 3), "does not hold")],
 )
 def test_setup_refuses_copies_the_server_cannot_keep(
     copies: tuple[int, int, int], why: str
 ) -> None:
     e, w, a = copies
     s = pd.Settings(ensemble_size=e, write_quorum=w, ack_quorum=a)
-    d = pd.PulsarDriver(s, _endpoints(metrics_url="http://127.0.0.1:1/metrics"), "q")
+    d = pd.PulsarDriver(s, _endpoints(), "q")
     with pytest.raises(DriverError, match=why):
         d.setup()  # refused before any connection
 
