@@ -74,6 +74,7 @@ writes (unit tests). They run against real Artemis only in the cloud path.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import threading
@@ -403,6 +404,28 @@ class ArtemisDriver(Driver):
             )
         except (TypeError, ValueError) as e:
             raise DriverError(f"artemis: management replies without counts: {e}") from e
+
+    def replication(self) -> dict[str, Any]:
+        """What the serving node says over its management address: ``backup`` (whether
+        it is one), ``replica_sync`` (its backup has caught up with its journal),
+        ``version``, ``node_id`` and ``topology`` (the primary/backup pairs it knows)."""
+        attrs = ("backup", "replicaSync", "version", "nodeID")
+
+        def build(reply_to: str) -> list[tuple[str, bytes, dict[str, str]]]:
+            frames = [management_frame("broker", reply_to, attribute=a) for a in attrs]
+            frames.append(management_frame("broker", reply_to, operation="listNetworkTopology"))
+            return frames
+
+        replies = self._request(build, "broker management", text_bodies=True)
+        values = [management_result(*r[0]) for r in replies]
+        topology = json.loads(values[-1]) if isinstance(values[-1], str) else values[-1]
+        return {
+            "backup": bool(values[0]),
+            "replica_sync": bool(values[1]),
+            "version": str(values[2]),
+            "node_id": str(values[3]),
+            "topology": list(topology or []),
+        }
 
     def server_versions(self) -> list[str]:
         """The ``server`` header of every node that accepts a connection (a waiting
