@@ -142,13 +142,14 @@ class ArtemisCluster(LocalCluster):
     def _prepare(self, progress: Progress) -> None:
         home = servers.dist("artemis")
         servers.classpath("zookeeper")  # fetched (else: the command that fetches it)
-        free = process.free_ports(4 * self.nodes)
+        free = process.free_ports(5 * self.nodes)
         n = self.nodes
         self.ports = {
             "core": free[:n],
             "zk": free[n : 2 * n],
             "zk_peer": free[2 * n : 3 * n],
-            "zk_election": free[3 * n :],
+            "zk_election": free[3 * n : 4 * n],
+            "cluster": free[4 * n :],  # the acceptor of cluster and replication traffic
         }
         for k in range(self.nodes):
             d = self.zk_dir(k)
@@ -353,7 +354,7 @@ class ArtemisCluster(LocalCluster):
             else "primary"
             if i == primary
             else "backup"
-            if f"127.0.0.1:{self.ports['core'][i]}" in backups
+            if f"127.0.0.1:{self.ports['cluster'][i]}" in backups
             else "spare"
             for i in range(self.nodes)
         ]

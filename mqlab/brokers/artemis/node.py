@@ -91,9 +91,18 @@ def render(node: Node, lock_manager: str | None = None, session_ms: int = 6000) 
     pair then coordinates through it (the local cluster), else through Artemis's quorum
     vote among live servers (the cloud image's ``master``/``slave``)."""
     i, data = node.index, node.data_dir
+    # with a lock manager (local), cluster and replication traffic has an acceptor of its
+    # own: a management request that blocks a client acceptor's I/O thread on the journal
+    # (destroyQueue) then cannot also hold up the backup's replication acks it waits for
+    link = "cluster" if lock_manager is not None and "cluster" in node.ports else "core"
     connectors = "".join(
-        f'      <connector name="n{n}">tcp://{node.endpoint("core", n)}</connector>\n'
+        f'      <connector name="n{n}">tcp://{node.endpoint(link, n)}</connector>\n'
         for n in range(node.nodes)
+    )
+    cluster_acceptor = (
+        f'      <acceptor name="cluster">tcp://{node.endpoint("cluster", i)}</acceptor>\n'
+        if link == "cluster"
+        else ""
     )
     others = "".join(
         f"          <connector-ref>n{n}</connector-ref>\n" for n in range(node.nodes) if n != i
@@ -127,6 +136,7 @@ def render(node: Node, lock_manager: str | None = None, session_ms: int = 6000) 
             f"    <connectors>\n{connectors}    </connectors>\n"
             "    <acceptors>\n"
             f'      <acceptor name="all">tcp://{node.endpoint("core", i)}</acceptor>\n'
+            f"{cluster_acceptor}"
             "    </acceptors>\n"
             f"    <ha-policy><replication>{ha}</replication></ha-policy>\n"
             '    <cluster-connections>\n      <cluster-connection name="mqlab">\n'

@@ -30,7 +30,7 @@ def test_a_primary_replicates_to_one_in_sync_backup_and_a_spare_waits(
     assert repl["version"] == servers.version("artemis"), repl
     # one pair: the primary's and the backup's acceptors, under the primary's node id
     [pair] = [p for p in repl["topology"] if p.get("backup")]
-    ports = cluster.ports["core"]
+    ports = cluster.ports["cluster"]  # the topology names the cluster acceptors
     assert pair["primary"] == f"127.0.0.1:{ports[primary]}", pair
     assert pair["backup"] == f"127.0.0.1:{ports[backup]}", pair
     assert pair["nodeID"] == repl["node_id"], (pair, repl)
