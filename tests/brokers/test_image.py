@@ -82,7 +82,7 @@ def test_images_attach_with_their_own_launcher_or_the_attach_path() -> None:
         assert cls.stand_in is None, b
     # local targets keep the stand-ins
     assert local.cluster_class("kafka").__name__ == "KafkaCluster"
-    assert local.cluster_class("artemis").stand_in
+    assert not local.cluster_class("artemis").runs_on_hosts  # the real one, local only
     # SQS has no image: its launcher stays, and refuses hosts in one line
     assert local.attach_class("sqs") is local.cluster_class("sqs")
 

@@ -73,7 +73,7 @@ def test_moto_sqs_redelivers_after_the_visibility_timeout(tmp_path: Path) -> Non
 
 
 # what `cluster status` says beyond health, and how many processes, where a broker says more
-STATUS_EXTRA = {"artemis": ('"master": 0', 3)}
+STATUS_EXTRA = {"artemis": ('"primary": 0', 3)}
 
 
 @pytest.mark.parametrize("broker", ["redis", "redpanda", "sqs", "mongodb", "artemis"])

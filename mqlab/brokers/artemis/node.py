@@ -55,17 +55,65 @@ ADDRESS_SETTINGS = {
 }
 
 
-def render(node: Node) -> dict[str, str]:
+#: a local cluster's journal (``node.settings`` is empty there): written with Java NIO (no
+#: libaio needed) and synced on every persistent send and every ack (Artemis's defaults,
+#: stated), with a small paging threshold to fit the 512 MiB heaps
+LOCAL_SETTINGS: dict[str, object] = {
+    "journal-type": "NIO",
+    "journal-datasync": True,
+    "journal-sync-non-transactional": True,
+    "journal-sync-transactional": True,
+    "global-max-size": "128Mb",
+}
+#: the lock manager of a local cluster (``lock_manager``): ZooKeeper through Curator, whose
+#: jars ship in the distribution's lib/
+CURATOR = "org.apache.activemq.artemis.lockmanager.zookeeper.CuratorDistributedLockManager"
+
+
+def _lock_manager_ha(index: int, connect: str, session_ms: int) -> str:
+    """The HA policy with a pluggable lock manager: node 0 the primary, the others backups
+    (one replicates, the next one waits as a spare). Whoever holds the ZooKeeper lock of
+    the pair's node id serves; a backup takes it only once the primary's session is gone
+    and only if its journal is in sync (the activation sequence ZooKeeper keeps)."""
+    props = {"connect-string": connect, "session-ms": session_ms, "connection-ms": 2000}
+    manager = (
+        f"<manager><class-name>{CURATOR}</class-name><properties>"
+        + "".join(f'<property key="{k}" value="{v}"/>' for k, v in props.items())
+        + "</properties></manager>"
+    )
+    if index == 0:
+        return f"<primary>{manager}</primary>"
+    return f"<backup>{manager}<allow-failback>false</allow-failback></backup>"
+
+
+def render(node: Node, lock_manager: str | None = None, session_ms: int = 6000) -> dict[str, str]:
+    """``broker.xml`` of node ``node``. ``lock_manager``: a ZooKeeper connect string; the
+    pair then coordinates through it (the local cluster), else through Artemis's quorum
+    vote among live servers (the cloud image's ``master``/``slave``)."""
     i, data = node.index, node.data_dir
+    # with a lock manager (local), cluster and replication traffic has an acceptor of its
+    # own: a management request that blocks a client acceptor's I/O thread on the journal
+    # (destroyQueue) then cannot also hold up the backup's replication acks it waits for
+    link = "cluster" if lock_manager is not None and "cluster" in node.ports else "core"
     connectors = "".join(
-        f'      <connector name="n{n}">tcp://{node.endpoint("core", n)}</connector>\n'
+        f'      <connector name="n{n}">tcp://{node.endpoint(link, n)}</connector>\n'
         for n in range(node.nodes)
+    )
+    cluster_acceptor = (
+        f'      <acceptor name="cluster">tcp://{node.endpoint("cluster", i)}</acceptor>\n'
+        if link == "cluster"
+        else ""
     )
     others = "".join(
         f"          <connector-ref>n{n}</connector-ref>\n" for n in range(node.nodes) if n != i
     )
-    role, flag = ("master", "check-for-live-server") if i == 0 else ("slave", "allow-failback")
-    ha = f"<{role}><group-name>mqlab</group-name><{flag}>true</{flag}></{role}>"
+    if lock_manager is not None:
+        ha = _lock_manager_ha(i, lock_manager, session_ms)
+    else:
+        role, flag = ("master", "check-for-live-server") if i == 0 else ("slave", "allow-failback")
+        ha = f"<{role}><group-name>mqlab</group-name><{flag}>true</{flag}></{role}>"
+    # a spare's registration waits this long for a busy primary (default 30 s)
+    call_timeout = "        <call-timeout>60000</call-timeout>\n" if lock_manager else ""
     address_settings = "".join(
         f'      <address-setting match="{match}">\n'
         + _elements(dict(settings), "        ")
@@ -81,18 +129,20 @@ def render(node: Node) -> dict[str, str]:
             f"    <bindings-directory>{data}/bindings</bindings-directory>\n"
             f"    <journal-directory>{data}/journal</journal-directory>\n"
             f"    <large-messages-directory>{data}/large</large-messages-directory>\n"
-            + _elements(node.config_settings(), "    ")
+            + _elements(node.config_settings() or LOCAL_SETTINGS, "    ")
             + "    <security-enabled>false</security-enabled>\n"
             "    <cluster-user>mqlab</cluster-user>\n"
             f"    <cluster-password>{password}</cluster-password>\n"
             f"    <connectors>\n{connectors}    </connectors>\n"
             "    <acceptors>\n"
             f'      <acceptor name="all">tcp://{node.endpoint("core", i)}</acceptor>\n'
+            f"{cluster_acceptor}"
             "    </acceptors>\n"
             f"    <ha-policy><replication>{ha}</replication></ha-policy>\n"
             '    <cluster-connections>\n      <cluster-connection name="mqlab">\n'
             f"        <connector-ref>n{i}</connector-ref>\n"
             f"        <static-connectors>\n{others}        </static-connectors>\n"
+            f"{call_timeout}"
             "      </cluster-connection>\n    </cluster-connections>\n"
             f"    <address-settings>\n{address_settings}    </address-settings>\n"
             " </core>\n</configuration>\n"

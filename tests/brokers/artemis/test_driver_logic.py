@@ -1,8 +1,8 @@
 """Pure logic of the Artemis driver (no server): the frames it writes for Artemis and for
 ActiveMQ 5, statistics and management replies, and what its sender and receiver do with
 receipts, errors, lost connections and acks. A fake connection stands in for stomp.py here.
-The same driver runs against real ActiveMQ 5 brokers in tests/brokers/test_contract.py and
-tests/brokers/artemis/test_standin_cluster.py."""
+The same driver runs against the real local Artemis cluster in tests/brokers/test_contract.py
+and tests/brokers/artemis/."""
 
 from __future__ import annotations
 

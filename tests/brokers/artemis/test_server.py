@@ -1,6 +1,6 @@
-"""The Artemis driver on its local stand-in (ActiveMQ 5): what the contract suite does not
-reach. The broker holds a receiver's read-ahead to ``prefetch`` messages and counts them in
-flight; a send that the broker does not confirm (its master paused) fails after
+"""The Artemis driver on the local Artemis cluster: what the contract suite does not reach.
+The broker holds a receiver's read-ahead to its byte window (``prefetch`` messages) and
+counts them in flight; a send that the broker does not confirm (its primary paused) fails after
 ``receipt_timeout_s``, and the same sender carries on once the broker answers again."""
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ def _wait_in_flight(driver: ArtemisDriver, want: int) -> int:
 
 def test_the_broker_sends_a_receiver_prefetch_messages_ahead(prefetch_3: ArtemisDriver) -> None:
     s = prefetch_3.sender()
-    s.send(_messages(10))
+    # 1000-byte bodies: about window_bytes_per_message (1048) each as Artemis counts them,
+    # so that its byte window of prefetch x 1048 holds 3 messages
+    s.send(_messages(10, size=1000))
     s.close()
     r = prefetch_3.receiver()
     try:
