@@ -108,12 +108,15 @@ def expected_fault_row(f: dict[str, Any], origin: int) -> list[str]:
     return out
 
 
-def _kind(f: dict[str, Any]) -> str:
-    return f"partition: {f['kind']}" if f["action"] == "partition" else str(f["action"])
+def _kind(f: dict[str, Any], behind: bool = False) -> str:
+    """The matrix column of a fault; a run whose receivers were behind (its summary's
+    saturation) has columns of its own, marked so."""
+    kind = f"partition: {f['kind']}" if f["action"] == "partition" else str(f["action"])
+    return kind + (" (receivers behind)" if behind else "")
 
 
-def expected_matrix_cell(faults: list[dict[str, Any]], kind: str) -> str:
-    of_kind = [f for f in faults if _kind(f) == kind]
+def expected_matrix_cell(faults: list[dict[str, Any]], kind: str, behind: bool = False) -> str:
+    of_kind = [f for f in faults if _kind(f, behind) == kind]
     if not of_kind:
         return "–"
     return " / ".join(
@@ -212,11 +215,16 @@ def test_the_delivery_table_has_the_checkers_figures_and_shares(faulted: Faulted
 # -- the index --------------------------------------------------------------------------
 def test_the_durability_page_has_the_matrix(faulted: Faulted) -> None:
     faults = {r: _summary(faulted.results / r)["faults"] for r in faulted.run_ids}
+    behind = {
+        r: bool(_summary(faulted.results / r)["saturation"]["receivers_behind"])
+        for r in faulted.run_ids
+    }
     kinds: list[str] = []
     for run_id in faulted.run_ids:
         for f in faults[run_id]:
-            if _kind(f) not in kinds:
-                kinds.append(_kind(f))
+            if _kind(f, behind[run_id]) not in kinds:
+                kinds.append(_kind(f, behind[run_id]))
+    kinds.sort(key=lambda k: k.endswith("(receivers behind)"))  # those columns last
     matrix = read_page(faulted.out / "durability.html").table("durability")
     assert matrix.header == ["run", "broker", "profile", *kinds]
     assert [r.attrs["data-run"] for r in matrix.rows] == faulted.run_ids  # one row per run
@@ -227,7 +235,8 @@ def test_the_durability_page_has_the_matrix(faulted: Faulted) -> None:
         assert column(matrix, row, "profile").text == manifest["broker"]["profile"]
         assert column(matrix, row, "run").text.replace(" ", "") == run_id
         for kind in kinds:
-            assert column(matrix, row, kind).text == expected_matrix_cell(faults[run_id], kind)
+            want = expected_matrix_cell(faults[run_id], kind, behind[run_id])
+            assert column(matrix, row, kind).text == want
 
 
 def test_the_matrix_cells_are_the_sweep_reports(faulted: Faulted) -> None:
