@@ -12,7 +12,9 @@ command checks) is built from the Go module proxy into ``bin/``. A pin marked
 
 Where they go: ``$MQLAB_SERVERS_DIR``, else ``build/servers`` of this checkout;
 Maven's own repository for the downloads is ``<that>/m2`` (never ``~/.m2``).
-A server is ready when ``<dir>/<name>-<version>/.verified`` exists.
+A server is ready when ``<dir>/<name>-<version>/.verified`` holds the digest of what
+it was checked against (its pin and its lock entry, or its go.mod and go.sum): a pin or
+lock changed since then makes it stale, and ``fetch`` fetches it again.
 
     python -m mqlab.brokers.servers fetch [--bench] [NAME ...]   # scripts/bootstrap --test
                                                         # (--bench: scripts/bootstrap --bench)
@@ -98,13 +100,33 @@ def root(env: dict[str, str] | None = None) -> Path:
     return CHECKOUT / "build" / "servers"
 
 
+def digest(p: Pin) -> str:
+    """What a fetched server was checked against: its pin, and its lock entry (a Go
+    tool: its go.mod and go.sum)."""
+    h = hashlib.sha256(repr((p.version, p.deps, p.dist, p.go, p.boms)).encode())
+    if p.go and p.gomod:
+        for f in ("go.mod", "go.sum"):
+            h.update((CHECKOUT / p.gomod / f).read_bytes())
+    else:
+        h.update(json.dumps(_read_lock().get(p.name, {}), sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _verified(d: Path, p: Pin) -> bool:
+    try:
+        return bool(json.loads((d / ".verified").read_text()).get("digest") == digest(p))
+    except (OSError, ValueError):
+        return False
+
+
 def home(name: str) -> Path:
     """The fetched and checked server's directory (``lib/``, ``dist/``)."""
     p = pin(name)
     d = root() / f"{name}-{p.version}"
-    if not (d / ".verified").is_file():
+    if not _verified(d, p):
         how = (FETCH_BENCH if p.bench else FETCH).format(name=name)
-        raise ClusterError(f"{name} {p.version} is not fetched: run {how}")
+        state = "is stale (its pin or lock changed)" if d.exists() else "is not fetched"
+        raise ClusterError(f"{name} {p.version} {state}: run {how}")
     return d
 
 
@@ -289,7 +311,7 @@ def fetch(name: str, *, relock: bool = False, log: Callable[[str], object] = pri
     p = pin(name)
     base = root()
     final = base / f"{name}-{p.version}"
-    if (final / ".verified").is_file() and not relock:
+    if _verified(final, p) and not relock:
         return final
     base.mkdir(parents=True, exist_ok=True)
     lock = _read_lock()
@@ -324,7 +346,8 @@ def fetch(name: str, *, relock: bool = False, log: Callable[[str], object] = pri
                     f"if the pin changed on purpose: python -m mqlab.brokers.servers lock {name}"
                 )
         _unpack(work)
-        (work / ".verified").write_text(json.dumps({"version": p.version, "files": len(got)}))
+        stamp = {"version": p.version, "files": len(got), "digest": digest(p)}
+        (work / ".verified").write_text(json.dumps(stamp))
         if final.exists():
             shutil.rmtree(final)
         work.rename(final)

@@ -71,6 +71,9 @@ def test_fetch_checks_every_file_against_the_lock(tiny: Path) -> None:
     servers.LOCK.write_text(json.dumps(lock))
     import shutil
 
+    # a lock changed since the fetch: the fetched server is stale, not used
+    with pytest.raises(ClusterError, match=r"tiny 1.16.0 is stale .*: run scripts/bootstrap"):
+        servers.home("tiny")
     shutil.rmtree(d)
     with pytest.raises(ClusterError, match=r"differ from servers.lock.json"):
         servers.fetch("tiny", log=lambda s: None)

@@ -199,17 +199,28 @@ class RocketmqSender(Sender):
         _shutdown(self.producer)
 
 
+#: the client's error when its cached route of the topic lists no readable queue: after
+#: the group's leader changed, client 5.1.2 keeps that route until its own refresh (30 s)
+NO_QUEUES = "no available message queues"
+RENEW_EVERY_S = 2.0  # at most one new consumer this often while the route stays empty
+
+
 class RocketmqReceiver(Receiver):
     def __init__(self, driver: RocketmqDriver, consumer: Any):
+        self.driver = driver
         self.consumer = consumer
         self.invisible_s = driver.settings.invisible_duration_s
         self.out: Counter[tuple[str, str]] = Counter()  # handed out, unacked -> how often
+        self.renewed_at = 0.0
+        self.renewals = 0  # consumers started again for an empty route
 
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         batch = max(1, min(max_messages, MAX_RECEIVE_BATCH))
         try:
             messages = self.consumer.receive(batch, self.invisible_s)
         except Exception as e:
+            if NO_QUEUES in str(e):
+                self._renew()
             raise DriverError(f"rocketmq: receive failed: {describe(e)}") from e
         out = []
         for m in messages or []:
@@ -247,6 +258,24 @@ class RocketmqReceiver(Receiver):
                 f"rocketmq: {refused} of {len(deliveries)} deliveries were not handed out "
                 "by this receiver or were acked already: not acked"
             )
+
+    def _renew(self) -> None:
+        """A consumer of the same group started again, which asks the proxy for the
+        topic's route at once (receipt handles of the old one stay valid: an ack names
+        the group, the topic and the handle). Throttled; a failed start keeps the old one."""
+        now = time.monotonic()
+        if now - self.renewed_at < RENEW_EVERY_S:
+            return
+        self.renewed_at = now
+        try:
+            fresh = self.driver._started(self.driver.new_consumer, "simple consumer")
+        except DriverError as e:
+            LOG.info("rocketmq: a new consumer for the topic's route: %s", e)
+            return
+        _shutdown(self.consumer)
+        self.consumer = fresh
+        self.renewals += 1
+        LOG.info("rocketmq: consumer started again for a fresh route of %s", self.driver.topic)
 
     def close(self) -> None:
         _shutdown(self.consumer)

@@ -546,3 +546,32 @@ def test_the_client_library_is_built_with_the_driver_settings() -> None:
     p = d.new_producer()
     assert isinstance(p, rmq.Producer) and p.topics == {"q1"}
     assert not c.is_running and not p.is_running
+
+
+def test_an_empty_route_starts_a_consumer_again_and_acks_go_on() -> None:
+    """After the group's leader changed, the client's cached route lists no queue: the
+    receive fails (the worker counts it) and the next one goes through a new consumer of
+    the same group, at most one new consumer per RENEW_EVERY_S; an earlier delivery is
+    still acked by its handle."""
+    empty = RuntimeError("IllegalArgumentException: no available message queues for selection.")
+    r, old = receiver([[Msg(b"a", "m-1")], empty, empty])
+    fresh = Consumer([[Msg(b"b", "m-2")]])
+    started: list[str] = []
+
+    def started_consumer(make: Any, what: str) -> Consumer:
+        started.append(what)
+        return fresh
+
+    r.driver._started = started_consumer  # type: ignore[method-assign]
+    [first] = r.receive(10, 1.0)
+    with pytest.raises(DriverError, match="no available message queues"):
+        r.receive(10, 1.0)
+    assert started == ["simple consumer"] and r.consumer is fresh and r.renewals == 1
+    r.consumer = old  # the old one again: a second empty route within RENEW_EVERY_S
+    with pytest.raises(DriverError):
+        r.receive(10, 1.0)
+    assert started == ["simple consumer"]  # not renewed again so soon
+    r.consumer = fresh
+    [second] = r.receive(10, 1.0)
+    r.ack([first, second])
+    assert fresh.acked == ["m-1", "m-2"]
