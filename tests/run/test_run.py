@@ -38,7 +38,7 @@ SHORT_SCENARIOS = [
     ("pulsar-short.toml", "pulsar"),
     ("artemis-short.toml", "artemis"),
 ]
-STAND_INS = ("redpanda", "sqs", "mongodb", "artemis")
+STAND_INS = ("redpanda", "sqs", "mongodb")
 
 
 def mqlab(
