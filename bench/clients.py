@@ -715,6 +715,20 @@ def postgres_pairs(
     return out
 
 
+def two_queues(broker: str, profile: Profile, cluster: LocalCluster, sep: str) -> tuple[Any, Any]:
+    """mqlab's side and the native tool's, each a driver on a fresh queue set up on
+    ``cluster`` (names ``bench<sep>mqlab<sep>TAG`` and ``bench<sep>native<sep>TAG``)."""
+    cls = registry.driver_class(broker)
+    tag = uuid.uuid4().hex[:8]
+    sides = tuple(
+        cls(profile.settings, cluster.endpoints(), sep.join(("bench", side, tag)))
+        for side in ("mqlab", "native")
+    )
+    for d in sides:
+        d.setup()
+    return sides
+
+
 # -- NATS JetStream -------------------------------------------------------------------------
 def nats_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
     """``nats bench js pub async`` (C clients, B publishes in flight then their acks, as
@@ -724,12 +738,7 @@ def nats_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compar
     from mqlab.brokers import servers
 
     nats = str(servers.tool("natscli"))
-    cls = registry.driver_class("nats")
-    tag = uuid.uuid4().hex[:8]
-    ours = cls(profile.settings, cluster.endpoints(), f"bench_mqlab_{tag}")
-    native: Any = cls(profile.settings, cluster.endpoints(), f"bench_native_{tag}")
-    for d in (ours, native):
-        d.setup()
+    ours, native = two_queues("nats", profile, cluster, "_")
     urls = ",".join(f"nats://{n.host}:{n.port}" for n in cluster.endpoints().nodes)
     common = ["--clients", str(s.connections), "--size", str(s.message_bytes), "--no-progress"]
     pub = [nats, "-s", urls, "bench", "js", "pub", "async", native.subject, "--stream"]
@@ -808,12 +817,7 @@ def rabbitmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
 
     java = str(servers.java(servers.pin("perftest").java))
     cp = servers.classpath("perftest")
-    cls = registry.driver_class("rabbitmq")
-    tag = uuid.uuid4().hex[:8]
-    ours = cls(profile.settings, cluster.endpoints(), f"bench-mqlab-{tag}")
-    native: Any = cls(profile.settings, cluster.endpoints(), f"bench-native-{tag}")
-    for d in (ours, native):
-        d.setup()
+    ours, native = two_queues("rabbitmq", profile, cluster, "-")
     nodes = cluster.endpoints().nodes
     uris = ",".join(f"amqp://guest:guest@{n.host}:{n.port}" for n in nodes)
     base = [java, "-Xmx256m", "-cp", cp, "com.rabbitmq.perf.PerfTest", "--uris", uris]

@@ -61,9 +61,14 @@ def render(node: Node) -> dict[str, str]:
 
 def cluster_metadata_args(node: Node) -> list[str]:
     """``pulsar initialize-cluster-metadata`` arguments, one per line."""
-    zk = zookeepers(node)
-    web = ",".join(node.endpoint("http", i) for i in range(node.nodes))
-    service = ",".join(node.endpoint("broker", i) for i in range(node.nodes))
+    web = [node.endpoint("http", i) for i in range(node.nodes)]
+    service = [node.endpoint("broker", i) for i in range(node.nodes)]
+    return metadata_args(zookeepers(node), web, service)
+
+
+def metadata_args(zk: str, web: list[str], service: list[str]) -> list[str]:
+    """The cluster ``mqlab``'s metadata: its store on ZooKeeper ``zk`` (both stores), its
+    brokers' web (``host:port``) and binary-protocol addresses."""
     return [
         "--cluster",
         "mqlab",
@@ -72,9 +77,9 @@ def cluster_metadata_args(node: Node) -> list[str]:
         "--configuration-metadata-store",
         f"zk:{zk}",
         "--web-service-url",
-        f"http://{web}",
+        "http://" + ",".join(web),
         "--broker-service-url",
-        f"pulsar://{service}",
+        "pulsar://" + ",".join(service),
     ]
 
 
@@ -164,15 +169,4 @@ def local_broker(broker_port: int, http_port: int, zk: str) -> str:
 
 def local_cluster_metadata_args(zk: str, http: list[int], broker: list[int]) -> list[str]:
     """``PulsarClusterMetadataSetup`` arguments for the local cluster."""
-    return [
-        "--cluster",
-        "mqlab",
-        "--metadata-store",
-        f"zk:{zk}",
-        "--configuration-metadata-store",
-        f"zk:{zk}",
-        "--web-service-url",
-        "http://" + ",".join(f"{LOOPBACK}:{p}" for p in http),
-        "--broker-service-url",
-        "pulsar://" + ",".join(f"{LOOPBACK}:{p}" for p in broker),
-    ]
+    return metadata_args(zk, [f"{LOOPBACK}:{p}" for p in http], [f"{LOOPBACK}:{p}" for p in broker])
