@@ -114,11 +114,19 @@ def assert_lab_gone(name: str, lab_dir: Path) -> None:
     assert netns_state.find(name) is None
 
 
-def check_delivery(summary: dict[str, Any]) -> dict[str, Any]:
-    """A complete run of a healthy cluster: every message sent was received once."""
+def check_delivery(summary: dict[str, Any], slots: int | None = None) -> dict[str, Any]:
+    """A complete run of a healthy cluster: every message sent was received once.
+
+    A fixed-rate run has ``slots`` messages on its schedule: every one is either sent or,
+    if its sender was still behind (a stall of a loaded machine) when the duration ended,
+    counted as unsent, never dropped from the books."""
     assert summary["status"] == "complete" and summary["unknown"] == {}, summary["unknown"]
     d = summary["delivery"]
-    assert d["sent"] > 0 and d["failed"] == 0 and d["unsent"] == 0, d
+    assert d["sent"] > 0 and d["failed"] == 0, d
+    if slots is None:
+        assert d["unsent"] == 0, d
+    else:
+        assert d["sent"] + d["unsent"] == slots and d["unsent"] <= slots // 10, (slots, d)
     assert d["lost"] == 0 and d["duplicated"] == 0 and d["undrained"] == 0, d
     assert d["received"] == d["sent"] == d["confirmed"] == d["unique_received"], d
     assert summary["latency_us"]["processing_us"]["count"] > 0
@@ -461,7 +469,9 @@ def test_a_skewed_sender_clock_is_measured_and_corrected_out_of_the_latencies(
         manifest = read_json(result.run_dir / "manifest.json")
         assert result.status == "complete", (manifest["end_reason"], phases.lines)
         assert phases.said(f"using lab {module_lab.name}, already up")
-        check_delivery(result.summary)
+        # 2 threads x 100 msgs/s x 4 s; a slot still due when a late sender met the end
+        # of the duration is unsent (a ~90 ms stall of the 2-core CI machine left 18)
+        check_delivery(result.summary, slots=2 * 100 * 4)
         assert processes_mentioning(result.run_dir.name) == []
         return result, manifest
 
