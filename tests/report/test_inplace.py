@@ -120,6 +120,29 @@ def test_a_cache_that_cannot_be_written_leaves_the_answer_in_place(
     assert rows == [(2,)] and found.source == "in place"
 
 
+def test_a_damaged_cache_is_never_the_answer(lab: Lab, tmp_path: Path) -> None:
+    """The cache's database damaged under a listing that still matches: the answer comes
+    from the archives, and once a run changes the cache is written anew (not from the
+    damaged rows)."""
+    _nested(lab, tmp_path)
+    count = "SELECT count(*) FROM runs"
+    _cols, rows, found = query.run_query_found(tmp_path, count)
+    assert rows == [(2,)] and found.source == "cache"
+    database = tmp_path / CATALOG_DIR / inplace.CACHE_DIR / inplace.DATABASE
+    database.write_bytes(b"not a database" * 100)
+    _cols, rows, found = query.run_query_found(tmp_path, count)
+    assert rows == [(2,)] and found.source == "in place"
+    moved = next(tmp_path.glob(f"*/*/{lab.complete.run_id}"))
+    os.utime(run_file(moved, "runs"), ns=(1, 1))  # re-summarized: the cache is rewritten
+    _cols, rows, found = query.run_query_found(tmp_path, "SELECT count(*) FROM timeline")
+    own = sum(
+        pq.read_table(run_file(r.run_dir, "timeline")).num_rows
+        for r in (lab.complete, lab.no_delivery)
+    )
+    assert rows == [(own,)] and found.source == "cache"
+    assert not [p.name for p in database.parent.iterdir() if ".tmp" in p.name]
+
+
 def test_a_run_without_a_summary_is_listed_as_such(lab: Lab, tmp_path: Path) -> None:
     _nested(lab, tmp_path)
     never = write_tiny_run(tmp_path / "x", start_ms=START_MS + 120_000)
