@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from mqlab.analysis import inplace
+from mqlab.analysis import inplace, querycache
 from mqlab.analysis.catalog import CATALOG_DIR, run_file, write_run_tables
 from mqlab.analysis.schema import SCHEMAS, TABLES
 from mqlab.archive.formats import FORMAT_VERSION
@@ -137,7 +137,7 @@ def _unchecked(root: Path, sql: str) -> None:
     2026-11-22 did): the floor under a checked query."""
     con = duckdb.connect(":memory:")
     try:
-        inplace._cache_views(con, root, inplace.tables_in(sql))
+        querycache.cache_views(con, root, inplace.tables_in(sql))
         con.execute(sql).fetchall()
     finally:
         con.close()
@@ -160,9 +160,9 @@ def time_check(root: Path, samples_n: int = 5) -> float:
     samples = []
     for _ in range(samples_n):
         t = time.perf_counter()
-        held, known = inplace._held(root)
+        held, known = querycache.held(root)
         _runs, _summarized, lines = inplace._scan(str(root), known)
-        assert inplace._fingerprint(str(root.resolve()), lines) == held
+        assert querycache.fingerprint(str(root.resolve()), lines) == held
         samples.append((time.perf_counter() - t) * 1000)
     return statistics.median(samples)
 
@@ -209,7 +209,7 @@ def main() -> None:
             elif len(inplace.find_all_runs(where)) != n:
                 raise SystemExit(f"{where}: holds other than {n} runs; give another --keep")
         print(f"run archives ready in {time.perf_counter() - t:.1f} s")
-        listing = big / CATALOG_DIR / inplace.CACHE_DIR / inplace.LISTING
+        listing = big / CATALOG_DIR / querycache.CACHE_DIR / querycache.LISTING
         before = listing.stat().st_mtime_ns if listing.is_file() else None
         t = time.perf_counter()
         run_query(big, "SELECT 1", True)

@@ -10,26 +10,21 @@ The views (``runs``, ``windows``, ``timeline``, ``latency``, ``delivery``, ``pro
 histograms, ``runs`` with ``folder`` and ``run_dir`` where the run is now) hold every
 summarized run found, and the view ``archives`` every run found, summarized or not.
 
-The cache (``RESULTS/.catalog/cache/``) holds the same tables concatenated (one DuckDB
-database file, ``tables.duckdb``: DuckDB's own storage, read without decoding Parquet), with the
-list of the summary files it was written from (each ``run.parquet``'s path, size and
-modification time) and a fingerprint of that list. Every query lists the runs (one
-``scandir`` a folder; one ``stat`` a run the cache knows, of its ``run.parquet``, which
-sees a summary rewritten in place as well as one renamed over it) and the cache answers
-only when the fingerprint of what it found is the one held, so it can never answer with
-fewer or staler runs than the archives hold; otherwise it is rewritten first, keeping
-the rows of the runs unchanged since and reading the others in place (and when the
-folder cannot be written, the views read every run in place). A run the cache knows is
-not asked for its manifest again while its summary is there."""
+The cache (:mod:`mqlab.analysis.querycache`, ``RESULTS/.catalog/cache/``) holds the
+same tables. Every query lists the runs (one ``scandir`` a folder; one ``stat`` a run
+the cache knows, of its ``run.parquet``, which sees a summary rewritten in place as well
+as one renamed over it) and the cache answers only when the fingerprint of what it found
+is the one held, so it can never answer with fewer or staler runs than the archives
+hold; otherwise it is rewritten first (and when the folder cannot be written, the views
+read every run in place). A run the cache knows is not asked for its manifest again
+while its summary is there."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,20 +33,15 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from mqlab.analysis.catalog import CATALOG_DIR, empty_table, run_file
+from mqlab.analysis import querycache
+from mqlab.analysis.catalog import run_file
+from mqlab.analysis.runviews import TOP, connect_memory, folder_of_rel, in_place_views, rel_path
 from mqlab.analysis.schema import TABLES
 from mqlab.archive import layout
 from mqlab.errors import ArchiveError
 
 LOG = logging.getLogger(__name__)
 
-CACHE_DIR = "cache"  # under RESULTS/.catalog
-SOURCES = "sources.json"  # each summary's size and time, by path: what can be kept
-LISTING = "listing.txt"  # the fingerprint of the sources, then the runs held, a line each
-DATABASE = "tables.duckdb"  # the cached tables, in DuckDB's own storage format
-CACHE_VERSION = 3
-CACHED = "cache"  # the cache's name when attached to a connection
-TOP = "."  # the folder of a run directly under the results folder
 ARCHIVES = "archives"  # the view of every run found, summarized or not
 VIEWS = (*TABLES, ARCHIVES)
 
@@ -96,11 +86,6 @@ def folder_of(run_dir: Path, results_dir: Path | str) -> str:
     return TOP if str(rel) in ("", ".") else rel.as_posix()
 
 
-def _folder(rel: str) -> str:
-    """The folder of a run's path relative to the results folder (``.`` at the top)."""
-    return os.path.dirname(rel) or TOP
-
-
 @dataclass(frozen=True)
 class Found:
     """The runs found under a results folder (paths as strings, the results folder joined
@@ -126,23 +111,7 @@ class Found:
         return [Path(p) for p in self.run_paths if p not in done]
 
 
-def _connect() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB that prints no progress bar (a long first query writing the
-    cache would draw one on the user's terminal, between mqlab's own lines)."""
-    con = duckdb.connect(":memory:")
-    con.execute("SET enable_progress_bar = false")
-    return con
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 _RUN_PARQUET = os.sep + str(run_file(Path(), "runs"))  # /summary/run.parquet
-
-
-def _rel(root: str, path: str) -> str:
-    return path[len(root) :].lstrip(os.sep).replace(os.sep, "/")
 
 
 def _summary_stat(run: str) -> os.stat_result | None:
@@ -199,203 +168,6 @@ def _scan(root: str, known: frozenset[str]) -> tuple[list[str], list[str], list[
     )
 
 
-def _cache_dir(root: Path) -> Path:
-    return root / CATALOG_DIR / CACHE_DIR
-
-
-def _held(root: Path) -> tuple[str, frozenset[str]]:
-    """The cache's fingerprint and the runs it holds (relative paths); ("", {}) when
-    there is no cache (or one half written)."""
-    try:
-        text = (_cache_dir(root) / LISTING).read_text(encoding="utf-8")
-    except OSError:
-        return "", frozenset()
-    first, _, rest = text.partition("\n")
-    return first, frozenset(rest.splitlines())
-
-
-def _fingerprint(resolved: str, lines: list[str]) -> str:
-    """One digest of the results folder and every summary's line (path, size, time)."""
-    # DuckDB's storage format is its version's: a cache written by another is rewritten
-    text = "\n".join([f"{CACHE_VERSION} {duckdb.__version__}", resolved, *lines])
-    return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=20).hexdigest()
-
-
-def _cache_fresh(root: Path, held: str, fingerprint: str) -> bool:
-    return bool(held) and held == fingerprint and (_cache_dir(root) / DATABASE).is_file()
-
-
-def _attach(con: duckdb.DuckDBPyConnection, path: Path, name: str) -> None:
-    con.execute(f"ATTACH {_quote(str(path))} AS {name} (READ_ONLY)")
-
-
-def _empty_view(con: duckdb.DuckDBPyConnection, name: str, extra: str = "") -> None:
-    con.register(f"_{name}_empty", empty_table(name))
-    con.execute(f"CREATE VIEW {name} AS SELECT *{extra} FROM _{name}_empty")
-
-
-def _in_place_views(
-    con: duckdb.DuckDBPyConnection, root: Path, summarized: list[str], tables: Sequence[str]
-) -> None:
-    """One view per table of ``tables`` over the runs' own files; columns a file lacks
-    (written before they existed) are null, and ``runs`` gets each run's ``folder`` and
-    ``run_dir``; the other tables' views are empty."""
-    top, resolved = str(root), str(root.resolve())
-    rels = [_rel(top, p) for p in summarized]
-    where = pa.table(
-        {
-            "_path": pa.array(summarized, pa.string()),
-            "_folder": pa.array([_folder(r) for r in rels], pa.string()),
-            "_run_dir": pa.array([os.path.join(resolved, r) for r in rels], pa.string()),
-        }
-    )
-    con.register("_where", where)
-    for name in TABLES:
-        fname = run_file(Path(), name).as_posix()
-        files = [os.path.join(p, fname) for p in summarized] if name in tables else []
-        files = [f for f in files if os.path.isfile(f)]
-        con.register(f"_{name}_empty", empty_table(name))
-        if not files:
-            extra = ", NULL::VARCHAR AS folder" if name == "runs" else ""
-            con.execute(f"CREATE VIEW {name} AS SELECT *{extra} FROM _{name}_empty")
-            continue
-        listed = "[" + ", ".join(_quote(f) for f in files) + "]"
-        drop = " EXCLUDE (histogram)" if name == "latency" else ""
-        read = f"SELECT *{drop} FROM read_parquet({listed}, union_by_name = true, filename = true)"
-        conformed = f"SELECT * FROM _{name}_empty UNION ALL BY NAME ({read})"
-        if name == "runs":
-            con.execute(
-                f"CREATE VIEW runs AS SELECT r.* EXCLUDE (filename, run_dir), "
-                f"w._run_dir AS run_dir, w._folder AS folder FROM ({conformed}) r "
-                f"JOIN _where w ON regexp_replace(r.filename, '/{layout.SUMMARY_DIR}/[^/]+$', '')"
-                f" = w._path"
-            )
-        else:
-            con.execute(f"CREATE VIEW {name} AS SELECT * EXCLUDE (filename) FROM ({conformed})")
-
-
-def _cache_views(con: duckdb.DuckDBPyConnection, root: Path, tables: Sequence[str]) -> None:
-    """The views over the cache's tables (attached read-only; a cache replaced meanwhile
-    is read as it was when attached)."""
-    if any(t in TABLES for t in tables):
-        _attach(con, _cache_dir(root) / DATABASE, CACHED)
-    for name in TABLES:
-        if name not in tables:
-            _empty_view(con, name, ", NULL::VARCHAR AS folder" if name == "runs" else "")
-            continue
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM {CACHED}.{name}")
-
-
-def _reusable(root: Path, sources: dict[str, Any]) -> set[str]:
-    """The runs (relative paths) whose rows the cache holds unchanged: same results
-    folder, same ``run.parquet`` (size and time)."""
-    try:
-        held = json.loads((_cache_dir(root) / SOURCES).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return set()
-    if not isinstance(held, dict) or any(
-        held.get(k) != sources[k] for k in ("format_version", "results_dir")
-    ):
-        return set()
-    if not (_cache_dir(root) / DATABASE).is_file():
-        return set()
-    old = held.get("runs") or {}
-    return {rel for rel, stat in sources["runs"].items() if old.get(rel) == stat}
-
-
-def _kept_ids(con: duckdb.DuckDBPyConnection, root: Path, reuse: set[str]) -> list[str] | None:
-    """The run ids (as the rows have them) of the runs kept from the cache (attached to
-    ``con`` as ``old``); None when they cannot stand for those runs alone (the tables
-    other than ``runs`` know a run by its id): two kept runs share one, a run read in
-    place or one the cache held and is gone has one of them."""
-    resolved = str(root.resolve())
-    dirs = pa.table({"run_dir": pa.array([os.path.join(resolved, r) for r in reuse], pa.string())})
-    con.register("_kept_dirs", dirs)
-    runs = "old.runs"
-    kept = [
-        r[0]
-        for r in con.execute(
-            f"SELECT run_id FROM {runs} WHERE run_dir IN (SELECT run_dir FROM _kept_dirs)"
-        ).fetchall()
-    ]
-    fresh = {r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()}
-    if len(kept) != len(reuse) or len(set(kept)) != len(kept) or fresh & set(kept):
-        return None
-    con.register("_kept_ids", pa.table({"run_id": pa.array(kept, pa.string())}))
-    ((held,),) = con.execute(
-        f"SELECT count(*) FROM {runs} WHERE run_id IN (SELECT run_id FROM _kept_ids)"
-    ).fetchall()
-    if held != len(kept):  # a run gone from the folder had one of their ids
-        return None
-    return kept
-
-
-def _write_cache(root: Path, summarized: list[str], sources: dict[str, Any], listing: str) -> bool:
-    """Every run's rows into the cache (False when it cannot be written): the rows it
-    holds of runs unchanged since, and the others' read in place. The database is written
-    beside the old one and renamed over it (a query reading the old one goes on reading
-    it); its list of sources and its listing are written last (and removed first), so a
-    cache half written is never taken for a fresh one. DuckDB's own storage, not Parquet:
-    a cache is read often, and a query over 6,000,000 rows spends less time reading
-    DuckDB's blocks than decoding Parquet's pages."""
-    cache = _cache_dir(root)
-    database = cache / DATABASE
-    reuse = _reusable(root, sources)
-    tmp_db = cache / f".{DATABASE}.tmp{os.getpid()}"
-    con = _connect()
-    try:
-        changed = [p for p in summarized if _rel(str(root), p) not in reuse]
-        _in_place_views(con, root, changed, TABLES)
-        kept: list[str] | None = []
-        if reuse:
-            try:
-                _attach(con, database, "old")
-                kept = _kept_ids(con, root, reuse)
-            except duckdb.Error:  # not a database this DuckDB reads: every run anew
-                kept = None
-        if kept is None:  # rebuilt from every run
-            reuse, kept = set(), []
-            con.close()
-            con = _connect()
-            _in_place_views(con, root, summarized, TABLES)
-        con.register("_reuse", pa.table({"run_id": pa.array(kept, pa.string())}))
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / LISTING).unlink(missing_ok=True)
-        (cache / SOURCES).unlink(missing_ok=True)
-        for leftover in (tmp_db, Path(f"{tmp_db}.wal")):
-            leftover.unlink(missing_ok=True)
-        con.execute(f"ATTACH {_quote(str(tmp_db))} AS new")
-        for name in TABLES:
-            rows = f"SELECT * FROM {name}"
-            if reuse:
-                rows = (
-                    f"SELECT * FROM old.{name} WHERE run_id IN "
-                    f"(SELECT run_id FROM _reuse) UNION ALL BY NAME {rows}"
-                )
-            con.execute(f"CREATE TABLE new.{name} AS {rows}")
-        con.execute("DETACH new")  # checkpointed: the file holds every table, no WAL
-        if reuse:
-            con.execute("DETACH old")
-        os.replace(tmp_db, database)
-        tmp = cache / f".{SOURCES}.tmp{os.getpid()}"
-        tmp.write_text(json.dumps(sources), encoding="utf-8")
-        os.replace(tmp, cache / SOURCES)
-        tmp = cache / f".{LISTING}.tmp{os.getpid()}"
-        tmp.write_text(listing, encoding="utf-8")
-        os.replace(tmp, cache / LISTING)
-        for old in TABLES:  # the Parquet files of a cache of CACHE_VERSION 2
-            (cache / f"{old}.parquet").unlink(missing_ok=True)
-        return True
-    except (OSError, duckdb.Error) as err:  # a read-only results folder: no cache
-        LOG.info("%s: cache not written (%s)", cache, str(err).splitlines()[0])
-        return False
-    finally:
-        con.close()
-        for leftover in (tmp_db, Path(f"{tmp_db}.wal")):
-            with contextlib.suppress(OSError):
-                leftover.unlink(missing_ok=True)
-
-
 def _archives_view(
     con: duckdb.DuckDBPyConnection, root: Path, found: Found, tables: Sequence[str]
 ) -> None:
@@ -403,13 +175,13 @@ def _archives_view(
     paths = found.run_paths if ARCHIVES in tables else []
     done = set(found.summarized_paths)
     top, resolved = str(root), str(root.resolve())
-    rels = [_rel(top, p) for p in paths]
+    rels = [rel_path(top, p) for p in paths]
     con.register(
         "_archives",
         pa.table(
             {
                 "run_id": pa.array([os.path.basename(r) for r in rels], pa.string()),
-                "folder": pa.array([_folder(r) for r in rels], pa.string()),
+                "folder": pa.array([folder_of_rel(r) for r in rels], pa.string()),
                 "run_dir": pa.array([os.path.join(resolved, r) for r in rels], pa.string()),
                 "summarized": pa.array([p in done for p in paths], pa.bool_()),
             }
@@ -435,37 +207,109 @@ def connect(
     root = Path(results_dir)
     if not root.is_dir():
         raise ArchiveError(f"{root}: no such results directory")
-    held, known = _held(root) if use_cache else ("", frozenset[str]())
+    held, known = querycache.held(root) if use_cache else ("", frozenset[str]())
     runs, summarized, lines = _scan(str(root), known)
-    con = _connect()
+    con = connect_memory()
     fresh = False
     if use_cache and summarized:
         resolved = str(root.resolve())
-        fingerprint = _fingerprint(resolved, lines)
-        fresh = _cache_fresh(root, held, fingerprint)
+        fingerprint = querycache.fingerprint(resolved, lines)
+        fresh = querycache.cache_fresh(root, held, fingerprint)
         if not fresh:
             stats = {}
             for line in lines:
                 rel, size, mtime = line.rsplit("\t", 2)
                 stats[rel] = [int(size), int(mtime)]
-            sources = {"format_version": CACHE_VERSION, "results_dir": resolved, "runs": stats}
-            listing = "\n".join([fingerprint, *(_rel(str(root), p) for p in summarized)])
-            fresh = _write_cache(root, summarized, sources, listing)
+            sources = {
+                "format_version": querycache.CACHE_VERSION,
+                "results_dir": resolved,
+                "runs": stats,
+            }
+            listing = "\n".join([fingerprint, *(rel_path(str(root), p) for p in summarized)])
+            fresh = querycache.write_cache(root, summarized, sources, listing)
     if fresh:
         try:
-            _cache_views(con, root, tables)
+            querycache.cache_views(con, root, tables)
         except duckdb.Error as err:  # unreadable (damaged, or gone since): read in place
-            LOG.info("%s: cache not read (%s)", _cache_dir(root), str(err).splitlines()[0])
+            LOG.info(
+                "%s: cache not read (%s)", querycache.cache_dir(root), str(err).splitlines()[0]
+            )
             con.close()
-            con = _connect()
+            con = connect_memory()
             fresh = False
     if fresh:
         found = Found(root, runs, summarized, "cache")
     else:
-        _in_place_views(con, root, summarized, tables)
+        in_place_views(con, root, summarized, tables)
         found = Found(root, runs, summarized, "in place")
     _archives_view(con, root, found, tables)
     return con, found
+
+
+def _speculate(
+    root: Path, sql: str, tables: Sequence[str]
+) -> tuple[list[str], list[tuple[Any, ...]], Found] | None:
+    """``sql`` over the cache while the archives are listed, on a thread of its own
+    (DuckDB runs a query without Python's lock): its answer is taken only once the
+    listing's fingerprint is the one the cache holds, exactly what :func:`connect`
+    checks first; otherwise (or with no cache) None, and the query is stopped. A query
+    through a fresh cache then costs the longer of the two, not both."""
+    held, known = querycache.held(root)
+    if not held or ARCHIVES in tables or not querycache.database(root).is_file():
+        return None
+    con = connect_memory()
+    try:
+        querycache.cache_views(con, root, tables)
+    except duckdb.Error:
+        con.close()
+        return None
+    out: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            cur = con.execute(sql)
+            out["columns"] = [d[0] for d in cur.description or []]
+            out["rows"] = cur.fetchall()
+        except duckdb.Error as err:
+            out["error"] = err
+
+    thread = threading.Thread(target=work, name="mqlab-query", daemon=True)
+    thread.start()
+    try:
+        runs, summarized, lines = _scan(str(root), known)
+        fresh = bool(summarized) and querycache.fingerprint(str(root.resolve()), lines) == held
+        if not fresh:
+            con.interrupt()
+        thread.join()
+    finally:
+        con.close()
+    if not fresh:
+        return None
+    if "error" in out:
+        raise out["error"]
+    return out["columns"], out["rows"], Found(root, runs, summarized, "cache")
+
+
+def answer(
+    results_dir: Path | str, sql: str, use_cache: bool = True
+) -> tuple[list[str], list[tuple[Any, ...]], Found]:
+    """The columns and rows of ``sql`` over every run under ``results_dir`` (the views of
+    :func:`connect`), and what was found; a fresh cache answers as the archives are
+    listed (:func:`_speculate`). Raises ``duckdb.Error`` for a query that fails."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise ArchiveError(f"{root}: no such results directory")
+    tables = tables_in(sql)
+    if use_cache:
+        got = _speculate(root, sql, tables)
+        if got is not None:
+            return got
+    con, found = connect(root, use_cache, tables)
+    try:
+        cur = con.execute(sql)
+        return [d[0] for d in cur.description or []], cur.fetchall(), found
+    finally:
+        con.close()
 
 
 def load_runs(results_dir: Path | str) -> list[dict[str, Any]]:

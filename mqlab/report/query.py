@@ -63,16 +63,11 @@ def run_query_found(
     in the view ``archives`` only)."""
     if not Path(results_dir).is_dir():
         raise ArchiveError(f"{results_dir}: no such results directory")
-    con, found = inplace.connect(results_dir, use_cache, inplace.tables_in(sql))
     try:
-        cur = con.execute(sql)
-        columns = [d[0] for d in cur.description or []]
-        return columns, cur.fetchall(), found
+        return inplace.answer(results_dir, sql, use_cache)
     except duckdb.Error as err:
         first = str(err).splitlines()[0]
         raise QueryError(f"query failed: {first} (views: {', '.join(VIEWS)})") from err
-    finally:
-        con.close()
 
 
 def to_csv(columns: list[str], rows: list[tuple[Any, ...]]) -> str:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from mqlab import cli
-from mqlab.analysis import inplace
+from mqlab.analysis import inplace, querycache
 from mqlab.analysis.catalog import CATALOG_DIR, run_file, write_run_tables
 from mqlab.analysis.schema import TABLES
 from mqlab.archive import layout
@@ -69,7 +69,7 @@ def test_query_reads_the_summaries_in_place_with_no_catalog(lab: Lab, tmp_path: 
 
 
 def _cached_runs(root: Path) -> list[str]:
-    doc = json.loads((root / CATALOG_DIR / inplace.CACHE_DIR / inplace.SOURCES).read_text())
+    doc = json.loads((root / CATALOG_DIR / querycache.CACHE_DIR / querycache.SOURCES).read_text())
     return sorted(Path(p).name for p in doc["runs"])
 
 
@@ -97,11 +97,11 @@ def test_the_cache_never_answers_with_fewer_runs(lab: Lab, tmp_path: Path) -> No
     )
     assert (lab.complete.run_id, "later") in rows and len(rows) == 3  # the copy keeps its id
     # a run re-summarized (its run.parquet rewritten): the cache is rewritten too
-    held = (tmp_path / CATALOG_DIR / inplace.CACHE_DIR / inplace.SOURCES).read_text()
+    held = (tmp_path / CATALOG_DIR / querycache.CACHE_DIR / querycache.SOURCES).read_text()
     os.utime(run_file(third, "runs"), ns=(1, 1))
     _cols, rows, found = query.run_query_found(tmp_path, count)
     assert rows == [(3,)]
-    assert (tmp_path / CATALOG_DIR / inplace.CACHE_DIR / inplace.SOURCES).read_text() != held
+    assert (tmp_path / CATALOG_DIR / querycache.CACHE_DIR / querycache.SOURCES).read_text() != held
     # a run removed: the cache does not keep it
     shutil.rmtree(third)
     _cols, rows, found = query.run_query_found(tmp_path, count)
@@ -128,7 +128,7 @@ def test_a_damaged_cache_is_never_the_answer(lab: Lab, tmp_path: Path) -> None:
     count = "SELECT count(*) FROM runs"
     _cols, rows, found = query.run_query_found(tmp_path, count)
     assert rows == [(2,)] and found.source == "cache"
-    database = tmp_path / CATALOG_DIR / inplace.CACHE_DIR / inplace.DATABASE
+    database = tmp_path / CATALOG_DIR / querycache.CACHE_DIR / querycache.DATABASE
     database.write_bytes(b"not a database" * 100)
     _cols, rows, found = query.run_query_found(tmp_path, count)
     assert rows == [(2,)] and found.source == "in place"
