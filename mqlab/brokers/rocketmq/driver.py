@@ -214,7 +214,7 @@ def keep_writable_queues(producer: Any) -> None:
         if writable(route):
             update(topic, route)
         else:
-            LOG.info("rocketmq: a route of %s with no writable queue: queues kept", topic)
+            LOG.warning("rocketmq: a route of %s lists no writable queue: queues kept", topic)
 
     producer.update_queue_selector = update_when_writable
 
