@@ -13,7 +13,24 @@
   brokers appended the message to their Raft log. Any failed or unconfirmed message fails
   the batch (DriverError). The client library itself retries a failed send (3 attempts):
   a message stored by an attempt whose answer was lost can be stored twice (mqlab counts
-  duplicates).
+  duplicates). The runner retries a failed batch.
+- a route with no writable queue: the client caches each topic's route and looks it up
+  again only every 30 s. Killing the group's leader leaves the name server with no broker
+  id 0 for some seconds (until Raft elected another leader and it registered as master),
+  and a route looked up then lists no writable queue: every send fails at once ("no
+  available message queues") until the next lookup, 30 s later, which outlasts a worker's
+  error budget. Worse, the client's own retry of a failed send picks its queue from that
+  empty route inside a callback, which raises there: that message's future is never
+  resolved and its batch waits out ``send_timeout_s``. So a sender's producer keeps the
+  queues it had while a new route lists no writable queue (with one broker group they are
+  the same queues, reached through the proxy, which sends to whichever broker is master
+  by then, refusing with "no writable queue" until it knows one): a send fails fast and
+  the runner retries it. A producer whose first route was already empty (started in that
+  window) asks the proxy for the topic's route as soon as a send fails with "no available
+  message queues" (the client's own lookup, ``route_manager.update_topic_route``), at most
+  once per ``ROUTE_LOOKUP_EVERY_S``; the batch fails (DriverError) and the runner's retry
+  goes through the new route. A receiver whose route lists no queue starts its consumer
+  again (at most every ``RENEW_EVERY_S``), which looks the route up at its start.
 - receive: one ``SimpleConsumer.receive`` (a ReceiveMessage call: the broker group the
   client picks, here the one DLedger group, pops up to ``max_messages`` of the topic's
   messages, at most 32) with ``invisible_duration_s``:
@@ -172,12 +189,45 @@ def client() -> Any:
     return _client_module
 
 
+#: the client's error when its cached route of the topic lists no queue to use: after the
+#: group's leader changed, client 5.1.2 keeps that route until its own lookup (every 30 s)
+NO_QUEUES = "no available message queues"
+RENEW_EVERY_S = 2.0  # at most one new consumer this often while the route stays empty
+ROUTE_LOOKUP_EVERY_S = 1.0  # at most one route lookup of a sender this often
+
+
+def writable(route: Any) -> bool:
+    """Whether a route lists a queue a producer may send to (the client's own filter)."""
+    return any(q.is_writable() and q.is_master_broker() for q in route.message_queues)
+
+
+def keep_writable_queues(producer: Any) -> None:
+    """``producer``'s queue selectors follow a new route only when it lists a writable
+    queue (module docstring: a route looked up while the group has no master). Wraps the
+    client's hook its route lookups call (``update_queue_selector``); a client without
+    one is left alone."""
+    update = getattr(producer, "update_queue_selector", None)
+    if update is None:
+        return
+
+    def update_when_writable(topic: str, route: Any) -> None:
+        if writable(route):
+            update(topic, route)
+        else:
+            LOG.warning("rocketmq: a route of %s lists no writable queue: queues kept", topic)
+
+    producer.update_queue_selector = update_when_writable
+
+
 class RocketmqSender(Sender):
     def __init__(self, driver: RocketmqDriver, producer: Any):
         self.producer = producer
         self.topic = driver.topic
         self.timeout_s = driver.settings.send_timeout_s
         self.new_message = driver.new_message
+        self.looked_up_at = -ROUTE_LOOKUP_EVERY_S
+        self.lookups = 0  # routes looked up again for a route with no writable queue
+        keep_writable_queues(producer)
 
     def send(self, batch: Sequence[bytes]) -> None:
         futures = []
@@ -185,6 +235,8 @@ class RocketmqSender(Sender):
             for payload in batch:
                 futures.append(self.producer.send_async(self.new_message(payload)))
         except Exception as e:
+            if NO_QUEUES in str(e):
+                self._look_up_route()
             raise DriverError(f"rocketmq: send failed: {describe(e)}") from e
         done, pending = concurrent.futures.wait(futures, timeout=self.timeout_s)
         failed = [e for e in (f.exception() for f in done) if e is not None]
@@ -195,14 +247,24 @@ class RocketmqSender(Sender):
                 f"were unconfirmed after {self.timeout_s:g} s{first}"
             )
 
+    def _look_up_route(self) -> None:
+        """The topic's route asked of the proxy now, as the client's 30 s schedule does
+        (the producer's queue selector follows it). Throttled; a failed lookup is logged
+        and the cached route stays."""
+        now = time.monotonic()
+        if now - self.looked_up_at < ROUTE_LOOKUP_EVERY_S:
+            return
+        self.looked_up_at = now
+        self.lookups += 1
+        try:
+            self.producer.route_manager.update_topic_route(self.topic)
+        except Exception as e:  # noqa: BLE001 - the next empty route tries again
+            LOG.info("rocketmq: looking up the route of %s: %s", self.topic, describe(e))
+            return
+        LOG.info("rocketmq: route of %s looked up again (it had no writable queue)", self.topic)
+
     def close(self) -> None:
         _shutdown(self.producer)
-
-
-#: the client's error when its cached route of the topic lists no readable queue: after
-#: the group's leader changed, client 5.1.2 keeps that route until its own refresh (30 s)
-NO_QUEUES = "no available message queues"
-RENEW_EVERY_S = 2.0  # at most one new consumer this often while the route stays empty
 
 
 class RocketmqReceiver(Receiver):

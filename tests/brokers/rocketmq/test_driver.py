@@ -196,16 +196,34 @@ class Msg:
     topic: str = ""
 
 
+class Routes:
+    """The client's route manager: the topics whose route was looked up."""
+
+    def __init__(self) -> None:
+        self.looked_up: list[str] = []
+        self.fail = False
+
+    def update_topic_route(self, topic: str) -> None:
+        self.looked_up.append(topic)
+        if self.fail:
+            raise RuntimeError("query topic route exception")
+
+
 class Producer:
     def __init__(self, outcomes: list[Any]):
-        self.outcomes = outcomes  # per message: "ok", an exception, "hang" or "raise"
+        self.outcomes = outcomes  # per message: "ok", an exception, "hang", "raise", "empty"
         self.sent: list[Any] = []
         self.shut = False
+        self.route_manager = Routes()
+        self.selected: list[tuple[str, Any]] = []
 
     def send_async(self, message: Any) -> Future:
         outcome = self.outcomes[len(self.sent)]
         if outcome == "raise":
             raise RuntimeError("IllegalStateException: producer is not running now.")
+        if outcome == "empty":  # the cached route lists no writable queue
+            self.outcomes.pop(len(self.sent))
+            raise RuntimeError("no available message queues for selection.")
         self.sent.append(message)
         f: Future = Future()
         if outcome == "ok":
@@ -213,6 +231,10 @@ class Producer:
         elif isinstance(outcome, BaseException):
             f.set_exception(outcome)
         return f  # "hang": never resolved
+
+    def update_queue_selector(self, topic: str, route: Any) -> None:
+        """The client's hook its route lookups call: the selector follows the route."""
+        self.selected.append((topic, route))
 
     def shutdown(self) -> None:
         self.shut = True
@@ -279,6 +301,81 @@ def test_a_send_the_client_refuses_at_once_is_a_driver_error() -> None:
     s, _ = sender(["ok", "raise"])
     with pytest.raises(DriverError, match="not running"):
         s.send([b"a", b"b"])
+
+
+def test_an_empty_route_is_looked_up_again_and_the_retry_goes_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the group's leader changed, the client's cached route may list no writable
+    queue: the send fails (the runner retries it) and the sender asks for the topic's route
+    at once, at most once per ROUTE_LOOKUP_EVERY_S; a failed lookup is no new error."""
+    now = [1000.0]
+    monkeypatch.setattr(rm.time, "monotonic", lambda: now[0])
+    s, p = sender(["empty", "empty", "empty", "ok", "ok"])
+    with pytest.raises(DriverError, match="no available message queues"):
+        s.send([b"a", b"b"])
+    assert p.route_manager.looked_up == [s.topic] and s.lookups == 1
+    now[0] += rm.ROUTE_LOOKUP_EVERY_S / 2  # again at once: not looked up again so soon
+    with pytest.raises(DriverError, match="no available message queues"):
+        s.send([b"a", b"b"])
+    assert s.lookups == 1
+    now[0] += rm.ROUTE_LOOKUP_EVERY_S
+    p.route_manager.fail = True
+    with pytest.raises(DriverError, match="no available message queues"):
+        s.send([b"a", b"b"])
+    assert s.lookups == 2 and p.route_manager.looked_up == [s.topic] * 2
+    s.send([b"a", b"b"])  # the route lists queues again
+    assert [m["body"] for m in p.sent] == [b"a", b"b"]
+
+
+@dataclass
+class Queue:
+    """The two properties of a route's MessageQueue the client's producer filters on."""
+
+    writable: bool = True
+    master: bool = True
+
+    def is_writable(self) -> bool:
+        return self.writable
+
+    def is_master_broker(self) -> bool:
+        return self.master
+
+
+@dataclass
+class Route:
+    message_queues: list[Queue]
+
+
+def test_a_route_with_no_writable_queue_leaves_the_producers_queues() -> None:
+    """While the group has no master, a route lookup lists no writable queue: the
+    producer keeps its queues (the client's retry of a send would otherwise pick from an
+    empty list inside a callback and never resolve the message's future); a route listing
+    a writable master queue is followed."""
+    s, p = sender([])
+    no_master = Route([Queue(master=False), Queue(master=False)])
+    read_only = Route([Queue(writable=False)])
+    back = Route([Queue(), Queue(master=False)])
+    for route in (no_master, read_only, back, Route([])):
+        p.update_queue_selector(s.topic, route)
+    assert p.selected == [(s.topic, back)]
+    assert rm.writable(back) and not rm.writable(no_master) and not rm.writable(Route([]))
+
+
+def test_a_client_without_the_hook_is_left_alone() -> None:
+    class Bare:
+        pass
+
+    bare = Bare()
+    rm.keep_writable_queues(bare)
+    assert not hasattr(bare, "update_queue_selector")
+
+
+def test_other_refusals_look_up_no_route() -> None:
+    s, p = sender(["raise"])
+    with pytest.raises(DriverError, match="not running"):
+        s.send([b"a"])
+    assert p.route_manager.looked_up == []
 
 
 def test_close_shuts_the_producer_down() -> None:
