@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,14 @@ def test_fetch_refuses_without_recorded_hashes(tiny: Path) -> None:
 @pytest.mark.integration
 def test_fetch_checks_every_file_against_the_lock(tiny: Path) -> None:
     """Real Maven Central: lock records the jar's sha256; a fetch checks it; a changed
-    record is refused and leaves no server behind."""
+    record is refused and leaves no server behind. Maven's repository starts as a copy of
+    the checkout's (scripts/bootstrap --test filled it): Maven's own plugins come from it
+    instead of a minute of downloads, the pinned jar (in no server's closure) from Maven
+    Central."""
+    shared = servers.CHECKOUT / "build" / "servers" / "m2"
+    assert shared.is_dir(), "run scripts/bootstrap --test first"
+    assert not (shared / "commons-codec" / "commons-codec" / "1.16.0").exists()
+    shutil.copytree(shared, tiny / "servers" / "m2", symlinks=True)
     d = servers.fetch("tiny", relock=True, log=lambda s: None)
     jar = d / "lib" / "commons-codec-1.16.0.jar"
     lock = json.loads(servers.LOCK.read_text())
@@ -69,8 +77,6 @@ def test_fetch_checks_every_file_against_the_lock(tiny: Path) -> None:
     # tamper with the record: the next fetch refuses and the server is not ready
     lock["tiny"]["files"]["lib/commons-codec-1.16.0.jar"] = "0" * 64
     servers.LOCK.write_text(json.dumps(lock))
-    import shutil
-
     # a lock changed since the fetch: the fetched server is stale, not used
     with pytest.raises(ClusterError, match=r"tiny 1.16.0 is stale .*: run scripts/bootstrap"):
         servers.home("tiny")
