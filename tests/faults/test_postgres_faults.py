@@ -50,8 +50,9 @@ def test_a_run_through_a_primary_restart_and_a_crash_of_every_node_loses_nothing
     assert d["confirmed"] > 0 and d["lost"] == 0 and d["undrained"] == 0, d
     assert d["confirmed"] <= d["unique_received"] <= d["sent"], d
     # 2 threads x 100/s x 20 s = 4000 slots, each sent or (its sender still catching up
-    # after the outages when the duration ended: 3,211 sent on a machine at load 30-40, where a
-    # synchronous commit to 2 standbys took most of a slot) unsent; only the calls made
-    # during an outage fail
-    assert d["sent"] + d["unsent"] == 4_000, d
+    # after the outages when the duration ended: 3,211 sent on a machine at load 30-40,
+    # where a synchronous commit to 2 standbys took most of a slot) unsent; a failed batch
+    # sent again counts again (4,007 sent, 132 failed, none unsent in a quiet run); only
+    # the calls made during an outage fail
+    assert 0 <= d["sent"] + d["unsent"] - 4_000 <= d["failed"], d
     assert d["confirmed"] >= 0.9 * d["sent"], d
