@@ -196,19 +196,39 @@ def tables_in(sql: str) -> list[str]:
     return [t for t in VIEWS if t in words]
 
 
+@dataclass(frozen=True)
+class _Listing:
+    """The cache's fingerprint (``""``: none, or not asked) and the runs :func:`_scan`
+    found: all of them, those summarized, and each summarized one's line."""
+
+    held: str
+    runs: list[str]
+    summarized: list[str]
+    lines: list[str]
+
+
+def _list(root: Path, held: str, known: frozenset[str]) -> _Listing:
+    return _Listing(held, *_scan(str(root), known))
+
+
 def connect(
-    results_dir: Path | str, use_cache: bool = True, tables: Sequence[str] = VIEWS
+    results_dir: Path | str,
+    use_cache: bool = True,
+    tables: Sequence[str] = VIEWS,
+    listed: _Listing | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, Found]:
     """An in-memory DuckDB with the views over every run under ``results_dir`` (those of
     ``tables`` read files, the others are empty), and what was found. The cache answers
     when it holds exactly the runs found; when it does not it is rewritten first (and
     when it cannot be, the views read in place). ``use_cache=False`` reads in place and
-    leaves the cache alone."""
+    leaves the cache alone. ``listed``: the runs listed just now (by :func:`_speculate`),
+    not listed again."""
     root = Path(results_dir)
     if not root.is_dir():
         raise ArchiveError(f"{root}: no such results directory")
-    held, known = querycache.held(root) if use_cache else ("", frozenset[str]())
-    runs, summarized, lines = _scan(str(root), known)
+    if listed is None:
+        listed = _list(root, *(querycache.held(root) if use_cache else ("", frozenset[str]())))
+    held, runs, summarized, lines = listed.held, listed.runs, listed.summarized, listed.lines
     con = connect_memory()
     fresh = False
     if use_cache and summarized:
@@ -246,23 +266,25 @@ def connect(
     return con, found
 
 
-def _speculate(
-    root: Path, sql: str, tables: Sequence[str]
-) -> tuple[list[str], list[tuple[Any, ...]], Found] | None:
+Answer = tuple[list[str], list[tuple[Any, ...]], Found]
+
+
+def _speculate(root: Path, sql: str, tables: Sequence[str]) -> Answer | _Listing:
     """``sql`` over the cache while the archives are listed, on a thread of its own
     (DuckDB runs a query without Python's lock): its answer is taken only once the
     listing's fingerprint is the one the cache holds, exactly what :func:`connect`
-    checks first; otherwise (or with no cache) None, and the query is stopped. A query
-    through a fresh cache then costs the longer of the two, not both."""
+    checks first; otherwise the query is stopped and the listing returned, for
+    :func:`connect` to go on from. A query through a fresh cache then costs the longer
+    of the two, not both."""
     held, known = querycache.held(root)
     if not held or ARCHIVES in tables or not querycache.database(root).is_file():
-        return None
+        return _list(root, held, known)
     con = connect_memory()
     try:
         querycache.cache_views(con, root, tables)
     except duckdb.Error:
         con.close()
-        return None
+        return _list(root, held, known)
     out: dict[str, Any] = {}
 
     def work() -> None:
@@ -276,23 +298,22 @@ def _speculate(
     thread = threading.Thread(target=work, name="mqlab-query", daemon=True)
     thread.start()
     try:
-        runs, summarized, lines = _scan(str(root), known)
-        fresh = bool(summarized) and querycache.fingerprint(str(root.resolve()), lines) == held
+        listed = _list(root, held, known)
+        found_print = querycache.fingerprint(str(root.resolve()), listed.lines)
+        fresh = bool(listed.summarized) and found_print == held
         if not fresh:
             con.interrupt()
         thread.join()
     finally:
         con.close()
     if not fresh:
-        return None
+        return listed
     if "error" in out:
         raise out["error"]
-    return out["columns"], out["rows"], Found(root, runs, summarized, "cache")
+    return out["columns"], out["rows"], Found(root, listed.runs, listed.summarized, "cache")
 
 
-def answer(
-    results_dir: Path | str, sql: str, use_cache: bool = True
-) -> tuple[list[str], list[tuple[Any, ...]], Found]:
+def answer(results_dir: Path | str, sql: str, use_cache: bool = True) -> Answer:
     """The columns and rows of ``sql`` over every run under ``results_dir`` (the views of
     :func:`connect`), and what was found; a fresh cache answers as the archives are
     listed (:func:`_speculate`). Raises ``duckdb.Error`` for a query that fails."""
@@ -300,11 +321,13 @@ def answer(
     if not root.is_dir():
         raise ArchiveError(f"{root}: no such results directory")
     tables = tables_in(sql)
+    listed = None
     if use_cache:
         got = _speculate(root, sql, tables)
-        if got is not None:
+        if not isinstance(got, _Listing):
             return got
-    con, found = connect(root, use_cache, tables)
+        listed = got  # the cache did not answer: not listed again
+    con, found = connect(root, use_cache, tables, listed)
     try:
         cur = con.execute(sql)
         return [d[0] for d in cur.description or []], cur.fetchall(), found

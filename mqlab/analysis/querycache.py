@@ -73,7 +73,7 @@ def cache_views(con: duckdb.DuckDBPyConnection, root: Path, tables: Sequence[str
     """The views over the cache's tables (attached read-only; a cache replaced meanwhile
     is read as it was when attached)."""
     if any(t in TABLES for t in tables):
-        attach(con, cache_dir(root) / DATABASE, CACHED)
+        attach(con, database(root), CACHED)
     for name in TABLES:
         if name not in tables:
             empty_view(con, name, ", NULL::VARCHAR AS folder" if name == "runs" else "")
@@ -92,7 +92,7 @@ def _reusable(root: Path, sources: dict[str, Any]) -> set[str]:
         held.get(k) != sources[k] for k in ("format_version", "results_dir")
     ):
         return set()
-    if not (cache_dir(root) / DATABASE).is_file():
+    if not database(root).is_file():
         return set()
     old = held.get("runs") or {}
     return {rel for rel, stat in sources["runs"].items() if old.get(rel) == stat}
@@ -133,8 +133,7 @@ def write_cache(root: Path, summarized: list[str], sources: dict[str, Any], list
     cache half written is never taken for a fresh one. DuckDB's own storage, not Parquet:
     a cache is read often, and a query over 6,000,000 rows spends less time reading
     DuckDB's blocks than decoding Parquet's pages."""
-    cache = cache_dir(root)
-    database = cache / DATABASE
+    cache, held_db = cache_dir(root), database(root)
     reuse = _reusable(root, sources)
     tmp_db = cache / f".{DATABASE}.tmp{os.getpid()}"
     con = connect_memory()
@@ -144,7 +143,7 @@ def write_cache(root: Path, summarized: list[str], sources: dict[str, Any], list
         kept: list[str] | None = []
         if reuse:
             try:
-                attach(con, database, "old")
+                attach(con, held_db, "old")
                 kept = _kept_ids(con, root, reuse)
             except duckdb.Error:  # not a database this DuckDB reads: every run anew
                 kept = None
@@ -171,7 +170,7 @@ def write_cache(root: Path, summarized: list[str], sources: dict[str, Any], list
         con.execute("DETACH new")  # checkpointed: the file holds every table, no WAL
         if reuse:
             con.execute("DETACH old")
-        os.replace(tmp_db, database)
+        os.replace(tmp_db, held_db)
         tmp = cache / f".{SOURCES}.tmp{os.getpid()}"
         tmp.write_text(json.dumps(sources), encoding="utf-8")
         os.replace(tmp, cache / SOURCES)

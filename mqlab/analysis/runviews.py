@@ -66,11 +66,10 @@ def in_place_views(
         fname = run_file(Path(), name).as_posix()
         files = [os.path.join(p, fname) for p in summarized] if name in tables else []
         files = [f for f in files if os.path.isfile(f)]
-        con.register(f"_{name}_empty", empty_table(name))
         if not files:
-            extra = ", NULL::VARCHAR AS folder" if name == "runs" else ""
-            con.execute(f"CREATE VIEW {name} AS SELECT *{extra} FROM _{name}_empty")
+            empty_view(con, name, ", NULL::VARCHAR AS folder" if name == "runs" else "")
             continue
+        con.register(f"_{name}_empty", empty_table(name))
         listed = "[" + ", ".join(quote(f) for f in files) + "]"
         drop = " EXCLUDE (histogram)" if name == "latency" else ""
         read = f"SELECT *{drop} FROM read_parquet({listed}, union_by_name = true, filename = true)"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
 
 from mqlab import cli
@@ -249,3 +250,27 @@ def test_the_next_query_sees_every_change_to_the_archives(lab: Lab, tmp_path: Pa
         tmp_path, "SELECT count(*) FROM archives UNION ALL SELECT count(*) FROM runs"
     )
     assert rows == [(2,), (2,)] and found.runs == sorted(found.runs, key=lambda p: p.name)
+
+
+def test_a_query_lists_the_runs_once(
+    lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query lists the archives once, whether the cache answers or, stale, is
+    rewritten first (the listing made while the cache was tried is the one used)."""
+    _nested(lab, tmp_path)
+    scans: list[str] = []
+    scan = inplace._scan
+
+    def counted(root: str, known: frozenset[str]) -> tuple[list[str], list[str], list[str]]:
+        scans.append(root)
+        return scan(root, known)
+
+    monkeypatch.setattr(inplace, "_scan", counted)
+    count = "SELECT count(*) FROM runs"
+    assert query.run_query(tmp_path, count)[1] == [(2,)]  # no cache yet: written
+    assert query.run_query(tmp_path, count)[1] == [(2,)]  # the cache answers
+    moved = next(tmp_path.glob(f"*/*/{lab.complete.run_id}"))
+    os.utime(run_file(moved, "runs"), ns=(1, 1))  # stale: rewritten
+    _cols, rows, found = query.run_query_found(tmp_path, count)
+    assert rows == [(2,)] and found.source == "cache"
+    assert len(scans) == 3, scans
