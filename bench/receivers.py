@@ -14,10 +14,16 @@ receiver closed, twice on a fresh queue each:
 - after: the profile as it is, so the driver's default ``prefetch`` (or the values of
   ``--prefetch``, to choose that default).
 
+RocketMQ (profile ``rocketmq-sync``; ``--brokers rocketmq``) has no prefetch: its
+before is a batch's acks one AckMessage call at a time, waited for in turn (the driver
+before pipelined acks), its after the driver as it is (every ack of the batch started
+before the first is waited for); give it ``--batch 32`` (what one receive pops at most).
+
 Prints msgs/s before and after and their ratio per broker. The reference is the old
 code path measured in the same invocation, on the same clusters.
 
     .venv/bin/python bench/receivers.py [--messages 20000] [--prefetch 16,64,256,1024]
+    .venv/bin/python bench/receivers.py --brokers rocketmq --batch 32 --messages 5000
 """
 
 from __future__ import annotations
@@ -34,8 +40,11 @@ from mqlab import envelope
 from mqlab.brokers import local, registry
 from mqlab.scenario.load import PROJECT_PROFILES, load_profile
 
-PROFILES = {"nats": "nats-r3", "redis": "redis-wait1"}
+PROFILES = {"nats": "nats-r3", "redis": "redis-wait1", "rocketmq": "rocketmq-sync"}
 SEND_BATCH = 500  # messages per send() while preloading
+# RocketMQ's broker refuses 500 sends at once on this machine ("broker busy, start flow
+# control"): a batch's sends are all in flight together
+SEND_BATCHES = {"rocketmq": 32}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,18 +60,38 @@ class Drained:
 
 def preload(driver: Any, n: int, size: int) -> None:
     pool = envelope.PayloadPool(size, seed=1)
+    batch = SEND_BATCHES.get(driver.name, SEND_BATCH)
     s = driver.sender()
     try:
-        for seq in range(0, n, SEND_BATCH):
-            k = min(SEND_BATCH, n - seq)
+        for seq in range(0, n, batch):
+            k = min(batch, n - seq)
             s.send(envelope.encode_batch(0, seq, k, time.time_ns(), pool))
     finally:
         s.close()
 
 
-def drain(driver: Any, n: int, batch: int, limit_s: float) -> Drained:
+class AcksInTurn:
+    """A RocketMQ consumer without ``_ack_async``: the receiver acks with ``ack``, one
+    call at a time (the driver's acks before they were pipelined)."""
+
+    def __init__(self, consumer: Any):
+        self._consumer = consumer
+
+    def receive(self, n: int, invisible_s: int) -> Any:
+        return self._consumer.receive(n, invisible_s)
+
+    def ack(self, message: Any) -> None:
+        self._consumer.ack(message)
+
+    def shutdown(self) -> None:
+        self._consumer.shutdown()
+
+
+def drain(driver: Any, n: int, batch: int, limit_s: float, before: bool = False) -> Drained:
     """One receiver: receive(batch) and ack until ``n`` came or ``limit_s`` passed."""
     r = driver.receiver()
+    if before and hasattr(r, "consumer"):  # RocketMQ: its acks in turn
+        r.consumer = AcksInTurn(r.consumer)
     seen: set[int] = set()
     got = 0
     start = time.monotonic()
@@ -78,14 +107,17 @@ def drain(driver: Any, n: int, batch: int, limit_s: float) -> Drained:
     return Drained(got, time.monotonic() - start, got - len(seen))
 
 
-def measure(broker: str, cluster: Any, settings: Any, args: argparse.Namespace) -> Drained:
+def measure(
+    broker: str, cluster: Any, settings: Any, args: argparse.Namespace, before_rx: bool = False
+) -> Drained:
     cls = registry.driver_class(broker)
     driver = cls(settings, cluster.endpoints(), f"bench_rx_{uuid.uuid4().hex[:8]}")
     driver.setup()
     try:
         preload(driver, args.messages, args.size)
-        limit_s = args.before_s if settings.prefetch == 0 else args.after_s
-        return drain(driver, args.messages, args.batch, limit_s)
+        before = getattr(settings, "prefetch", None) == 0 or (broker == "rocketmq" and before_rx)
+        limit_s = args.before_s if before else args.after_s
+        return drain(driver, args.messages, args.batch, limit_s, before)
     finally:
         driver.teardown()
         driver.close()
@@ -101,6 +133,21 @@ def bench(broker: str, root: Path, args: argparse.Namespace) -> list[str]:
     profile = load_profile(PROJECT_PROFILES / f"{PROFILES[broker]}.toml")
     lines = []
     cluster = local.up(broker, root=root)
+    if broker == "rocketmq":  # no prefetch: before is acks in turn
+        try:
+            before = measure(broker, cluster, profile.settings, args, before_rx=True)
+            after = measure(broker, cluster, profile.settings, args)
+        finally:
+            local.down(broker, root)
+        lines.append(
+            f"{broker} ({profile.name}): before (acks in turn): {describe(before, args.messages)}"
+        )
+        lines.append(
+            f"{broker} ({profile.name}): after (acks pipelined): "
+            f"{describe(after, args.messages)}; ratio {after.rate / before.rate:.1f}x"
+        )
+        print("\n".join(lines[-2:]), flush=True)
+        return lines
     try:
         before = measure(broker, cluster, dataclasses.replace(profile.settings, prefetch=0), args)
         lines.append(

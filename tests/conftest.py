@@ -135,3 +135,14 @@ def run_under_faults(
     path.write_text(text)
     [result] = sweep.execute_files([path], tmp_path / "results")
     return result
+
+
+def run_story(result: Any) -> str:
+    """Why a run is not complete: its end reason and each worker's status and error."""
+    import json
+
+    lines = [f"end_reason={result.end_reason}"]
+    for record in sorted((result.run_dir / "workers").glob("*/worker.json")):
+        w = json.loads(record.read_text())
+        lines.append(f"{w['worker_id']}: {w['status']} {w.get('error')}")
+    return "; ".join(lines)

@@ -42,13 +42,13 @@
   is returned when it arrives. A delivery is flagged redelivered when its
   ``delivery_attempt`` is above 1. A message whose body fails the client's checksum is not
   handed out (logged; its invisible duration runs out and it comes again).
-- ack: ``SimpleConsumer.ack`` of each delivery in turn, one AckMessage call each, awaited:
-  ``ack`` returning means the broker confirmed every ack. (Not the async form: in client
-  5.1.2 ``SimpleConsumer.ack_async`` returns no future to wait on.) An ack the broker
-  refuses (its receipt handle expired: the message is visible again) or that fails is
-  reported with DriverError once the others were tried; its message comes again. A
-  delivery this receiver did not hand out, or acked already, is not acked (DriverError,
-  after acking the others).
+- ack (``receiver.py``): one AckMessage call per delivery, every call of the batch started
+  before the first is waited for (the call the client's ``ack`` makes; client 5.1.2 has
+  no public ack that returns a future to wait on); ``ack`` returning means the broker
+  confirmed every ack. An ack the broker refuses (its receipt handle
+  expired: the message is visible again) or that fails is reported with DriverError once
+  the others were tried; its message comes again. A delivery this receiver did not hand
+  out, or acked already, is not acked (DriverError, after acking the others).
 - close: the consumer shuts down; its unacked deliveries come again once their invisible
   duration ends (a closed connection does not return them earlier).
 - remaining: what no receiver took yet, from the group leader's consume stats (remoting
@@ -65,9 +65,7 @@ Endpoints: one node per RocketMQ node, ``host``/``port`` its proxy's gRPC port (
 senders and receivers use); ``extra`` per node: ``broker`` (the broker's remoting port)
 and ``namesrv`` (its name server's port), used by setup and teardown.
 
-The client library is imported on first use, not with this module (loading a profile
-needs none of it): at import it configures a logger writing to ~/logs/rocketmq_python/;
-mqlab sends that logger's records to its own logging instead (warnings and worse).
+The client library is imported on first use, not with this module (``library.py``).
 """
 
 from __future__ import annotations
@@ -78,25 +76,22 @@ import logging
 import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mqlab.brokers.base import Delivery, Driver, Endpoints, Receiver, Remaining, Sender
+from mqlab.brokers.base import Driver, Endpoints, Receiver, Remaining, Sender
 from mqlab.brokers.rocketmq import admin
+from mqlab.brokers.rocketmq.library import NO_QUEUES, client, describe, shutdown
+from mqlab.brokers.rocketmq.receiver import RocketmqReceiver
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
 LOG = logging.getLogger(__name__)
-CLIENT_LOGGER = "rocketmq-python-client"
-MAX_RECEIVE_BATCH = 32  # the broker pops at most 32 messages per call
 MAX_TOPIC = 127  # RocketMQ's longest topic name
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9_-]+$")
 ROUTE_POLL_S = 0.2
 SETTINGS_WAIT_S = 10.0
-_import_lock = threading.Lock()
-_client_module: Any = None
 
 
 @dataclass(frozen=True)
@@ -154,45 +149,6 @@ def admin_addresses(endpoints: Endpoints, port: str) -> list[tuple[str, int]]:
     return out
 
 
-def describe(e: BaseException) -> str:
-    """An exception of the client library in one line: its class and message."""
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def delivery(message: Any) -> Delivery:
-    """A received message as mqlab hands it out: its body, the message itself (for its
-    ack), redelivered when the broker counts more than one delivery attempt."""
-    attempt = message.delivery_attempt or 1
-    return Delivery(bytes(message.body), message, attempt > 1)
-
-
-def ack_key(message: Any) -> tuple[str, str]:
-    """One delivery of a message: its id and the receipt handle of that delivery."""
-    return (str(message.message_id), str(message.receipt_handle))
-
-
-def client() -> Any:
-    """The client library, imported once; its file logger replaced by mqlab's logging."""
-    global _client_module
-    with _import_lock:
-        if _client_module is None:
-            import rocketmq
-
-            lg = logging.getLogger(CLIENT_LOGGER)
-            for h in list(lg.handlers):
-                lg.removeHandler(h)
-                h.close()
-            lg.setLevel(logging.WARNING)
-            lg.propagate = True
-            _client_module = rocketmq
-    return _client_module
-
-
-#: the client's error when its cached route of the topic lists no queue to use: after the
-#: group's leader changed, client 5.1.2 keeps that route until its own lookup (every 30 s)
-NO_QUEUES = "no available message queues"
-RENEW_EVERY_S = 2.0  # at most one new consumer this often while the route stays empty
 ROUTE_LOOKUP_EVERY_S = 1.0  # at most one route lookup of a sender this often
 
 
@@ -264,90 +220,7 @@ class RocketmqSender(Sender):
         LOG.info("rocketmq: route of %s looked up again (it had no writable queue)", self.topic)
 
     def close(self) -> None:
-        _shutdown(self.producer)
-
-
-class RocketmqReceiver(Receiver):
-    def __init__(self, driver: RocketmqDriver, consumer: Any):
-        self.driver = driver
-        self.consumer = consumer
-        self.invisible_s = driver.settings.invisible_duration_s
-        self.out: Counter[tuple[str, str]] = Counter()  # handed out, unacked -> how often
-        self.renewed_at = 0.0
-        self.renewals = 0  # consumers started again for an empty route
-
-    def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
-        batch = max(1, min(max_messages, MAX_RECEIVE_BATCH))
-        try:
-            messages = self.consumer.receive(batch, self.invisible_s)
-        except Exception as e:
-            if NO_QUEUES in str(e):
-                self._renew()
-            raise DriverError(f"rocketmq: receive failed: {describe(e)}") from e
-        out = []
-        for m in messages or []:
-            if m.corrupted:
-                LOG.warning("rocketmq: %s fails its checksum: not handed out", m.message_id)
-                continue
-            d = delivery(m)
-            self.out[ack_key(m)] += 1
-            out.append(d)
-        return out
-
-    def ack(self, deliveries: Sequence[Delivery]) -> None:
-        refused = 0
-        failures: list[BaseException] = []
-        for d in deliveries:
-            key = ack_key(d.handle)
-            if self.out[key] <= 0:
-                refused += 1
-                continue
-            try:
-                self.consumer.ack(d.handle)
-            except Exception as e:  # noqa: BLE001 - reported below, after the others
-                failures.append(e)
-                continue
-            self.out[key] -= 1
-            if not self.out[key]:
-                del self.out[key]
-        if failures:
-            raise DriverError(
-                f"rocketmq: {len(failures)} of {len(deliveries)} acks failed "
-                f"(their messages come again): {describe(failures[0])}"
-            )
-        if refused:
-            raise DriverError(
-                f"rocketmq: {refused} of {len(deliveries)} deliveries were not handed out "
-                "by this receiver or were acked already: not acked"
-            )
-
-    def _renew(self) -> None:
-        """A consumer of the same group started again, which asks the proxy for the
-        topic's route at once (receipt handles of the old one stay valid: an ack names
-        the group, the topic and the handle). Throttled; a failed start keeps the old one."""
-        now = time.monotonic()
-        if now - self.renewed_at < RENEW_EVERY_S:
-            return
-        self.renewed_at = now
-        try:
-            fresh = self.driver._started(self.driver.new_consumer, "simple consumer")
-        except DriverError as e:
-            LOG.info("rocketmq: a new consumer for the topic's route: %s", e)
-            return
-        _shutdown(self.consumer)
-        self.consumer = fresh
-        self.renewals += 1
-        LOG.info("rocketmq: consumer started again for a fresh route of %s", self.driver.topic)
-
-    def close(self) -> None:
-        _shutdown(self.consumer)
-
-
-def _shutdown(c: Any) -> None:
-    try:
-        c.shutdown()
-    except Exception as e:  # noqa: BLE001 - closing: nothing left to do about it
-        LOG.debug("rocketmq: shutdown: %s", describe(e))
+        shutdown(self.producer)
 
 
 class RocketmqDriver(Driver):
@@ -401,7 +274,7 @@ class RocketmqDriver(Driver):
         # consumer's (its private event; absent in other clients).
         settled = getattr(c, "_init_settings_event", None)
         if isinstance(settled, threading.Event) and not settled.wait(SETTINGS_WAIT_S):
-            _shutdown(c)
+            shutdown(c)
             raise DriverError(
                 f"rocketmq: the proxy on {access_point(self.endpoints)} sent the {what} no "
                 f"settings within {SETTINGS_WAIT_S:g} s"

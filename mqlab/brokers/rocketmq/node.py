@@ -20,6 +20,7 @@ from mqlab.brokers.nodeconf import Node, lines, props
 
 CLUSTER = "mqlab"
 GROUP = "mqlab-broker"
+PROXY_ROUTE_REFRESH_S = 2
 
 
 def namesrv_addr(node: Node) -> str:
@@ -50,6 +51,10 @@ def render(node: Node) -> dict[str, str]:
         "namesrvAddr": namesrv_addr(node),
         "grpcServerPort": node.port("proxy"),
         "remotingListenPort": node.port("proxy_remoting"),
+        # the proxy's cached topic routes are refreshed this long after they were loaded
+        # (ProxyConfig's default: 20 s, during which, after the group's leader changed, it
+        # sends receives and acks to the old leader), as the local cluster's proxy
+        "topicRouteServiceCacheRefreshSeconds": PROXY_ROUTE_REFRESH_S,
     }
     return {
         "namesrv.conf": lines(props(namesrv)),

@@ -20,7 +20,7 @@ import pytest
 
 from mqlab.brokers import registry
 from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
-from mqlab.brokers.rocketmq import admin
+from mqlab.brokers.rocketmq import admin, library
 from mqlab.brokers.rocketmq import driver as rm
 from mqlab.errors import DriverError, ScenarioError
 from mqlab.typed import build
@@ -461,6 +461,50 @@ def test_a_refused_ack_is_reported_after_the_others_and_may_be_tried_again() -> 
     assert c.acked == ["m1", "m3", "m2"] and not r.out
 
 
+class PipelinedConsumer(Consumer):
+    """A client whose ack call can be started (``Consumer.__ack``): the calls are answered
+    only once ``answer_after`` were started, in reverse order, ``refuse`` ids with the
+    status of an expired receipt handle."""
+
+    def __init__(self, batches: list[Any], answer_after: int):
+        super().__init__(batches)
+        self.answer_after = answer_after
+        self.calls: list[tuple[Msg, Future[Any]]] = []
+
+    def _Consumer__ack(self, message: Msg) -> Future[Any]:
+        from rocketmq.grpc_protocol import Code
+        from rocketmq.grpc_protocol.service_pb2 import AckMessageResponse
+
+        f: Future[Any] = Future()
+        self.calls.append((message, f))
+        if len(self.calls) == self.answer_after:
+            for m, call in reversed(self.calls):
+                answer = AckMessageResponse()
+                if m.message_id in self.refuse:
+                    answer.status.code = Code.INVALID_RECEIPT_HANDLE
+                    answer.status.message = "receipt handle is expired"
+                else:
+                    self.acked.append(m.message_id)
+                    answer.status.code = Code.OK
+                call.set_result(answer)
+        return f
+
+
+def test_the_acks_of_a_batch_are_all_started_before_any_is_waited_for() -> None:
+    """A batch's acks cost one round trip, not one each: the broker here answers only once
+    all three calls were started (acked one at a time, the first would wait in vain)."""
+    msgs = [Msg(b"a", "m1"), Msg(b"b", "m2"), Msg(b"c", "m3")]
+    c = PipelinedConsumer([msgs], answer_after=3)
+    c.refuse = {"m2"}
+    r = rm.RocketmqReceiver(driver(request_timeout_s=1), c)
+    got = r.receive(10, 0.5)
+    with pytest.raises(DriverError, match=r"1 of 3 acks failed .*receipt handle is expired"):
+        r.ack(got)
+    assert [m.message_id for m, _ in c.calls] == ["m1", "m2", "m3"]
+    assert c.acked == ["m3", "m1"]
+    assert dict(r.out) == {("m2", "rh-1"): 1}  # refused: still handed out, may be retried
+
+
 def test_close_tolerates_a_consumer_that_fails_to_shut_down() -> None:
     r, _ = receiver([])
     r.close()
@@ -627,7 +671,7 @@ def test_the_client_library_is_built_with_the_driver_settings() -> None:
     import logging
 
     rmq = rm.client()
-    lg = logging.getLogger(rm.CLIENT_LOGGER)
+    lg = logging.getLogger(library.CLIENT_LOGGER)
     assert not lg.handlers and lg.propagate and lg.level == logging.WARNING
     d = driver("q1", request_timeout_s=4, long_poll_s=7)
     m = d.new_message(b"payload")

@@ -12,7 +12,7 @@ import pytest
 
 from mqlab.archive.formats import read_json
 from mqlab.brokers.rocketmq.cluster import RocketmqCluster
-from tests.conftest import SharedLab, run_under_faults
+from tests.conftest import SharedLab, run_story, run_under_faults
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def test_a_run_through_a_killed_leader_loses_no_confirmed_message(
         rate_per_s=RATE_PER_S,
         threads=THREADS,
     )
-    assert result.status == "complete", result.end_reason
+    assert result.status == "complete", run_story(result)
     manifest = read_json(result.run_dir / "manifest.json")
     assert manifest["broker"]["stand_in"] is None
     assert any("RocketMQ 5.4.0" in v for v in manifest["broker"]["server_versions"])
