@@ -7,8 +7,12 @@ units and shift times, never recompute a figure from raw files.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
+import shutil
+import struct
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +35,8 @@ PERCENTILES_PNG = "latency_percentiles.png"
 MAX_NINES = 6  # the percentile axis ends at 99.9999
 TICKS = (0.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999)
 PNG_METADATA = {"Software": "mqlab", "format_version": "2"}
+INPUTS_KEY = "mqlab-inputs"  # a run plot's tEXt chunk: the digest of what it was drawn from
+DRAWING_VERSION = "1"  # part of that digest: change it when a run plot is drawn otherwise
 WARMUP_STYLE = {"color": "grey", "alpha": 0.15, "linewidth": 0}
 FAULT_STYLE = {"color": "C3", "alpha": 0.12, "linewidth": 0, "hatch": "//"}
 # percentile curves: a metric and its variant share a hue family, variants dashed, so
@@ -65,12 +71,72 @@ def percentile_curve(encoded: str, points: int = 300) -> tuple[list[float], list
     return xs, [values.get(p, 0) / 1000 for p in pcts]
 
 
-def _save(fig: Any, path: Path) -> None:
-    fig.savefig(path, dpi=100, metadata=PNG_METADATA)
+def _save(fig: Any, path: Path, inputs: str | None = None) -> None:
+    metadata = PNG_METADATA if inputs is None else {**PNG_METADATA, INPUTS_KEY: inputs}
+    fig.savefig(path, dpi=100, metadata=metadata)
     plt.close(fig)
 
 
-def plot_latency_distribution(histograms: dict[str, str], path: Path, title: str) -> None:
+def inputs_digest(
+    run: dict[str, Any],
+    hists: dict[str, str],
+    timeline: Sequence[dict[str, Any]],
+    faults: Sequence[dict[str, Any]],
+) -> str:
+    """What a run's plots are drawn from, as a sha256: the run row's fields they read,
+    its overall histograms, its timeline rows and faults, the drawing's version and
+    matplotlib's."""
+    inputs = {
+        "drawing": DRAWING_VERSION,
+        "matplotlib": matplotlib.__version__,
+        "run": {k: run.get(k) for k in ("run_id", "measure_start_ms", "warmup_end_ms")}
+        | {"send_end_ms": run.get("send_end_ms")},
+        "hists": hists,
+        "timeline": sorted(timeline, key=lambda r: r["second_ms"]),
+        "faults": list(faults),
+    }
+    text = json.dumps(inputs, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def png_text(path: Path) -> dict[str, str]:
+    """A PNG's tEXt chunks before its image data ({} for a file that is not a PNG)."""
+    out: dict[str, str] = {}
+    try:
+        with path.open("rb") as f:
+            if f.read(8) != b"\x89PNG\r\n\x1a\n":
+                return {}
+            while True:
+                head = f.read(8)
+                if len(head) < 8:
+                    return out
+                length, kind = struct.unpack(">I4s", head)
+                if kind in (b"IDAT", b"IEND"):
+                    return out
+                data = f.read(length)
+                f.read(4)  # its CRC
+                if kind == b"tEXt" and b"\0" in data:
+                    key, _, value = data.partition(b"\0")
+                    out[key.decode("latin-1")] = value.decode("latin-1")
+    except OSError:
+        return {}
+
+
+def _reused(name: str, digest: str, reuse_from: Path | None, out_dir: Path) -> bool:
+    """``name`` copied from ``reuse_from`` when it was drawn there from the same inputs."""
+    if reuse_from is None:
+        return False
+    found = reuse_from / name
+    if png_text(found).get(INPUTS_KEY) != digest:
+        return False
+    if found.resolve() != (out_dir / name).resolve():
+        shutil.copyfile(found, out_dir / name)
+    return True
+
+
+def plot_latency_distribution(
+    histograms: dict[str, str], path: Path, title: str, inputs: str | None = None
+) -> None:
     """One curve per metric (in the order given), latency in ms on a log axis."""
     fig, ax = plt.subplots(figsize=(9, 5))
     for metric, encoded in histograms.items():
@@ -88,7 +154,7 @@ def plot_latency_distribution(histograms: dict[str, str], path: Path, title: str
     ax.grid(True, which="major", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    _save(fig, path)
+    _save(fig, path, inputs)
 
 
 def fault_windows(faults: Sequence[dict[str, Any]]) -> list[tuple[int, int | None, str]]:
@@ -105,6 +171,7 @@ def plot_timeline(
     title: str,
     send_end_ms: int | None = None,
     faults: Sequence[dict[str, Any]] = (),
+    inputs: str | None = None,
 ) -> None:
     """The ``timeline`` table of one run, three panels sharing the time axis (seconds since
     ``start_ms``, the senders' start): send vs receive msgs/s; processing latency p50/p99
@@ -200,7 +267,7 @@ def plot_timeline(
         handles[0] + lag[0], handles[1] + lag[1], loc="best", fontsize="small", framealpha=0.85
     )
     fig.tight_layout()
-    _save(fig, path)
+    _save(fig, path, inputs)
 
 
 def plot_sweep(
@@ -246,27 +313,37 @@ def plot_run(
     timeline: Sequence[dict[str, Any]],
     out_dir: Path,
     faults: Sequence[dict[str, Any]] = (),
+    reuse_from: Path | None = None,
 ) -> list[str]:
     """The plots of one run (a ``runs`` row with its ``latency`` and ``timeline`` rows),
     as the run's report shows them: ``timeline.png`` when the timeline has rows and
     ``latency_percentiles.png`` when a metric has values, written into ``out_dir``.
-    Returns the names of the files written."""
+    Each PNG carries the digest of its inputs (``inputs_digest``); one in ``reuse_from``
+    (the run's own folder, whose report drew them) with the same digest is copied rather
+    than drawn again. Returns the names of the files written."""
     images = []
-    if timeline:
-        plot_timeline(
-            timeline,
-            out_dir / TIMELINE_PNG,
-            run["measure_start_ms"],
-            run["warmup_end_ms"],
-            f"Per second: {run['run_id']}",
-            send_end_ms=run["send_end_ms"],
-            faults=faults,
-        )
-        images.append(TIMELINE_PNG)
     hists = overall_histograms(latency)
+    digest = inputs_digest(run, hists, timeline, faults)
+    if timeline:
+        if not _reused(TIMELINE_PNG, digest, reuse_from, out_dir):
+            plot_timeline(
+                timeline,
+                out_dir / TIMELINE_PNG,
+                run["measure_start_ms"],
+                run["warmup_end_ms"],
+                f"Per second: {run['run_id']}",
+                send_end_ms=run["send_end_ms"],
+                faults=faults,
+                inputs=digest,
+            )
+        images.append(TIMELINE_PNG)
     if hists:
-        plot_latency_distribution(
-            hists, out_dir / PERCENTILES_PNG, f"Latency by percentile: {run['run_id']}"
-        )
+        if not _reused(PERCENTILES_PNG, digest, reuse_from, out_dir):
+            plot_latency_distribution(
+                hists,
+                out_dir / PERCENTILES_PNG,
+                f"Latency by percentile: {run['run_id']}",
+                inputs=digest,
+            )
         images.append(PERCENTILES_PNG)
     return images

@@ -78,6 +78,7 @@ def write_site(results_dir: Path | str, out_dir: Path | str) -> SiteResult:
                 r.tables.get("timeline", []),
                 run_dir,
                 (r.listed.info.manifest or {}).get("faults") or [],
+                reuse_from=r.path,  # its report's plots, when drawn from the same inputs
             )
         _write(run_dir / "index.html", run_page.run_page(r, images, matches.get(r.run_id)))
     _write(out / "compare.html", compare_page.compare_page(found.runs, matches))
