@@ -423,6 +423,7 @@ def test_render_rocketmq_dledger_broker() -> None:
         "namesrvAddr": namesrvs,
         "grpcServerPort": 8081,
         "remotingListenPort": 8080,
+        "topicRouteServiceCacheRefreshSeconds": 2,  # as the local cluster's proxy
     }
     for i in (0, 2):
         conf = properties(render("rocketmq", ROCKETMQ, index=i)["broker.conf"])
