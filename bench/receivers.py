@@ -90,7 +90,7 @@ class AcksInTurn:
 def drain(driver: Any, n: int, batch: int, limit_s: float, before: bool = False) -> Drained:
     """One receiver: receive(batch) and ack until ``n`` came or ``limit_s`` passed."""
     r = driver.receiver()
-    if before and hasattr(r, "consumer"):  # RocketMQ: its acks in turn
+    if before and driver.name == "rocketmq":  # its acks in turn
         r.consumer = AcksInTurn(r.consumer)
     seen: set[int] = set()
     got = 0
@@ -108,14 +108,15 @@ def drain(driver: Any, n: int, batch: int, limit_s: float, before: bool = False)
 
 
 def measure(
-    broker: str, cluster: Any, settings: Any, args: argparse.Namespace, before_rx: bool = False
+    broker: str, cluster: Any, settings: Any, args: argparse.Namespace, before: bool
 ) -> Drained:
+    """One drain on a fresh queue: ``before`` is the old code path (``prefetch = 0`` in
+    ``settings``, or RocketMQ's acks in turn), limited to ``--before-s``."""
     cls = registry.driver_class(broker)
     driver = cls(settings, cluster.endpoints(), f"bench_rx_{uuid.uuid4().hex[:8]}")
     driver.setup()
     try:
         preload(driver, args.messages, args.size)
-        before = getattr(settings, "prefetch", None) == 0 or (broker == "rocketmq" and before_rx)
         limit_s = args.before_s if before else args.after_s
         return drain(driver, args.messages, args.batch, limit_s, before)
     finally:
@@ -135,8 +136,8 @@ def bench(broker: str, root: Path, args: argparse.Namespace) -> list[str]:
     cluster = local.up(broker, root=root)
     if broker == "rocketmq":  # no prefetch: before is acks in turn
         try:
-            before = measure(broker, cluster, profile.settings, args, before_rx=True)
-            after = measure(broker, cluster, profile.settings, args)
+            before = measure(broker, cluster, profile.settings, args, before=True)
+            after = measure(broker, cluster, profile.settings, args, before=False)
         finally:
             local.down(broker, root)
         lines.append(
@@ -149,13 +150,14 @@ def bench(broker: str, root: Path, args: argparse.Namespace) -> list[str]:
         print("\n".join(lines[-2:]), flush=True)
         return lines
     try:
-        before = measure(broker, cluster, dataclasses.replace(profile.settings, prefetch=0), args)
+        old = dataclasses.replace(profile.settings, prefetch=0)
+        before = measure(broker, cluster, old, args, before=True)
         lines.append(
             f"{broker} ({profile.name}): before (prefetch 0): {describe(before, args.messages)}"
         )
         for prefetch in args.prefetch or [profile.settings.prefetch]:
             settings = dataclasses.replace(profile.settings, prefetch=prefetch)
-            after = measure(broker, cluster, settings, args)
+            after = measure(broker, cluster, settings, args, before=False)
             lines.append(
                 f"{broker} ({profile.name}): after (prefetch {prefetch}): "
                 f"{describe(after, args.messages)}; ratio {after.rate / before.rate:.1f}x"

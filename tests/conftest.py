@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mqlab.archive.formats import read_json
 from mqlab.brokers import local
 from mqlab.brokers.cluster import LocalCluster
 
@@ -114,7 +115,7 @@ def run_under_faults(
     def table(d: dict[str, Any]) -> str:
         return "".join(f"{k} = {json.dumps(v)}\n" for k, v in d.items())
 
-    rate = {"mode": "closed_loop"} if rate_per_s is None else {"mode": "fixed_rate"}
+    rate: dict[str, Any] = {"mode": "closed_loop"} if rate_per_s is None else {"mode": "fixed_rate"}
     if rate_per_s is not None:
         rate["rate_per_s"] = rate_per_s
     w = {
@@ -139,10 +140,8 @@ def run_under_faults(
 
 def run_story(result: Any) -> str:
     """Why a run is not complete: its end reason and each worker's status and error."""
-    import json
-
     lines = [f"end_reason={result.end_reason}"]
     for record in sorted((result.run_dir / "workers").glob("*/worker.json")):
-        w = json.loads(record.read_text())
+        w = read_json(record)
         lines.append(f"{w['worker_id']}: {w['status']} {w.get('error')}")
     return "; ".join(lines)

@@ -36,6 +36,7 @@ MAX_NINES = 6  # the percentile axis ends at 99.9999
 TICKS = (0.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999)
 PNG_METADATA = {"Software": "mqlab", "format_version": "2"}
 INPUTS_KEY = "mqlab-inputs"  # a run plot's tEXt chunk: the digest of what it was drawn from
+RUN_FIELDS_DRAWN = ("run_id", "measure_start_ms", "warmup_end_ms", "send_end_ms")
 DRAWING_VERSION = "1"  # part of that digest: change it when a run plot is drawn otherwise
 WARMUP_STYLE = {"color": "grey", "alpha": 0.15, "linewidth": 0}
 FAULT_STYLE = {"color": "C3", "alpha": 0.12, "linewidth": 0, "hatch": "//"}
@@ -89,8 +90,7 @@ def inputs_digest(
     inputs = {
         "drawing": DRAWING_VERSION,
         "matplotlib": matplotlib.__version__,
-        "run": {k: run.get(k) for k in ("run_id", "measure_start_ms", "warmup_end_ms")}
-        | {"send_end_ms": run.get("send_end_ms")},
+        "run": {k: run.get(k) for k in RUN_FIELDS_DRAWN},
         "hists": hists,
         "timeline": sorted(timeline, key=lambda r: r["second_ms"]),
         "faults": list(faults),

@@ -9,7 +9,7 @@ import logging
 import threading
 from typing import Any
 
-LOG = logging.getLogger("mqlab.brokers.rocketmq.driver")
+LOG = logging.getLogger(__name__)
 CLIENT_LOGGER = "rocketmq-python-client"
 #: the client's error when its cached route of the topic lists no queue to use: after the
 #: group's leader changed, client 5.1.2 keeps that route until its own lookup (every 30 s)

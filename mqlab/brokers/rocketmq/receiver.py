@@ -18,7 +18,7 @@ from mqlab.brokers.base import Delivery, Receiver
 from mqlab.brokers.rocketmq.library import NO_QUEUES, describe, shutdown
 from mqlab.errors import DriverError
 
-LOG = logging.getLogger("mqlab.brokers.rocketmq.driver")
+LOG = logging.getLogger(__name__)
 MAX_RECEIVE_BATCH = 32  # the broker pops at most 32 messages per call
 RENEW_EVERY_S = 2.0  # at most one new consumer this often while the route stays empty
 ACK_WAIT_MARGIN_S = 5.0  # an ack not answered within the client's timeout and this failed
@@ -47,7 +47,8 @@ def start_ack(consumer: Any, message: Any) -> concurrent.futures.Future[Any]:
     """One AckMessage call started; a future of its outcome (None, or the error). The call
     is what the client's ``ack`` makes and then waits for: ``Consumer.__ack`` (private in
     client 5.1.2, whose public ``ack_async`` returns nothing and whose ``_ack_async``
-    returns an asyncio future made outside any loop). A consumer without it acks here."""
+    returns an asyncio future made outside any loop). A consumer without it (a client
+    that renamed it) acks here with its public ``ack``, in turn, as before."""
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
     started = getattr(consumer, "_Consumer__ack", None)
     if not callable(started):
