@@ -36,6 +36,17 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   report (after the JVM's start) and counts the whole reported seconds that follow, their
   CPU over the same window. mqlab's receiver may drain its topic before its window ends
   (then its rate is understated: the table says what it read).
+- ActiveMQ Artemis, profile ``artemis-local`` (persistent sends confirmed once the
+  primary's synced journal and its backup have them): the distribution's own ``artemis
+  perf producer`` (JMS 2 over Core, C producers, at most B sends unconfirmed, confirmations
+  from the broker) against mqlab's STOMP sender, and ``artemis perf consumer`` (C
+  consumers acking in transactions of B) against mqlab's receiver, on the serving
+  primary; windows cut from their per-second lines as for Kafka's tools.
+- RocketMQ, profile ``rocketmq-sync`` (DLedger: SEND_OK once 2 of the 3 brokers have
+  it): ``benchmark.BatchProducer`` (``rocketmq-example``; Maven Central has 5.5.0, not
+  5.4.0; C threads, batches of B sent synchronously over the remoting protocol) against
+  mqlab's sender through the gRPC proxy, and ``benchmark.Consumer`` (a push consumer of C
+  threads) against mqlab's receiver; windows cut from their per-second reports.
 
 mqlab's senders take their hot paths: Redis and PostgreSQL, where the C extension
 ``mqlab._sendpath`` is built (``scripts/bootstrap``), drive all of a worker's closed-loop
@@ -54,8 +65,8 @@ client CPU-second; the ratio mqlab/native of both. "Per core" is the second rati
 machine is shared and has 2 cores, so the wall-clock ratio also reflects which process
 got the CPU; the per-CPU-second one says what each client costs per message.
 
-    .venv/bin/python bench/clients.py [--brokers redis,postgres,nats,rabbitmq,kafka]
-        [--duration-s 8]
+    .venv/bin/python bench/clients.py
+        [--brokers redis,postgres,nats,rabbitmq,kafka,artemis,rocketmq] [--duration-s 8]
         [--message-bytes 1024] [--batch 10] [--connections 8] [--py-spy PATH]
 
 ``--py-spy PATH`` (py-spy installed in a venv of its own, not a project dependency)
@@ -109,6 +120,8 @@ PROFILES = {
     "nats": "nats-r3",
     "rabbitmq": "rabbitmq-quorum",
     "kafka": "kafka-isr",
+    "artemis": "artemis-local",
+    "rocketmq": "rocketmq-sync",
 }
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SPY_RATE = 200  # py-spy samples per second
@@ -861,11 +874,15 @@ def rabbitmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
 PRODUCED = re.compile(r"^(\d+) records sent, ")  # ProducerPerformance's interval report
 
 
-def windowed_tool(cmd: list[str], seconds: float, count: Any, label: str) -> Measured:
+def windowed_tool(
+    cmd: list[str], seconds: float, count: Any, label: str, env: dict[str, str] | None = None
+) -> Measured:
     """Run a JVM tool that reports once a second; from its first report on, for
     ``seconds``, the messages ``count(line)`` adds up (None: not a report line) and its CPU
     over that window; then stop it."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     assert proc.stdout is not None
     messages, start, end, cpu0, cpu1 = 0, 0.0, 0.0, 0.0, 0.0
     tail: list[str] = []
@@ -961,6 +978,136 @@ def kafka_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compa
     ]
 
 
+# -- ActiveMQ Artemis ----------------------------------------------------------------------
+ARTEMIS_RATE = re.compile(r"^--- (completed|received):\s+(\d+) msg/sec")  # perf's 1 s lines
+
+
+def artemis_perf_counter(what: str) -> Any:
+    """``artemis perf``'s line of each second: ``--- completed: N msg/sec`` (sends the
+    broker confirmed) or ``--- received: N msg/sec``; N for that second."""
+
+    def count(line: str) -> int | None:
+        m = ARTEMIS_RATE.match(line.strip())
+        return int(m.group(2)) if m and m.group(1) == what else None
+
+    return count
+
+
+def artemis_pairs(cluster: Any, profile: Profile, s: Setup) -> list[Comparison]:
+    """``artemis perf producer`` and ``artemis perf consumer`` (the pinned distribution's
+    own load generator, JMS 2 over Core) on an anycast queue of mqlab's driver, at the
+    serving primary: C producers of persistent messages, each send confirmed by the broker
+    (``confirmationWindowSize`` set, as Artemis' guide says, so a completion is the
+    broker's answer), at most B unconfirmed (``--max-pending``), against mqlab's STOMP
+    sender (B SENDs, then their receipts); C consumers acking in transactions of B
+    (``--tx --commit-interval B``: each commit confirmed, as mqlab's ACKs with a receipt)
+    against mqlab's receiver. The broker confirms a persistent message once its journal,
+    synced, and its replicating backup have it, whichever client sent it."""
+    from mqlab.brokers import servers
+
+    [primary] = cluster.serving()
+    node = cluster.endpoints().nodes[primary]
+    url = f"tcp://{node.host}:{node.port}"
+    artemis = servers.dist("artemis") / "bin" / "artemis"
+    env = dict(os.environ, JAVACMD=str(servers.java(servers.pin("artemis").java)))
+    env["JAVA_ARGS"] = "-Xmx512m -XX:+UseParallelGC"
+    ours, native = two_queues("artemis", profile, cluster, "-")
+    seconds = str(round(s.duration_s) + 15)  # its window is cut from its 1 s lines
+    out: list[Comparison] = []
+
+    def tool(cmd: list[str], what: str, label: str) -> Measured:
+        return windowed_tool(cmd, s.duration_s, artemis_perf_counter(what), label, env)
+
+    try:
+        mq_s = run_mqlab("sender", ours, profile, s)
+        producer = [str(artemis), "perf", "producer", "--persistent"]
+        producer += ["--url", f"{url}?confirmationWindowSize=1048576", "--protocol", "CORE"]
+        producer += ["--message-size", str(s.message_bytes), f"queue://{native.queue}"]
+        producer += ["--producers", str(s.connections), "--threads", str(s.connections)]
+        prod = [*producer, "--max-pending", str(s.batch), "--duration", seconds]
+        label = f"artemis perf producer ({s.connections} producers, --max-pending {s.batch})"
+        nat_s = tool(prod, "completed", label)
+        out.append(Comparison("artemis", "send", profile.name, mq_s, nat_s))
+        mq_r = run_mqlab("receiver", ours, profile, s)
+        if ours.remaining().count == 0:
+            print("warning: mqlab's receiver emptied the queue: its rate is understated")
+        # its consumers outrun its producers: the queue is filled first, 500 sends in
+        # flight per producer, for twice the window
+        fill = [*producer, "--max-pending", "500", "--duration", str(round(2 * s.duration_s))]
+        subprocess.run(fill, env=env, capture_output=True, check=True, timeout=300)
+        cons = [str(artemis), "perf", "consumer", "--url", url]
+        cons += ["--protocol", "CORE", "--consumers", str(s.connections)]
+        cons += ["--duration", seconds, f"queue://{native.queue}"]
+        # AUTO_ACKNOWLEDGE: Core sends its acks in batches and does not wait for them (the
+        # tool's --tx with 8 consumers stalled here after its first second)
+        label = f"artemis perf consumer ({s.connections} consumers, auto-acknowledge)"
+        nat_r = tool(cons, "received", label)
+        if native.remaining().count == 0:
+            print("warning: artemis perf consumer emptied the queue: its rate is understated")
+        out.append(Comparison("artemis", "receive", profile.name, mq_r, nat_r))
+    finally:
+        for d in (ours, native):
+            d.teardown()
+            d.close()
+    return out
+
+
+# -- RocketMQ -------------------------------------------------------------------------------
+ROCKETMQ_RATE = re.compile(r"\| (Send MPS|Consume TPS): (\d+) \|")  # the 1 s report lines
+
+
+def rocketmq_counter(what: str) -> Any:
+    """RocketMQ's benchmark report of each second (``-ri 1000``): ``Send MPS: N`` (messages
+    whose batch the broker answered SEND_OK) or ``Consume TPS: N`` (messages consumed)."""
+
+    def count(line: str) -> int | None:
+        m = ROCKETMQ_RATE.search(line)
+        return int(m.group(2)) if m and m.group(1) == what else None
+
+    return count
+
+
+def rocketmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
+    """RocketMQ's own benchmark (``rocketmq-example``'s ``benchmark.BatchProducer`` and
+    ``benchmark.Consumer``, the classes of the distribution's ``benchmark/`` scripts; the
+    remoting protocol, straight to the brokers, routed by the name server) on a topic of
+    mqlab's driver: C threads each sending batches of B synchronously (one SendMessage per
+    batch, answered SEND_OK once the DLedger group's majority has it) against mqlab's
+    sender through the gRPC proxy (B sends, then their answers); a push consumer of C
+    threads (offsets committed by the client) against mqlab's SimpleConsumer receiver
+    (receives of B, each message acked with an AckMessage call)."""
+    from mqlab.brokers import servers
+
+    ours, native = two_queues("rocketmq", profile, cluster, "-")
+    node = cluster.endpoints().nodes[0]
+    namesrv = f"{node.host}:{node.extra['namesrv']}"
+    java = [str(servers.java(servers.pin("rocketmq-example").java)), "-Xmx512m"]
+    java += ["-cp", servers.classpath("rocketmq-example")]
+    bench = "org.apache.rocketmq.example.benchmark"
+    topic = ["-t", native.topic, "-n", namesrv, "-ri", "1000"]
+    out: list[Comparison] = []
+    try:
+        mq_s = run_mqlab("sender", ours, profile, s)
+        prod = [*java, f"{bench}.BatchProducer", *topic, "-w", str(s.connections)]
+        prod += ["-b", str(s.batch), "-s", str(s.message_bytes)]
+        label = f"benchmark.BatchProducer (-w {s.connections} -b {s.batch})"
+        nat_s = windowed_tool(prod, s.duration_s, rocketmq_counter("Send MPS"), label)
+        out.append(Comparison("rocketmq", "send", profile.name, mq_s, nat_s))
+        mq_r = run_mqlab("receiver", ours, profile, s)
+        if ours.remaining().count == 0:
+            print("warning: mqlab's receiver emptied the topic: its rate is understated")
+        cons = [*java, f"{bench}.Consumer", *topic, "-w", str(s.connections)]
+        cons += ["-g", f"{native.topic}-native"]
+        label = f"benchmark.Consumer (-w {s.connections}, push)"
+        nat_r = windowed_tool(cons, s.duration_s, rocketmq_counter("Consume TPS"), label)
+        out.append(Comparison("rocketmq", "receive", profile.name, mq_r, nat_r))
+    finally:
+        for d in (ours, native):
+            d.teardown()
+            d.close()
+    return out
+
+
 # -- main ----------------------------------------------------------------------------------
 def check_tools(brokers: Sequence[str]) -> None:
     """Fail early, in one line, for a native tool that is not installed."""
@@ -981,6 +1128,8 @@ def check_tools(brokers: Sequence[str]) -> None:
             servers.tool("natscli")
         if "rabbitmq" in brokers:
             servers.classpath("perftest")
+        if "rocketmq" in brokers:
+            servers.classpath("rocketmq-example")
     except MqlabError as e:
         raise BenchError(str(e)) from None
 
@@ -1059,6 +1208,10 @@ def run_all(brokers: Sequence[str], args: argparse.Namespace) -> list[Comparison
                     results += rabbitmq_pairs(cluster, profile, s)
                 elif broker == "kafka":
                     results += kafka_pairs(cluster, profile, s)
+                elif broker == "artemis":
+                    results += artemis_pairs(cluster, profile, s)
+                elif broker == "rocketmq":
+                    results += rocketmq_pairs(cluster, profile, s)
                 else:
                     results += postgres_pairs(cluster, profile, s, args.pgbench_jobs)
             finally:

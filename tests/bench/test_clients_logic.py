@@ -11,6 +11,7 @@ from bench.clients import (
     BenchError,
     Comparison,
     Measured,
+    artemis_perf_counter,
     check_stored,
     consumed_counter,
     format_table,
@@ -23,6 +24,7 @@ from bench.clients import (
     perftest_steady,
     pgbench_claim_script,
     pgbench_insert_script,
+    rocketmq_counter,
     summarize_stacks,
     window_count,
     windowed_tool,
@@ -270,3 +272,42 @@ def test_a_reporting_tool_counts_only_the_reports_after_its_first() -> None:
     assert got.seconds >= 0.3 and got.label == "stand-in"
     with pytest.raises(BenchError, match="no report"):
         windowed_tool([sys.executable, "-c", "print('nothing')"], 0.3, produced, "silent")
+
+
+# ``artemis perf producer`` / ``consumer`` lines of one second (Artemis 2.40.0's format, as
+# its user manual's "Performance Tools" chapter prints them)
+ARTEMIS_OUT = [
+    "Connection brokerURL = tcp://127.0.0.1:61616?confirmationWindowSize=1048576",
+    "--- warmup false",
+    "--- sent:          7316 msg/sec",
+    "--- blocked:       6632 msg/sec",
+    "--- completed:     7320 msg/sec",
+    "--- received:      7317 msg/sec",
+    "--- send ack time:   mean:    113.01 us - 50.00%:    106.00 us - max:      3455.00 us",
+    "--- total completed:       70194",
+]
+
+
+def test_artemis_perf_counts_the_confirmed_or_received_of_each_second() -> None:
+    completed, received = artemis_perf_counter("completed"), artemis_perf_counter("received")
+    assert [completed(line) for line in ARTEMIS_OUT] == [None, None, None, None, 7320] + [None] * 3
+    assert [received(line) for line in ARTEMIS_OUT] == [None] * 5 + [7317, None, None]
+    # sent (not yet confirmed) and the summary's totals are never counted
+    assert completed("--- sent:  900 msg/sec") is None
+    assert completed("--- total completed:       70194") is None
+
+
+ROCKETMQ_OUT = [
+    "topic: bench-native-1, threadCount: 8, messageSize: 1024, batchSize: 10, keyEnable: false",
+    "Current Time: 1795746387 | Send TPS: 412 | Send MPS: 4120 | Max RT(ms): 31 | Average RT(ms):"
+    "  19.380 | Average Message RT(ms):   1.938 | Send Failed: 0 | Send Message Failed: 0",
+    "Current Time: 1795746388 | Consume TPS: 3987 | AVG(B2C) RT(ms):   2.000 | AVG(S2C) RT(ms):"
+    "   3.000 | MAX(B2C) RT(ms): 9 | MAX(S2C) RT(ms): 12 | Consume Fail: 0",
+]
+
+
+def test_rocketmq_benchmark_counts_messages_not_batches() -> None:
+    sent, consumed = rocketmq_counter("Send MPS"), rocketmq_counter("Consume TPS")
+    # the producer's TPS is batches a second, its MPS messages: messages are counted
+    assert [sent(line) for line in ROCKETMQ_OUT] == [None, 4120, None]
+    assert [consumed(line) for line in ROCKETMQ_OUT] == [None, None, 3987]
