@@ -14,6 +14,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -326,6 +327,116 @@ def test_an_empty_route_is_looked_up_again_and_the_retry_goes_through(
     assert s.lookups == 2 and p.route_manager.looked_up == [s.topic] * 2
     s.send([b"a", b"b"])  # the route lists queues again
     assert [m["body"] for m in p.sent] == [b"a", b"b"]
+
+
+class BatchingProducer(Producer):
+    """A producer of the pinned client 5.1.2 as ``send_batch`` uses it: its private steps
+    (each message wrapped, a queue selected, a request built: the client's real protobuf
+    request) and its RPC client, whose calls the test answers."""
+
+    def __init__(self, answers: list[Any]):
+        super().__init__([])
+        self.answers = answers  # per call: a SendMessageResponse, an exception, "hang", "empty"
+        self.wrapped: list[Any] = []
+        self.calls: list[Any] = []
+        self.client_configuration = SimpleNamespace(request_timeout=3)
+        self.rpc_client = SimpleNamespace(send_message_async=self._call)
+
+    def _Producer__wrap_sending_message(self, message: Any, transaction: bool) -> None:
+        assert transaction is False
+        message["id"] = f"id-{len(self.wrapped)}"
+        self.wrapped.append(message)
+
+    def _Producer__select_send_queue(self, message: Any) -> Any:
+        if self.answers and self.answers[0] == "empty":
+            self.answers.pop(0)
+            raise RuntimeError("no available message queues for selection.")
+        return SimpleNamespace(endpoints="proxy:8081")
+
+    def _Producer__send_req(self, message: Any) -> Any:
+        from rocketmq.grpc_protocol.service_pb2 import SendMessageRequest
+
+        req = SendMessageRequest()
+        m = req.messages.add()
+        m.topic.name, m.body = message["topic"], message["body"]
+        m.system_properties.message_id = message["id"]
+        return req
+
+    def sign(self) -> list[tuple[str, str]]:
+        return [("x-mq-client-id", "test")]
+
+    def _call(self, endpoints: str, req: Any, metadata: Any, timeout: int) -> Future:
+        assert (endpoints, metadata, timeout) == ("proxy:8081", self.sign(), 3)
+        self.calls.append(req)
+        answer = self.answers.pop(0)
+        f: Future = Future()
+        if isinstance(answer, BaseException):
+            f.set_exception(answer)
+        elif answer != "hang":
+            f.set_result(answer)
+        return f
+
+
+def answer(code: str = "OK", entries: int = 1, entry_code: str | None = None) -> Any:
+    from rocketmq.grpc_protocol.definition_pb2 import Code, Status
+    from rocketmq.grpc_protocol.service_pb2 import SendMessageResponse, SendResultEntry
+
+    status = Status(code=getattr(Code, code), message=code.lower().replace("_", " "))
+    each = Status(code=getattr(Code, entry_code or code), message="entry")
+    return SendMessageResponse(
+        status=status, entries=[SendResultEntry(status=each) for _ in range(entries)]
+    )
+
+
+def batching_sender(answers: list[Any], **settings: Any) -> tuple[Any, BatchingProducer]:
+    d = driver(**settings)
+    d.new_message = lambda payload: {"topic": d.topic, "body": payload}  # type: ignore[method-assign]
+    p = BatchingProducer(answers)
+    return rm.RocketmqSender(d, p), p
+
+
+def test_a_batch_goes_in_one_call_of_every_message_in_order() -> None:
+    s, p = batching_sender([answer(entries=1)])
+    s.send([b"a", b"b", b"c"])
+    [req] = p.calls
+    assert [m.body for m in req.messages] == [b"a", b"b", b"c"]
+    assert [m.system_properties.message_id for m in req.messages] == ["id-0", "id-1", "id-2"]
+    assert {m.topic.name for m in req.messages} == {s.topic} and p.sent == []
+
+
+def test_an_answer_per_message_is_checked_each() -> None:
+    s, _ = batching_sender([answer(entries=2)])
+    s.send([b"a", b"b"])  # one entry per message, all OK
+    s, _ = batching_sender([answer(entries=2, entry_code="MASTER_PERSISTENCE_TIMEOUT")])
+    with pytest.raises(DriverError, match="master persistence timeout|entry"):
+        s.send([b"a", b"b"])
+    s, _ = batching_sender([answer(entries=3)])
+    with pytest.raises(DriverError, match="3 send results for a batch of 2"):
+        s.send([b"a", b"b"])
+
+
+def test_a_refused_batch_is_a_driver_error_naming_the_brokers_answer() -> None:
+    s, _ = batching_sender([answer("MASTER_PERSISTENCE_TIMEOUT")])
+    with pytest.raises(DriverError, match=r"batch of 2 failed .*ProxyTimeoutException"):
+        s.send([b"a", b"b"])
+    s, _ = batching_sender([RuntimeError("StatusCode.UNAVAILABLE")])
+    with pytest.raises(DriverError, match="UNAVAILABLE"):
+        s.send([b"a"])
+
+
+def test_an_unanswered_batch_fails_after_the_send_timeout() -> None:
+    s, _ = batching_sender(["hang"], send_timeout_s=0.1)
+    with pytest.raises(DriverError, match=r"unconfirmed after 0.1 s"):
+        s.send([b"a", b"b"])
+
+
+def test_an_empty_route_in_the_batch_path_is_looked_up_again() -> None:
+    s, p = batching_sender(["empty", answer()])
+    with pytest.raises(DriverError, match="no available message queues"):
+        s.send([b"a", b"b"])
+    assert p.route_manager.looked_up == [s.topic] and p.calls == []
+    s.send([b"a", b"b"])  # the runner's retry, through the route looked up
+    assert len(p.calls) == 1
 
 
 @dataclass
