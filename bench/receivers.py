@@ -16,8 +16,8 @@ receiver closed, twice on a fresh queue each:
 
 RocketMQ (profile ``rocketmq-sync``; ``--brokers rocketmq``) has no prefetch: its
 before is a batch's acks one AckMessage call at a time, waited for in turn (the driver
-before pipelined acks), its after the driver as it is (every ack of the batch started
-before the first is waited for); give it ``--batch 32`` (what one receive pops at most).
+before pipelined acks), its after the driver as it is (a batch's acks in one AckMessage
+call); give it ``--batch 32`` (what one receive pops at most).
 
 Prints msgs/s before and after and their ratio per broker. The reference is the old
 code path measured in the same invocation, on the same clusters.
@@ -144,7 +144,7 @@ def bench(broker: str, root: Path, args: argparse.Namespace) -> list[str]:
             f"{broker} ({profile.name}): before (acks in turn): {describe(before, args.messages)}"
         )
         lines.append(
-            f"{broker} ({profile.name}): after (acks pipelined): "
+            f"{broker} ({profile.name}): after (a batch's acks in one call): "
             f"{describe(after, args.messages)}; ratio {after.rate / before.rate:.1f}x"
         )
         print("\n".join(lines[-2:]), flush=True)

@@ -44,10 +44,10 @@
   is returned when it arrives. A delivery is flagged redelivered when its
   ``delivery_attempt`` is above 1. A message whose body fails the client's checksum is not
   handed out (logged; its invisible duration runs out and it comes again).
-- ack (``receiver.py``): one AckMessage call per delivery, every call of the batch started
-  before the first is waited for (the call the client's ``ack`` makes; client 5.1.2 has
-  no public ack that returns a future to wait on); ``ack`` returning means the broker
-  confirmed every ack. An ack the broker refuses (its receipt handle
+- ack (``receiver.py``): the batch's acks in one AckMessage call per proxy and topic
+  (an entry per delivery, each answered; client 5.1.2 sends one entry per call, so the
+  request is built by its own private step and the entries joined); ``ack`` returning
+  means the broker confirmed every ack. An ack the broker refuses (its receipt handle
   expired: the message is visible again) or that fails is reported with DriverError once
   the others were tried; its message comes again. A delivery this receiver did not hand
   out, or acked already, is not acked (DriverError, after acking the others).

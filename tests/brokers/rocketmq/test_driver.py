@@ -616,6 +616,120 @@ def test_the_acks_of_a_batch_are_all_started_before_any_is_waited_for() -> None:
     assert dict(r.out) == {("m2", "rh-1"): 1}  # refused: still handed out, may be retried
 
 
+class BatchAckConsumer(Consumer):
+    """A consumer of the pinned client 5.1.2 as ``start_acks`` uses it: its own request
+    step (``Consumer.__ack_req``: the client's real AckMessageRequest of one entry) and its
+    RPC client, which answers each call as the proxy does, an entry per ack (``refuse``
+    ids: an expired receipt handle; ``fail``: the call itself fails)."""
+
+    def __init__(self, batches: list[Any]):
+        super().__init__(batches)
+        self.calls: list[tuple[Any, Any]] = []
+        self.fail: BaseException | None = None
+        self.client_configuration = SimpleNamespace(request_timeout=3)
+        self.rpc_client = SimpleNamespace(ack_message_async=self._call)
+
+    def _Consumer__ack_req(self, message: Msg) -> Any:
+        from rocketmq.grpc_protocol.service_pb2 import AckMessageEntry, AckMessageRequest
+
+        req = AckMessageRequest()
+        req.group.name, req.topic.name = "g", message.topic
+        req.entries.append(
+            AckMessageEntry(message_id=message.message_id, receipt_handle=message.receipt_handle)
+        )
+        return req
+
+    def sign(self) -> list[tuple[str, str]]:
+        return [("x-mq-client-id", "test")]
+
+    def _call(self, endpoints: Any, req: Any, metadata: Any, timeout: int) -> Future[Any]:
+        from rocketmq.grpc_protocol import Code
+        from rocketmq.grpc_protocol.service_pb2 import AckMessageResponse
+
+        assert (metadata, timeout) == (self.sign(), 3)
+        self.calls.append((endpoints, req))
+        f: Future[Any] = Future()
+        if self.fail is not None:
+            f.set_exception(self.fail)
+            return f
+        answer = AckMessageResponse()
+        for e in req.entries:
+            entry = answer.entries.add(message_id=e.message_id, receipt_handle=e.receipt_handle)
+            if e.message_id in self.refuse:
+                entry.status.code = Code.INVALID_RECEIPT_HANDLE
+                entry.status.message = "receipt handle is expired"
+            else:
+                self.acked.append(e.message_id)
+                entry.status.code = Code.OK
+        refused = any(e.message_id in self.refuse for e in req.entries)
+        answer.status.code = Code.MULTIPLE_RESULTS if refused else Code.OK
+        f.set_result(answer)
+        return f
+
+
+def batch_msgs(endpoints: str = "proxy:8081") -> list[Any]:
+    out = []
+    for i in (1, 2, 3):
+        m = Msg(bytes([96 + i]), f"m{i}", f"rh-{i}", topic="t")
+        m.endpoints = endpoints  # type: ignore[attr-defined]
+        out.append(m)
+    return out
+
+
+def test_the_acks_of_a_batch_go_in_one_call() -> None:
+    c = BatchAckConsumer([batch_msgs()])
+    r = rm.RocketmqReceiver(driver(), c)
+    r.ack(r.receive(10, 0.5))
+    [(endpoints, req)] = c.calls
+    assert endpoints == "proxy:8081" and req.topic.name == "t"
+    assert [(e.message_id, e.receipt_handle) for e in req.entries] == [
+        ("m1", "rh-1"),
+        ("m2", "rh-2"),
+        ("m3", "rh-3"),
+    ]
+    assert c.acked == ["m1", "m2", "m3"] and not r.out
+
+
+def test_an_ack_the_answer_refuses_stays_handed_out_and_the_others_are_acked() -> None:
+    c = BatchAckConsumer([batch_msgs()])
+    c.refuse = {"m2"}
+    r = rm.RocketmqReceiver(driver(), c)
+    got = r.receive(10, 0.5)
+    with pytest.raises(DriverError, match=r"1 of 3 acks failed .*receipt handle is expired"):
+        r.ack(got)
+    assert c.acked == ["m1", "m3"] and dict(r.out) == {("m2", "rh-2"): 1}
+    with pytest.raises(DriverError, match="2 of 2 deliveries were not handed out"):
+        r.ack([got[0], got[2]])  # acked already: refused, no call
+    assert len(c.calls) == 1
+    c.refuse = set()
+    r.ack([got[1]])  # a retry goes through
+    assert c.acked == ["m1", "m3", "m2"] and not r.out
+
+
+def test_a_failed_ack_call_leaves_every_delivery_handed_out() -> None:
+    c = BatchAckConsumer([batch_msgs()])
+    c.fail = RuntimeError("StatusCode.UNAVAILABLE: proxy gone")
+    r = rm.RocketmqReceiver(driver(), c)
+    got = r.receive(10, 0.5)
+    with pytest.raises(DriverError, match=r"3 of 3 acks failed .*UNAVAILABLE"):
+        r.ack(got)
+    assert sum(r.out.values()) == 3
+    c.fail = None
+    r.ack(got)
+    assert c.acked == ["m1", "m2", "m3"] and not r.out
+
+
+def test_messages_from_two_proxies_are_acked_by_a_call_to_each() -> None:
+    msgs = batch_msgs("proxy-a")[:2] + batch_msgs("proxy-b")[2:]
+    c = BatchAckConsumer([msgs])
+    r = rm.RocketmqReceiver(driver(), c)
+    r.ack(r.receive(10, 0.5))
+    assert [(ep, [e.message_id for e in req.entries]) for ep, req in c.calls] == [
+        ("proxy-a", ["m1", "m2"]),
+        ("proxy-b", ["m3"]),
+    ]
+
+
 def test_close_tolerates_a_consumer_that_fails_to_shut_down() -> None:
     r, _ = receiver([])
     r.close()
