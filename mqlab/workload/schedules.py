@@ -64,6 +64,9 @@ class FixedRate(Schedule):
         # ticker's reset may lose one concurrent batch's figure, never more (the next
         # late batch sets it again)
         self.late_max_ns = 0
+        # set by a lanes thread (mqlab.workload.lanes), which brings ``scheduled`` up to
+        # date only when its compiled loop returns: the lag is taken as of then
+        self.as_of_ns: int | None = None
 
     def slot(self, k: int) -> int:
         # k * 1e9 / rate, not k * (1e9 / rate): the latter rounds whole seconds down by 1 ns
@@ -87,6 +90,8 @@ class FixedRate(Schedule):
     def behind_ns(self, now_ns: int) -> int:
         if self.done:
             return 0
+        if self.as_of_ns is not None:
+            now_ns = min(now_ns, self.as_of_ns)
         return max(0, now_ns - self.slot(self.scheduled))
 
     def behind_max_ns(self, now_ns: int) -> int:

@@ -109,11 +109,13 @@ class SenderStats:
         done: int,
         records: array.array[int],
         wall_offset_ns: int,
+        intended: array.array[int] | None = None,
     ) -> None:
         """The first ``done`` batches of a run (``Sender.send_run``): ``sizes[i]`` messages
         from ``first_seq`` on, sent at ``records[2i]`` and confirmed at ``records[2i+1]``
-        (monotonic ns; + ``wall_offset_ns``: wall clock). As :meth:`sending` then
-        :meth:`confirmed_batch` of each, in bulk."""
+        (monotonic ns; + ``wall_offset_ns``: wall clock), each latency from its
+        ``intended[i]`` start where given (a fixed-rate batch's slot), else from when it
+        was sent. As :meth:`sending` then :meth:`confirmed_batch` of each, in bulk."""
         if done <= 0:
             return
         sizes = sizes[:done]
@@ -127,7 +129,10 @@ class SenderStats:
                 self._mark(records[2 * i] + wall_offset_ns, seq)
                 seq += sizes[i]
         self.confirmed.add_range(first_seq, first_seq + total)
-        latencies = [(records[i + 1] - records[i]) // 1000 for i in range(0, 2 * done, 2)]
+        if intended is None:
+            latencies = [(records[i + 1] - records[i]) // 1000 for i in range(0, 2 * done, 2)]
+        else:
+            latencies = [(records[2 * i + 1] - intended[i]) // 1000 for i in range(done)]
         confirmed = [(records[i] + wall_offset_ns) // 1_000_000 for i in range(1, 2 * done, 2)]
         with self.lock:
             self.held_back = True
