@@ -52,6 +52,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from mqlab import envelope
 from mqlab.brokers.base import Sender, lanes_engine
 from mqlab.errors import DriverError
@@ -59,6 +61,10 @@ from mqlab.workload.schedules import FixedRate
 from mqlab.workload.senderstats import Cuts, SenderStats
 
 RUN_BATCHES = 1024  # sizes handed to a lane at once (its records: two i64 each)
+# a fixed-rate lane's run: its slots of FIXED_RUN_S (RUN_BATCHES .. FIXED_RUN_MAX batches);
+# a run used up returns to Python, which holds every lane's next batch meanwhile
+FIXED_RUN_S = 4.0
+FIXED_RUN_MAX = 16384
 STOP_POLL_S = 0.05  # how often the stop watcher looks at ``stop``
 CONNECTING_MAX = 8  # threads that connect lanes again, at most
 NEVER = 2**62
@@ -227,10 +233,13 @@ class _Loop:
         if sch is not None and not connected and sch.slot(lane.seq) > now:
             lane.resume_ns = sch.slot(lane.seq)
             return
-        run = lane.sizes.take(RUN_BATCHES)
+        k = RUN_BATCHES if sch is None else run_batches(sch)
+        run = lane.sizes.take(k)
         if not run:
             lane.finished = True
             return
+        if len(lane.records) < 2 * len(run):  # not with the compiled set: not assigned
+            lane.records = array.array("q", bytes(16 * len(run)))
         lane.run, lane.recorded, lane.late_seen = run, 0, 0
         lane.slots = None if sch is None else slots_of(sch, lane.seq, run)
         if not first_start and not connected:
@@ -319,8 +328,8 @@ class _Loop:
         assert lane.schedule is not None and lane.slots is not None
         a = lane.late_seen
         if started > a:
-            starts = lane.records[2 * a : 2 * started : 2]
-            late = max(map(int.__sub__, starts, lane.slots[a:started]))
+            starts = np.frombuffer(lane.records, np.int64, 2 * started)[2 * a :: 2]
+            late = int((starts - np.frombuffer(lane.slots, np.int64, started)[a:]).max())
             lane.schedule.late_max_ns = max(lane.schedule.late_max_ns, late)
             lane.late_seen = started
 
@@ -350,10 +359,14 @@ class _Loop:
         lane.resume_ns = time.monotonic_ns() + int(backoff_s * 1e9)
 
 
-def slots_of(schedule: FixedRate, seq: int, run: Sequence[int]) -> array.array[int]:
+def run_batches(schedule: FixedRate) -> int:
+    """How many batches a fixed-rate lane's run holds (see FIXED_RUN_S)."""
+    return min(FIXED_RUN_MAX, max(RUN_BATCHES, int(schedule.rate_per_s * FIXED_RUN_S)))
+
+
+def slots_of(schedule: FixedRate, seq: int, run: array.array[int]) -> array.array[int]:
     """The slot of each batch of ``run`` (sizes), its first message ``seq``."""
-    out = array.array("q", bytes(8 * len(run)))
-    for i, n in enumerate(run):
-        out[i] = schedule.slot(seq)
-        seq += n
+    n = np.frombuffer(run, np.int64)
+    out = array.array("q")
+    out.frombytes(schedule.slots(np.cumsum(n) - n + seq).tobytes())
     return out

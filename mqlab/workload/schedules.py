@@ -72,6 +72,10 @@ class FixedRate(Schedule):
         # k * 1e9 / rate, not k * (1e9 / rate): the latter rounds whole seconds down by 1 ns
         return self.start_ns + int(k * 1e9 / self.rate_per_s)
 
+    def slots(self, k: np.ndarray) -> np.ndarray:
+        """:meth:`slot` of each of ``k`` (int64), the same figures."""
+        return self.start_ns + (k * 1e9 / self.rate_per_s).astype(np.int64)
+
     def next_batch(self, n: int, stop: threading.Event, end_ns: int | None) -> int | None:
         intended = self.slot(self.scheduled)
         if end_ns is not None and (intended >= end_ns or time.monotonic_ns() >= end_ns):
@@ -109,8 +113,7 @@ class FixedRate(Schedule):
             due_n = min(due_n, limit)
         if due_n <= self.scheduled:
             return np.empty(0, np.int64)
-        k = np.arange(self.scheduled, due_n, dtype=np.int64)
-        return self.start_ns + (k * 1e9 / self.rate_per_s).astype(np.int64)  # as slot()
+        return self.slots(np.arange(self.scheduled, due_n, dtype=np.int64))
 
     def finish(self) -> None:
         self.done = True
