@@ -110,13 +110,9 @@ def lag_worker(spec_path: str, lanes: bool) -> int:
             wall_offset_ns: int,
             intended: Any = None,
         ) -> None:
-            if intended is not None and done > 0:  # a lane's batches: written at records[2i]
-                slots = np.frombuffer(intended, np.int64, done)
-                rec = np.frombuffer(records, np.int64, 2 * done)
-                written, ends = rec[::2], rec[1::2]
-                free = np.maximum(slots, np.concatenate([[self.last_end], ends[:-1]]))
-                runs.append(np.stack([slots, written - slots, written - free], axis=1))
-                self.last_end = int(ends[-1])
+            if intended is not None and done > 0:
+                lags, self.last_end = lane_lags(intended, records, done, self.last_end)
+                runs.append(lags)
             super().confirmed_run(first_seq, sizes, done, records, wall_offset_ns, intended)
 
     worker.SenderStats = LagStats  # type: ignore[misc]
@@ -125,6 +121,17 @@ def lag_worker(spec_path: str, lanes: bool) -> int:
     runs.append(np.array(noted, dtype=np.int64).reshape(-1, 3))
     np.save(out, np.concatenate(runs))
     return code
+
+
+def lane_lags(slots: Any, records: Any, done: int, last_end: int) -> tuple[np.ndarray, int]:
+    """(slot, lag, own lag) of a lane's ``done`` confirmed batches (slots: each one's;
+    records: written at ``records[2i]``, confirmed at ``records[2i+1]``), its last batch
+    before them confirmed at ``last_end``; and its last confirmation."""
+    at = np.frombuffer(slots, np.int64, done)
+    rec = np.frombuffer(records, np.int64, 2 * done)
+    written, ends = rec[::2], rec[1::2]
+    free = np.maximum(at, np.concatenate([[last_end], ends[:-1]]))
+    return np.stack([at, written - at, written - free], axis=1), int(ends[-1])
 
 
 class LagWorkerProcess(WorkerProcess):
@@ -263,6 +270,9 @@ def goals(rows: Sequence[Row]) -> list[str]:
                 f"; a thread per sender {threads.lag_p99_ms:.3f} ms (ratio lanes/threads "
                 f"{lanes.lag_p99_ms / max(threads.lag_p99_ms, 1e-9):.2f})"
             )
+        line += f"; own part p99 {lanes.own_p99_ms:.3f} ms"
+        if threads is not None:
+            line += f" (a thread per sender {threads.own_p99_ms:.3f} ms)"
         out.append(line)
     return out
 
