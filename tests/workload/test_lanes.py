@@ -67,6 +67,7 @@ class Peer:
     def __init__(self, sock: socket.socket, frame: int, batch: int, prefix: int):
         self.sock, self.frame, self.batch, self.prefix = sock, frame, batch, prefix
         self.stamps: list[int] = []  # each batch's first message's intended-send stamp
+        self.seqs: list[int] = []  # and its seq
         self.delay_s: Callable[[], float] = lambda: 0.0
         self.failing: Callable[[], bool] = lambda: False
         self.first_byte_ns: list[int] = []
@@ -85,7 +86,9 @@ class Peer:
                         self.first_byte_ns.append(time.monotonic_ns())
                     buf += data
                 head = buf[self.prefix : self.prefix + envelope.HEADER_BYTES]
-                self.stamps.append(envelope.decode(head + bytes(SIZE))[2])
+                _, seq, stamp = envelope.decode(head + bytes(SIZE))
+                self.stamps.append(stamp)
+                self.seqs.append(seq)
                 buf = buf[want:]
                 time.sleep(self.delay_s())
                 if self.failing():
@@ -429,3 +432,28 @@ def test_the_lag_figure_is_taken_as_of_the_last_return() -> None:
     assert sch.behind_max_ns(500_000_000) == 3_000_000
     sch.as_of_ns = None
     assert sch.behind_ns(500_000_000) == 490_000_000
+
+
+def test_a_fixed_rate_lane_that_failed_reconnects_and_stamps_each_batch_with_its_slot(
+    made: list,
+) -> None:
+    """Lane 0's first batch fails (its backoff 0.1 s, then a connect of 0.1 s): every
+    batch the peer gets is stamped with the slot of its first seq (the failed one's seqs
+    skipped), the first after the failure's latency counts the backoff and the connect,
+    and the other lane keeps its slots meanwhile."""
+    states, peers, pool = _lanes(made, 2)
+    wire = states[0].client.wire  # type: ignore[attr-defined]
+    wire.connect_s = 0.1
+    fails = iter([True])
+    peers[0].failing = lambda: next(fails, False)
+    schedules, start, end, offset = _drive_fixed(states, pool, 200.0, 0.6)
+    sch, peer, st = schedules[0], peers[0], states[0].stats
+    assert wire.connects == 2 and st.failed_total == 2
+    assert peer.seqs[0] == 0 and len(peer.seqs) > 3
+    for seq, stamp in zip(peer.seqs, peer.stamps, strict=True):
+        assert stamp - offset == sch.slot(seq)
+    assert st.confirmed_total == 2 * (len(peer.seqs) - 1)
+    assert max(st.call_us) >= 200_000  # from its slot: the backoff and the connect
+    for seq, stamp in zip(peers[1].seqs, peers[1].stamps, strict=True):
+        assert stamp - offset == schedules[1].slot(seq)
+    assert st.confirmed_total + st.failed_total == sch.scheduled
