@@ -18,7 +18,8 @@
  * replies.
  *
  *   Lanes(proto, count, timeout_ns)          proto REDIS or PG
- *   .assign(j, fd, run_spec, sizes, first_seq, key, records, first_start_ns, conn_gen)
+ *   .assign(j, fd, run_spec, sizes, first_seq, key, records, first_start_ns, conn_gen
+ *           [, slots])
  *   .run(return_ns, stop_ns, wall_offset_ns, wake_fd) -> [(done, in_flight, outcome), ...]
  *   .release(j)
  *
@@ -39,6 +40,13 @@
  * succeeded; in_flight: whether batch done is in flight; outcome None, or (status,
  * integer, message) of a failure: batch done failed (records[2 * done + 1] is when) and
  * the lane stays stopped until assigned again.
+ *
+ * Fixed-rate senders (issue 28): slots (an i64 per batch, CLOCK_MONOTONIC; None: closed
+ * loop) is when each batch is due. A batch goes at its slot, never before it (the loop's
+ * poll wakes at the earliest pending slot), or as soon as its lane's last batch is in
+ * when that was later; no batch whose slot is at or after stop_ns goes. Its header is
+ * stamped with its slot (the intended start: a late batch carries its queueing delay),
+ * and records[2i] is when its bytes were written, so the caller sees how late it went.
  *
  * Redis: run_spec is (prefixes, pads, pool_n, suffix, trailer, magic, version, sender,
  * min_acks): batch i goes to stream key prefixes[(key + i) % len(prefixes)] (each an
@@ -520,6 +528,8 @@ typedef struct {
     int64_t *records;
     unsigned long long seq, key;
     int64_t first_start; /* > 0: the run's first batch started then (a reconnect's start) */
+    Py_buffer slots_buf; /* fixed rate: each batch's slot (slots != NULL) */
+    const int64_t *slots;
     long long conn_gen; /* the connection's generation: a new one has nothing prepared */
     unsigned char *prepared; /* PostgreSQL: bit n set once the INSERT of n rows is prepared */
     int parsing; /* PostgreSQL: the batch in flight prepares its statement too */
@@ -553,6 +563,10 @@ lane_release(lane *L)
     }
     PyBuffer_Release(&L->sizes_buf);
     PyBuffer_Release(&L->records_buf);
+    if (L->slots != NULL) {
+        PyBuffer_Release(&L->slots_buf);
+        L->slots = NULL;
+    }
     free_run_spec(&L->rs);
     Py_CLEAR(L->spec_obj);
     L->assigned = 0;
@@ -751,14 +765,26 @@ pg_parse(reader *r, outcome *o)
 
 /* Starts the lane's next batch: its start is taken now, as its own bytes are written (or
  * is the run's first_start, when the sender had to connect first), and the batch goes
- * only if that start is before stop_ns. 1: started, 0: not (no sizes left, or the end). */
+ * only if that start is before stop_ns. With slots, the batch goes only once its slot
+ * came (and only if the slot and now are before stop_ns), stamped with its slot. 1:
+ * started, 0: not (no sizes left, or the end), -1: not yet (its slot is later). */
 static int
 lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
 {
     if (L->i >= L->batches) {
         return 0;
     }
-    int64_t now = L->first_start > 0 ? L->first_start : monotonic_ns();
+    int64_t now = L->first_start > 0 && L->slots == NULL ? L->first_start : monotonic_ns();
+    int64_t stamp = now;
+    if (L->slots != NULL) {
+        stamp = L->slots[L->i];
+        if (stamp >= stop_ns) {
+            return 0;
+        }
+        if (stamp > now) {
+            return -1;
+        }
+    }
     if (now >= stop_ns) {
         return 0;
     }
@@ -772,7 +798,7 @@ lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
         if (L->parsing) {
             at = pg_parse_message(L->wire, rs, n);
         }
-        L->wlen = at + pg_batch(L->wire + at, rs, n, L->seq, now + wall_offset_ns);
+        L->wlen = at + pg_batch(L->wire + at, rs, n, L->seq, stamp + wall_offset_ns);
         reader_expect(&L->r, 1, &L->o); /* through ReadyForQuery */
     } else {
         Py_ssize_t k =
@@ -785,7 +811,7 @@ lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
             memcpy(w, prefix, prefix_len);
             w += prefix_len;
             put_header((unsigned char *)w, rs->magic, rs->version, rs->sender, L->seq + j,
-                       now + wall_offset_ns);
+                       stamp + wall_offset_ns);
             w += 24;
             memcpy(w, pad, rs->pad_len);
             w += rs->pad_len;
@@ -868,8 +894,8 @@ lane_read(lane *L, int64_t timeout_ns)
  * (its sizes used up, or a failure), or wake_fd became readable; no batch starts at or
  * after stop_ns, and once none is in flight after stop_ns it returns too. Each lane goes
  * at its own pace: the next batch of a lane starts as soon as its last one's replies are
- * parsed, with its own start time. Batches in flight at the return stay in flight: the
- * next call reads their replies. */
+ * parsed (and its slot came, with slots), with its own start time. Batches in flight at
+ * the return stay in flight: the next call reads their replies. */
 static void
 lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_offset_ns,
            int wake_fd)
@@ -898,6 +924,10 @@ lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_o
         for (Py_ssize_t j = 0; j < n; j++) {
             lane *L = &lanes[j];
             if (!L->active) {
+                if (L->next && L->slots != NULL && !L->failed && L->assigned &&
+                    L->i < L->batches && L->slots[L->i] < first_deadline) {
+                    first_deadline = L->slots[L->i]; /* waiting for its slot */
+                }
                 continue;
             }
             pfds[k].fd = L->fd;
@@ -1049,11 +1079,17 @@ Lanes_assign(LanesObject *self, PyObject *args)
     Py_ssize_t j;
     int fd;
     PyObject *spec;
-    Py_buffer sizes_buf, records_buf;
+    Py_buffer sizes_buf, records_buf, slots_buf = {0};
     unsigned long long seq, key;
     long long first_start, conn_gen;
-    if (!PyArg_ParseTuple(args, "niO!y*KKw*LL", &j, &fd, &PyTuple_Type, &spec, &sizes_buf, &seq,
-                          &key, &records_buf, &first_start, &conn_gen)) {
+    PyObject *slots = Py_None;
+    if (!PyArg_ParseTuple(args, "niO!y*KKw*LL|O", &j, &fd, &PyTuple_Type, &spec, &sizes_buf,
+                          &seq, &key, &records_buf, &first_start, &conn_gen, &slots)) {
+        return NULL;
+    }
+    if (slots != Py_None && PyObject_GetBuffer(slots, &slots_buf, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&sizes_buf);
+        PyBuffer_Release(&records_buf);
         return NULL;
     }
     lane *L = lane_at(self, j);
@@ -1071,9 +1107,10 @@ Lanes_assign(LanesObject *self, PyObject *args)
     }
     Py_ssize_t batches = sizes_buf.len / (Py_ssize_t)sizeof(int64_t);
     if (sizes_buf.len % (Py_ssize_t)sizeof(int64_t) != 0 ||
-        records_buf.len < batches * 2 * (Py_ssize_t)sizeof(int64_t)) {
+        records_buf.len < batches * 2 * (Py_ssize_t)sizeof(int64_t) ||
+        (slots != Py_None && slots_buf.len < batches * (Py_ssize_t)sizeof(int64_t))) {
         free_run_spec(&rs);
-        why = "Lanes: sizes is not i64s, or records has no room for 2 per batch";
+        why = "Lanes: sizes is not i64s, or records has no room for 2 per batch, or slots 1";
         goto refused;
     }
     const int64_t *sizes = (const int64_t *)sizes_buf.buf;
@@ -1120,6 +1157,10 @@ Lanes_assign(LanesObject *self, PyObject *args)
     L->seq = seq;
     L->key = key;
     L->first_start = first_start;
+    if (slots != Py_None) {
+        L->slots_buf = slots_buf;
+        L->slots = (const int64_t *)slots_buf.buf;
+    }
     if (conn_gen != L->conn_gen && L->prepared != NULL) {
         memset(L->prepared, 0, PG_SIZE_MAX / 8 + 1);
     }
@@ -1134,6 +1175,9 @@ refused:
 fail:
     PyBuffer_Release(&sizes_buf);
     PyBuffer_Release(&records_buf);
+    if (slots != Py_None) {
+        PyBuffer_Release(&slots_buf);
+    }
     return NULL;
 }
 
@@ -1199,7 +1243,7 @@ Lanes_run(LanesObject *self, PyObject *args)
 
 static PyMethodDef Lanes_methods[] = {
     {"assign", (PyCFunction)Lanes_assign, METH_VARARGS,
-     "assign(j, fd, spec, sizes, first_seq, key, records, first_start_ns, conn_gen)"},
+     "assign(j, fd, spec, sizes, first_seq, key, records, first_start_ns, conn_gen[, slots])"},
     {"release", (PyCFunction)Lanes_release, METH_VARARGS, "release(j)"},
     {"run", (PyCFunction)Lanes_run, METH_VARARGS, "run(return_ns, stop_ns, wall_offset_ns, wake_fd)"},
     {NULL, NULL, 0, NULL},
@@ -1209,7 +1253,7 @@ static PyTypeObject LanesType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mqlab._sendpath.Lanes",
     .tp_basicsize = sizeof(LanesObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Closed-loop senders' connections driven from one thread (see the source).",
+    .tp_doc = "Senders' connections driven from one thread (see the source).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Lanes_init,
     .tp_dealloc = (destructor)Lanes_dealloc,

@@ -310,8 +310,8 @@ class Driver(ABC):
         return "python"
 
     def sends_in_lanes(self) -> bool:
-        """Whether closed-loop senders of this driver are driven from one thread each
-        worker, through their class's ``Sender.send_lanes`` (else: a thread each)."""
+        """Whether senders of this driver (closed loop or fixed rate) are driven from one
+        thread each worker, in ``mqlab._sendpath.Lanes`` (else: a thread each)."""
         return False
 
     @abstractmethod

@@ -1,6 +1,7 @@
-"""Closed-loop senders in lanes: each sender its own connection, all of a thread's
-driven through one ``mqlab._sendpath.Lanes`` set (mqlab/_sendpath.c), as the brokers'
-own benchmark tools drive theirs.
+"""Senders in lanes: each sender its own connection, all of a thread's driven through
+one ``mqlab._sendpath.Lanes`` set (mqlab/_sendpath.c), as the brokers' own benchmark
+tools drive theirs. Closed-loop senders send back to back; fixed-rate senders (a lane
+with a :class:`FixedRate` schedule) at their slots.
 
 What a thread per sender would record, each lane records:
 
@@ -17,6 +18,17 @@ What a thread per sender would record, each lane records:
   connect again starts when the connecting started, so the reconnect counts in its
   latency, as in a thread that connects inside its send call. Connecting happens on a
   small pool of threads: healthy lanes go on meanwhile.
+- **Each fixed-rate batch at its slot** (:meth:`FixedRate.slot` of its first message),
+  never before it: the compiled loop is given each batch's slot and waits for the
+  earliest pending one in the same poll as the replies. The batch's header is stamped
+  with its slot and its latency runs from the slot, so a late batch (its lane's last one
+  was confirmed after the slot) carries its queueing delay; one batch in flight per lane,
+  the next as soon as the last is confirmed when the lane is behind. The schedule's
+  ``scheduled`` and ``late_max_ns`` (the ticker's lag) are brought up to date at every
+  return, before the watermark, and the lag is taken as of that return (``as_of_ns``:
+  the cut, when the ticker reads it); slots never handed to send before the end are the
+  caller's ``unsent``. A lane that must connect again connects at its next batch's slot,
+  not before.
 - **Each batch in the interval of its confirmation.** What the loop returns is recorded
   before the thread sets its watermark (:attr:`SenderStats.watermark_ms`); the ticker
   waits for it before closing an interval, and takes only the batches confirmed before
@@ -40,12 +52,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from mqlab import envelope
 from mqlab.brokers.base import Sender, lanes_engine
 from mqlab.errors import DriverError
+from mqlab.workload.schedules import FixedRate
 from mqlab.workload.senderstats import Cuts, SenderStats
 
 RUN_BATCHES = 1024  # sizes handed to a lane at once (its records: two i64 each)
+# a fixed-rate lane's run: its slots of FIXED_RUN_S (RUN_BATCHES .. FIXED_RUN_MAX batches);
+# a run used up returns to Python, which holds every lane's next batch meanwhile
+FIXED_RUN_S = 4.0
+FIXED_RUN_MAX = 16384
 STOP_POLL_S = 0.05  # how often the stop watcher looks at ``stop``
 CONNECTING_MAX = 8  # threads that connect lanes again, at most
 NEVER = 2**62
@@ -53,19 +72,23 @@ NEVER = 2**62
 
 @dataclass
 class LaneState:
-    """One closed-loop sender in a lanes set: its client, stats and batch sizes (a
-    ``BatchSizes``), the next seq, its retry and where its current run is."""
+    """One sender in a lanes set: its client, stats and batch sizes (a ``BatchSizes``),
+    its retry, its schedule when it sends at a fixed rate (None: closed loop), the next
+    seq and where its current run is."""
 
     client: Sender
     stats: SenderStats
     sizes: Any  # mqlab.workload.threads.BatchSizes
     retry: Any  # mqlab.workload.threads.Retry
-    seq: int = 0
+    schedule: FixedRate | None = None
+    seq: int = 0  # messages handed to send so far (confirmed or failed)
     run: array.array[int] = field(default_factory=lambda: array.array("q"))
     records: array.array[int] = field(
         default_factory=lambda: array.array("q", bytes(16 * RUN_BATCHES))
     )
     recorded: int = 0  # batches of the run recorded so far
+    slots: array.array[int] | None = None  # fixed rate: each batch of the run's slot
+    late_seen: int = 0  # batches of the run whose lateness was taken
     assigned: bool = False  # the run is with the compiled set
     resume_ns: int = 0  # backing off until then
     connecting: concurrent.futures.Future[None] | None = None
@@ -115,10 +138,10 @@ def drive(
     wall_offset_ns: int,
     cuts: Cuts,
 ) -> None:
-    """Send the lanes' batches back to back from ``start_ns`` until ``end_ns`` (None: no
-    end), the message limit or ``stop``; when a lane's failures ran out its error budget
-    (``retry.backoff`` raised), raises that once every lane's outcome is recorded and
-    nothing is in flight."""
+    """Send the lanes' batches (back to back, or at their slots) from ``start_ns`` until
+    ``end_ns`` (None: no end), the message limit or ``stop``; when a lane's failures ran
+    out its error budget (``retry.backoff`` raised), raises that once every lane's outcome
+    is recorded and nothing is in flight."""
     client = lanes[0].client
     engine = lanes_engine()
     proto = type(client).lane_proto
@@ -198,27 +221,37 @@ class _Loop:
                 self._record(results, returned, stop_ns)
             mark = (returned + self.off) // 1_000_000
             for lane in self.lanes:
+                if lane.schedule is not None:
+                    lane.schedule.as_of_ns = returned  # its lag as of then (the ticker's)
                 lane.stats.watermark_ms = mark
 
     # -- a lane's run -------------------------------------------------------------------
     def _arm(self, j: int, lane: LaneState, now: int, first_start: int = 0) -> None:
         """Give the lane its next run of sizes (connecting first, off this thread, when it
-        is not connected)."""
-        run = lane.sizes.take(RUN_BATCHES)
+        is not connected; at a fixed rate, at its first batch's slot)."""
+        sch, connected = lane.schedule, lane.client.lane_connected()
+        if sch is not None and not connected and sch.slot(lane.seq) > now:
+            lane.resume_ns = sch.slot(lane.seq)
+            return
+        k = RUN_BATCHES if sch is None else run_batches(sch)
+        run = lane.sizes.take(k)
         if not run:
             lane.finished = True
             return
-        lane.run, lane.recorded = run, 0
-        if not first_start and not lane.client.lane_connected():
+        if len(lane.records) < 2 * len(run):  # not with the compiled set: not assigned
+            lane.records = array.array("q", bytes(16 * len(run)))
+        lane.run, lane.recorded, lane.late_seen = run, 0, 0
+        lane.slots = None if sch is None else slots_of(sch, lane.seq, run)
+        if not first_start and not connected:
             lane.connect_start = now
             lane.connecting = self.connector.submit(self._connect, lane.client)
             return
         try:
             fd, spec, key, gen = lane.client.lane_args(lane.stats.sender_id, self.pool)
         except DriverError as e:
-            self._failed(lane, run[0], first_start or now, time.monotonic_ns(), e)
+            self._failed(lane, 0, first_start or now, time.monotonic_ns(), e)
             return
-        self.ls.assign(j, fd, spec, run, lane.seq, key, lane.records, first_start, gen)
+        self.ls.assign(j, fd, spec, run, lane.seq, key, lane.records, first_start, gen, lane.slots)
         lane.assigned = True
 
     def _connect(self, client: Sender) -> None:
@@ -236,7 +269,7 @@ class _Loop:
         lane.connecting = None
         exc = fut.exception()
         if exc is not None:
-            self._failed(lane, lane.run[0], lane.connect_start, now, exc)
+            self._failed(lane, 0, lane.connect_start, now, exc)
             return
         if lane.connect_start >= stop_ns:
             return
@@ -244,9 +277,10 @@ class _Loop:
         try:
             fd, spec, key, gen = lane.client.lane_args(lane.stats.sender_id, self.pool)
         except DriverError as e:
-            self._failed(lane, run[0], lane.connect_start, time.monotonic_ns(), e)
+            self._failed(lane, 0, lane.connect_start, time.monotonic_ns(), e)
             return
-        self.ls.assign(j, fd, spec, run, lane.seq, key, lane.records, lane.connect_start, gen)
+        start = lane.connect_start
+        self.ls.assign(j, fd, spec, run, lane.seq, key, lane.records, start, gen, lane.slots)
         lane.recorded = 0
         lane.assigned = True
 
@@ -258,11 +292,17 @@ class _Loop:
             if not lane.assigned:
                 continue
             done, in_flight, status = results[j]
+            if lane.schedule is not None:
+                self._late(lane, done + (1 if in_flight or status is not None else 0))
             if done > lane.recorded:
                 a, b = lane.recorded, done
-                lane.stats.confirmed_run(
-                    lane.seq, lane.run[a:b], b - a, lane.records[2 * a : 2 * b], self.off
-                )
+                records = lane.records[2 * a : 2 * b]
+                if lane.slots is None:
+                    lane.stats.confirmed_run(lane.seq, lane.run[a:b], b - a, records, self.off)
+                else:  # latencies from the slots
+                    lane.stats.confirmed_run(
+                        lane.seq, lane.run[a:b], b - a, records, self.off, lane.slots[a:b]
+                    )
                 lane.seq += sum(lane.run[a:b])
                 lane.recorded = done
                 lane.retry.ok()
@@ -273,22 +313,41 @@ class _Loop:
                 lane.client.lane_ran(done, True)
                 started, ended = lane.records[2 * done], lane.records[2 * done + 1]
                 lane.sizes.used(done)
-                self._failed(lane, lane.run[done], started, ended, exc or DriverError(str(status)))
+                self._failed(lane, done, started, ended, exc or DriverError(str(status)))
             elif not in_flight and (done == len(lane.run) or returned >= stop_ns):
                 lane.assigned = False
                 self.ls.release(j)
                 lane.client.lane_ran(done, False)
                 lane.sizes.used(done)
+            if lane.schedule is not None:  # handed to send: in flight too
+                lane.schedule.scheduled = lane.seq + (lane.run[done] if in_flight else 0)
+
+    def _late(self, lane: LaneState, started: int) -> None:
+        """The latest the run's batches started since the last call went after their
+        slots (the schedule's ``late_max_ns``, read by the ticker)."""
+        assert lane.schedule is not None and lane.slots is not None
+        a = lane.late_seen
+        if started > a:
+            starts = np.frombuffer(lane.records, np.int64, 2 * started)[2 * a :: 2]
+            late = int((starts - np.frombuffer(lane.slots, np.int64, started)[a:]).max())
+            lane.schedule.late_max_ns = max(lane.schedule.late_max_ns, late)
+            lane.late_seen = started
 
     def _failed(
-        self, lane: LaneState, n: int, started: int, ended: int, exc: BaseException
+        self, lane: LaneState, i: int, started: int, ended: int, exc: BaseException
     ) -> None:
-        """Record a failed batch of ``n`` (``started`` .. ``ended``, monotonic ns) and set
-        the lane's backoff; a lane out of error budget stops, and fails the thread."""
+        """Record the run's batch ``i`` failed (``started`` .. ``ended``, monotonic ns; at
+        a fixed rate it started at its slot) and set the lane's backoff; a lane out of
+        error budget stops, and fails the thread."""
+        n = lane.run[i]
+        if lane.slots is not None:
+            started = lane.slots[i]
         stats = lane.stats
         stats.sending(n, started, lane.seq, (started + self.off) // 1_000_000)
         stats.failed(n, (ended - started) // 1000)
         lane.seq += n
+        if lane.schedule is not None:
+            lane.schedule.scheduled = lane.seq
         lane.sizes.used(1)
         try:
             backoff_s = lane.retry.backoff(exc, "send")
@@ -298,3 +357,16 @@ class _Loop:
                 self.failure = e
             return
         lane.resume_ns = time.monotonic_ns() + int(backoff_s * 1e9)
+
+
+def run_batches(schedule: FixedRate) -> int:
+    """How many batches a fixed-rate lane's run holds (see FIXED_RUN_S)."""
+    return min(FIXED_RUN_MAX, max(RUN_BATCHES, int(schedule.rate_per_s * FIXED_RUN_S)))
+
+
+def slots_of(schedule: FixedRate, seq: int, run: array.array[int]) -> array.array[int]:
+    """The slot of each batch of ``run`` (sizes), its first message ``seq``."""
+    n = np.frombuffer(run, np.int64)
+    out = array.array("q")
+    out.frombytes(schedule.slots(np.cumsum(n) - n + seq).tobytes())
+    return out

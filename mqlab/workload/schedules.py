@@ -64,10 +64,17 @@ class FixedRate(Schedule):
         # ticker's reset may lose one concurrent batch's figure, never more (the next
         # late batch sets it again)
         self.late_max_ns = 0
+        # set by a lanes thread (mqlab.workload.lanes), which brings ``scheduled`` up to
+        # date only when its compiled loop returns: the lag is taken as of then
+        self.as_of_ns: int | None = None
 
     def slot(self, k: int) -> int:
         # k * 1e9 / rate, not k * (1e9 / rate): the latter rounds whole seconds down by 1 ns
         return self.start_ns + int(k * 1e9 / self.rate_per_s)
+
+    def slots(self, k: np.ndarray) -> np.ndarray:
+        """:meth:`slot` of each of ``k`` (int64), the same figures."""
+        return self.start_ns + (k * 1e9 / self.rate_per_s).astype(np.int64)
 
     def next_batch(self, n: int, stop: threading.Event, end_ns: int | None) -> int | None:
         intended = self.slot(self.scheduled)
@@ -87,6 +94,8 @@ class FixedRate(Schedule):
     def behind_ns(self, now_ns: int) -> int:
         if self.done:
             return 0
+        if self.as_of_ns is not None:
+            now_ns = min(now_ns, self.as_of_ns)
         return max(0, now_ns - self.slot(self.scheduled))
 
     def behind_max_ns(self, now_ns: int) -> int:
@@ -104,8 +113,7 @@ class FixedRate(Schedule):
             due_n = min(due_n, limit)
         if due_n <= self.scheduled:
             return np.empty(0, np.int64)
-        k = np.arange(self.scheduled, due_n, dtype=np.int64)
-        return self.start_ns + (k * 1e9 / self.rate_per_s).astype(np.int64)  # as slot()
+        return self.slots(np.arange(self.scheduled, due_n, dtype=np.int64))
 
     def finish(self) -> None:
         self.done = True

@@ -109,35 +109,42 @@ class SenderStats:
         done: int,
         records: array.array[int],
         wall_offset_ns: int,
+        intended: array.array[int] | None = None,
     ) -> None:
         """The first ``done`` batches of a run (``Sender.send_run``): ``sizes[i]`` messages
         from ``first_seq`` on, sent at ``records[2i]`` and confirmed at ``records[2i+1]``
-        (monotonic ns; + ``wall_offset_ns``: wall clock). As :meth:`sending` then
-        :meth:`confirmed_batch` of each, in bulk."""
+        (monotonic ns; + ``wall_offset_ns``: wall clock), each latency from its
+        ``intended[i]`` start where given (a fixed-rate batch's slot), else from when it
+        was sent. As :meth:`sending` then :meth:`confirmed_batch` of each, in bulk."""
         if done <= 0:
             return
         sizes = sizes[:done]
         total = sum(sizes)
-        first_s = (records[0] + wall_offset_ns) // 1_000_000_000
-        if (records[2 * done - 2] + wall_offset_ns) // 1_000_000_000 == first_s:
-            self._mark(records[0] + wall_offset_ns, first_seq)
-        else:  # the run crossed a second: the first batch of each marks it
-            seq = first_seq
-            for i in range(done):
-                self._mark(records[2 * i] + wall_offset_ns, seq)
-                seq += sizes[i]
+        rec = np.frombuffer(records, dtype=np.int64, count=2 * done).reshape(done, 2)
+        starts = rec[:, 0] + wall_offset_ns
+        # the first batch of each wall-clock second the run's batches were sent in marks it
+        seconds = starts // 1_000_000_000
+        firsts = np.flatnonzero(np.diff(seconds, prepend=seconds[0] - 1)).tolist()
+        if len(firsts) == 1:
+            self._mark(int(starts[0]), first_seq)
+        else:
+            n = np.frombuffer(sizes, dtype=np.int64)
+            seqs = np.cumsum(n) - n + first_seq  # each batch's first seq
+            for i in firsts:
+                self._mark(int(starts[i]), int(seqs[i]))
         self.confirmed.add_range(first_seq, first_seq + total)
-        latencies = [(records[i + 1] - records[i]) // 1000 for i in range(0, 2 * done, 2)]
-        confirmed = [(records[i] + wall_offset_ns) // 1_000_000 for i in range(1, 2 * done, 2)]
+        began = rec[:, 0] if intended is None else np.frombuffer(intended, np.int64, done)
+        latencies = ((rec[:, 1] - began) // 1000).tobytes()
+        confirmed = (rec[:, 1] + wall_offset_ns) // 1_000_000
         with self.lock:
             self.held_back = True
-            self.call_us.extend(latencies)
+            self.call_us.frombytes(latencies)
             self.batch_sizes.extend(sizes)
-            self.confirm_ms.extend(confirmed)
+            self.confirm_ms.frombytes(confirmed.tobytes())
             self.sent_total += total
             self.confirmed_total += total
         self.in_flight = None
-        self.last_confirm_ms = confirmed[-1]
+        self.last_confirm_ms = int(confirmed[-1])
 
     def _mark(self, wall_ns: int, seq: int) -> None:
         second = wall_ns // 1_000_000_000 * 1000

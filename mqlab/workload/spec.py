@@ -61,8 +61,9 @@ class WorkerSpec:
     process: int = 0  # its index among the worker processes of its node
     first_sender_id: int = 0  # senders: thread t sends as first_sender_id + t
     first_receiver_index: int = 0  # receivers: thread t is receiver first_receiver_index + t
-    # closed-loop senders of a driver that sends in lanes: all in one thread (False: a
-    # thread per sender, each its own set of one; bench/lanes.py compares the two)
+    # senders of a driver that sends in lanes: all in one thread (False: a thread per
+    # sender, closed-loop ones each its own set of one, fixed-rate ones each sending a
+    # batch at a time; bench/lanes.py and bench/fixedrate.py compare the two)
     lanes: bool = True
     format_version: int = FORMAT_VERSION
 

@@ -15,7 +15,7 @@ from mqlab.brokers.base import Driver, Lane, Sender, lanes_engine
 from mqlab.scenario.model import Workload
 from mqlab.workload import lanes as lanes_mod
 from mqlab.workload.recorder import ReceiverStats
-from mqlab.workload.schedules import ClosedLoop, Schedule, make_schedule
+from mqlab.workload.schedules import ClosedLoop, FixedRate, Schedule, make_schedule
 from mqlab.workload.senderstats import Cuts, SenderStats
 
 LOG = logging.getLogger(__name__)
@@ -156,9 +156,10 @@ def run_sender_lanes(
     go: threading.Event,
     cuts: Cuts | None = None,
 ) -> None:
-    """Closed-loop senders (one per driver, stats and seed), all driven from this thread
-    in one ``mqlab._sendpath.Lanes`` set (``mqlab.workload.lanes``; each sender its own
-    connection, as with a thread each), as the brokers' own benchmark tools do."""
+    """Senders (one per driver, stats and seed; closed loop or each at the fixed rate),
+    all driven from this thread in one ``mqlab._sendpath.Lanes`` set
+    (``mqlab.workload.lanes``; each sender its own connection, as with a thread each), as
+    the brokers' own benchmark tools do; finally each fixed-rate sender's ``unsent``."""
     clients: list[Sender] = []
     try:
         clients += [d.sender() for d in drivers]
@@ -169,12 +170,27 @@ def run_sender_lanes(
         limit = w.messages_per_thread or None
         lanes = []
         for client, st, seed in zip(clients, stats, seeds, strict=True):
-            st.schedule = ClosedLoop()
+            st.schedule = schedule = make_schedule(w.mode, w.rate_per_s, start.start_ns)
+            fixed = schedule if isinstance(schedule, FixedRate) else None
             sizes = BatchSizes(random.Random(seed), w.send_batch_min, w.send_batch_max, limit)
-            lanes.append(lanes_mod.LaneState(client, st, sizes, Retry()))
-        lanes_mod.drive(
-            lanes, pool, stop, start.start_ns, start.end_ns, start.wall_offset_ns, cuts or Cuts()
-        )
+            lanes.append(lanes_mod.LaneState(client, st, sizes, Retry(), fixed))
+        try:
+            lanes_mod.drive(
+                lanes,
+                pool,
+                stop,
+                start.start_ns,
+                start.end_ns,
+                start.wall_offset_ns,
+                cuts or Cuts(),
+            )
+        finally:
+            stopped = time.monotonic_ns()
+            for st in stats:
+                assert st.schedule is not None
+                slots = st.schedule.unsent(stopped, start.end_ns, limit)
+                st.unsent((stopped - slots) // 1000)
+                st.schedule.finish()
     finally:
         for client in clients:
             client.close()

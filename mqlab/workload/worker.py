@@ -67,10 +67,9 @@ class Worker:
         self.drivers: dict[str, Driver] = {
             q: cls(settings, endpoints, q) for q in dict.fromkeys(self.thread_queues)
         }
-        # closed-loop senders of a driver that drives them together: one thread for all
+        # senders of a driver that drives them together: one thread for all
         self.in_lanes = (
             spec.role == "sender"
-            and self.workload.mode == "closed_loop"
             and spec.threads > 0
             and spec.lanes
             and all(d.sends_in_lanes() for d in self.drivers.values())

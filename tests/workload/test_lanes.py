@@ -1,6 +1,7 @@
-"""Closed-loop senders in lanes (mqlab.workload.lanes over mqlab._sendpath.Lanes),
-against Redis stand-ins on socket pairs whose replies we delay, refuse or withhold: what
-each lane records is what a thread per sender would record (issue 25)."""
+"""Senders in lanes (mqlab.workload.lanes over mqlab._sendpath.Lanes), closed loop and at
+a fixed rate, against Redis stand-ins on socket pairs whose replies we delay, refuse or
+withhold: what each lane records is what a thread per sender would record (issues 25,
+28)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.brokers.redis import driver as redis_driver
 from mqlab.brokers.redis import sender as redis_sender
 from mqlab.brokers.redis import wire as redis_wire
+from mqlab.scenario.model import Workload
 from mqlab.workload import lanes, threads
 from mqlab.workload.recorder import IntervalRecorder
+from mqlab.workload.schedules import FixedRate
 from mqlab.workload.senderstats import Cuts, SenderStats
 
 pytestmark = pytest.mark.skipif(
@@ -64,6 +67,7 @@ class Peer:
     def __init__(self, sock: socket.socket, frame: int, batch: int, prefix: int):
         self.sock, self.frame, self.batch, self.prefix = sock, frame, batch, prefix
         self.stamps: list[int] = []  # each batch's first message's intended-send stamp
+        self.seqs: list[int] = []  # and its seq
         self.delay_s: Callable[[], float] = lambda: 0.0
         self.failing: Callable[[], bool] = lambda: False
         self.first_byte_ns: list[int] = []
@@ -82,7 +86,9 @@ class Peer:
                         self.first_byte_ns.append(time.monotonic_ns())
                     buf += data
                 head = buf[self.prefix : self.prefix + envelope.HEADER_BYTES]
-                self.stamps.append(envelope.decode(head + bytes(SIZE))[2])
+                _, seq, stamp = envelope.decode(head + bytes(SIZE))
+                self.stamps.append(stamp)
+                self.seqs.append(seq)
                 buf = buf[want:]
                 time.sleep(self.delay_s())
                 if self.failing():
@@ -287,3 +293,168 @@ def test_a_failing_lane_backs_off_alone_and_every_message_is_accounted(made: lis
     assert sorted(bad.confirmed) == list(range(6, 40))
     assert (good.sent_total, good.confirmed_total, good.failed_total) == (40, 40, 0)
     assert good.confirm_ms[-1] < bad.confirm_ms[0]  # all 20 batches before its first
+
+
+# -- fixed-rate senders in lanes (issue 28) -------------------------------------------------
+def _fixed(states: list[lanes.LaneState], rate_per_s: float, start_ns: int) -> list[FixedRate]:
+    out = []
+    for state in states:
+        state.schedule = FixedRate(rate_per_s, start_ns)
+        state.stats.schedule = state.schedule
+        out.append(state.schedule)
+    return out
+
+
+def _drive_fixed(
+    states: list[lanes.LaneState], pool: envelope.PayloadPool, rate: float, seconds: float
+) -> tuple[list[FixedRate], int, int, int]:
+    """The lanes at ``rate`` msgs/s each from now for ``seconds``: (schedules, start,
+    end, wall offset)."""
+    start = time.monotonic_ns()
+    offset = time.time_ns() - time.monotonic_ns()
+    end = start + int(seconds * 1e9)
+    schedules = _fixed(states, rate, start)
+    lanes.drive(states, pool, threading.Event(), start, end, offset, Cuts())
+    return schedules, start, end, offset
+
+
+def test_fixed_rate_batches_go_at_their_slots_and_are_stamped_with_them(made: list) -> None:
+    """Two lanes at 400 msgs/s in batches of 2 (a slot each 5 ms): the peer decodes each
+    batch's slot as its stamp (batch k: the slot of message 2k, exactly), and no batch's
+    first byte reaches it before that slot; each recorded latency runs from the slot."""
+    states, peers, pool = _lanes(made, 2)
+    schedules, start, end, offset = _drive_fixed(states, pool, 400.0, 0.5)
+    for state, peer, sch in zip(states, peers, schedules, strict=True):
+        n = len(peer.stamps)
+        assert n >= 10 and n == len(peer.first_byte_ns)
+        for k, (stamp, first) in enumerate(zip(peer.stamps, peer.first_byte_ns, strict=True)):
+            assert stamp - offset == sch.slot(2 * k) < end
+            assert first >= sch.slot(2 * k)  # never before its slot
+        st = state.stats
+        assert st.confirmed_total == 2 * n == sch.scheduled  # every batch handed was confirmed
+        confirmed = [m * 1_000_000 - offset for m in st.confirm_ms]
+        for k, (lat_us, conf_ns) in enumerate(zip(st.call_us, confirmed, strict=True)):
+            # from the slot to the confirmation (its wall ms, so within a ms)
+            assert abs(lat_us * 1000 - (conf_ns - sch.slot(2 * k))) <= 1_000_000 + 1000
+
+
+def test_a_delayed_reply_makes_the_next_batches_late_and_recorded_from_their_slots(
+    made: list,
+) -> None:
+    """Lane 0's peer holds its 3rd reply 150 ms (its lane at 400 msgs/s, a batch each
+    5 ms): the batches due meanwhile go one by one as soon as the last is confirmed, each
+    stamped with its own slot and its latency counting the wait; the lag figure says how
+    late the first of them went; lane 1 keeps its slots."""
+    states, peers, pool = _lanes(made, 2)
+    held = iter([0.0, 0.0, 0.15])
+    peers[0].delay_s = lambda: next(held, 0.0)
+    schedules, start, end, offset = _drive_fixed(states, pool, 400.0, 0.6)
+    sch, peer, st = schedules[0], peers[0], states[0].stats
+    assert sch.late_max_ns >= 150_000_000 - 5_000_000  # batch 3's slot came 5 ms after 2's
+    for k, (stamp, first) in enumerate(zip(peer.stamps, peer.first_byte_ns, strict=True)):
+        assert stamp - offset == sch.slot(2 * k)
+        assert first >= sch.slot(2 * k)
+    # batch 3 went only once batch 2 was confirmed, 150 ms after it was sent
+    assert peer.first_byte_ns[3] - peer.first_byte_ns[2] >= 150_000_000
+    late = [k for k in range(len(peer.stamps)) if peer.first_byte_ns[k] - sch.slot(2 * k) > 0]
+    assert 3 in late
+    for k in late:  # recorded from the slot: at least its wait before the first byte went
+        assert st.call_us[k] * 1000 >= peer.first_byte_ns[k] - sch.slot(2 * k) - 1000
+    assert max(st.call_us) >= 150_000 - 5_000
+    other = schedules[1]
+    for k, stamp in enumerate(peers[1].stamps):
+        assert stamp - offset == other.slot(2 * k)
+
+
+class _Given:
+    """A driver whose ``sender()`` is a prepared one (a lane on a socket pair)."""
+
+    def __init__(self, sender: object):
+        self._sender = sender
+
+    def sender(self) -> object:
+        return self._sender
+
+
+def test_slots_not_sent_by_the_end_are_recorded_unsent_from_their_slots(
+    made: list,
+) -> None:
+    """Through ``run_sender_lanes``: a lane whose peer holds a reply past the end (rate
+    100 msgs/s, batches of 2, 0.5 s) has every slot before the end either confirmed or
+    unsent (from the stop), none twice."""
+    states, peers, pool = _lanes(made, 2)
+    held = iter([0.0, 0.0, 0.0, 0.8])
+    peers[0].delay_s = lambda: next(held, 0.0)
+    w = Workload(
+        mode="fixed_rate", rate_per_s=100.0, duration_s=0.5, send_batch_min=2, send_batch_max=2
+    )
+    stats = [s.stats for s in states]
+    go = threading.Event()
+    go.set()
+    threads.run_sender_lanes(
+        [_Given(s.client) for s in states],  # type: ignore[misc]
+        w,
+        stats,
+        pool,
+        [0, 1],
+        threading.Event(),
+        threading.Barrier(1),
+        go,
+    )
+    for st, peer in zip(stats, peers, strict=True):
+        sch = st.schedule
+        assert isinstance(sch, FixedRate)
+        end = sch.start_ns + 500_000_000
+        due = sum(1 for k in range(0, 200, 2) if sch.slot(k) < end) * 2  # 50 slots of 2
+        assert st.confirmed_total + st.failed_total + st.unsent_total == due
+        assert st.confirmed_total == 2 * len(peer.stamps)
+        assert sorted(st.confirmed) == list(range(st.confirmed_total))
+        assert all(x >= 0 for x in st.unsent_us)
+    slow, fast = stats
+    # the slow lane's 4th batch (slot 60 ms) was in flight until after the end: its 21
+    # later batches' slots are unsent, each from its slot to the stop
+    assert (slow.confirmed_total, slow.unsent_total) == (8, 42)
+    sch = slow.schedule
+    assert isinstance(sch, FixedRate) and sch.scheduled == 8
+    lat = sorted(slow.unsent_us, reverse=True)
+    assert all(a - b == 10_000 for a, b in zip(lat, lat[1:], strict=False))  # 10 ms apart
+    assert fast.confirmed_total > 0
+
+
+def test_the_lag_figure_is_taken_as_of_the_last_return() -> None:
+    """A lanes thread brings ``scheduled`` up to date at each return of the compiled
+    loop: the lag the ticker reads is as of then (the cut), not as of a later read."""
+    sch = FixedRate(1000.0, start_ns=0)
+    sch.scheduled = 10  # the next slot: 10 ms
+    sch.as_of_ns = 12_000_000
+    assert sch.behind_ns(500_000_000) == 2_000_000  # not 490 ms: unknown past the return
+    sch.late_max_ns = 3_000_000
+    assert sch.behind_max_ns(500_000_000) == 3_000_000
+    sch.as_of_ns = None
+    assert sch.behind_ns(500_000_000) == 490_000_000
+
+
+def test_a_fixed_rate_lane_that_failed_reconnects_and_stamps_each_batch_with_its_slot(
+    made: list,
+) -> None:
+    """Lane 0's first batch fails (its backoff 0.1 s, then a connect of 0.1 s): every
+    batch the peer gets is stamped with the slot of its first seq (the failed one's seqs
+    skipped), the first after the failure's latency counts the backoff and the connect,
+    and the other lane keeps its slots meanwhile."""
+    states, peers, pool = _lanes(made, 2)
+    wire = states[0].client.wire  # type: ignore[attr-defined]
+    wire.connect_s = 0.1
+    fails = iter([True])
+    peers[0].failing = lambda: next(fails, False)
+    schedules, start, end, offset = _drive_fixed(states, pool, 200.0, 0.6)
+    sch, peer, st = schedules[0], peers[0], states[0].stats
+    assert wire.connects == 2 and st.failed_total == 2
+    assert peer.seqs[0] == 0 and len(peer.seqs) > 3
+    for seq, stamp in zip(peer.seqs, peer.stamps, strict=True):
+        assert stamp - offset == sch.slot(seq)
+    assert st.confirmed_total == 2 * (len(peer.seqs) - 1)
+    # from its slot, 10 ms after the failed one's: the backoff (0.1 s) and the connect (0.1 s)
+    assert max(st.call_us) >= 200_000 - 10_000
+    for seq, stamp in zip(peers[1].seqs, peers[1].stamps, strict=True):
+        assert stamp - offset == schedules[1].slot(seq)
+    assert st.confirmed_total + st.failed_total == sch.scheduled

@@ -140,6 +140,22 @@ def test_a_run_is_recorded_as_its_batches_one_by_one_would_be() -> None:
         assert a.last_confirm_ms == b.last_confirm_ms
 
 
+def test_a_fixed_rate_run_is_recorded_from_its_slots_and_marked_when_sent() -> None:
+    """A fixed-rate lane's run: each latency from its batch's slot (``intended``) to its
+    confirmation; which second a batch went out in is from when it was written."""
+    sizes = array.array("q", [1, 1, 1])
+    offset = 1_700_000_000_000_000_000 - 5_000_000
+    slots = array.array("q", [0, 4_000_000, 4_500_000])
+    records = array.array("q", [100, 900_000, 4_000_000, 5_000_000, 5_000_000, 6_000_000])
+    st = SenderStats(1)
+    st.confirmed_run(7, sizes, 3, records, offset, slots)
+    assert list(st.call_us) == [900, 1000, 1500]  # the last one went 0.5 ms late
+    # the 3rd was due before the second changed but written after it
+    assert st.marks == [[1_699_999_999_000, 7], [1_700_000_000_000, 9]]
+    assert list(st.confirm_ms) == [(e + offset) // 1_000_000 for e in records[1::2]]
+    assert st.last_confirm_ms == (6_000_000 + offset) // 1_000_000
+
+
 class _LaneSender(Sender):
     """Senders driven together (a fake of a driver's lanes: mqlab's own loop is tested);
     ``fail_first`` sends of the one whose ``name`` is "bad" fail."""
