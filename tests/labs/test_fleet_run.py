@@ -496,11 +496,14 @@ def test_a_skewed_sender_clock_is_measured_and_corrected_out_of_the_latencies(
     assert -2 <= go_lag_ms(plain, plain_manifest) < slack_ms
     assert skew_ms - 2 <= go_lag_ms(skewed, skewed_manifest) < skew_ms + slack_ms
 
-    # corrected end-to-end latencies agree with the unskewed run's
+    # corrected end-to-end latencies agree with the unskewed run's: within a third of the
+    # skew, a margin the load of a shared 2-core machine stays inside (CI's plain run once
+    # had a p50 of 26 ms against the skewed run's 5 ms), far from the skew that an
+    # uncorrected (below) or wrongly corrected (next) run is off by
     lp = plain.summary["latency_us"]["processing_us"]
     ls = skewed.summary["latency_us"]["processing_us"]
     assert lp["count"] > 0 and ls["count"] > 0
-    assert abs(ls["p50"] - lp["p50"]) < 15_000, (lp, ls)
+    assert abs(ls["p50"] - lp["p50"]) < skew_ms * 1000 // 3, (lp, ls)
     # ...and only thanks to the correction: uncorrected, every latency of the skewed run is
     # the skew short (below 0: clamped and counted); corrected the wrong way, the skew long
     assert abs(ls["p50"] - (lp["p50"] + skew_ms * 1000)) > skew_ms * 600, (lp, ls)
