@@ -116,27 +116,38 @@ def run_sender(
         try:
             if isinstance(schedule, ClosedLoop) and in_lanes(client):
                 state = lanes_mod.LaneState(client, stats, sizes, Retry())
-                lanes_mod.drive(
-                    [state],
-                    pool,
-                    stop,
-                    start.start_ns,
-                    start.end_ns,
-                    start.wall_offset_ns,
-                    cuts or Cuts(),
-                )
+                _drive([state], pool, stop, start, cuts)
             elif isinstance(schedule, ClosedLoop):
                 lane = _Lane(client, stats, sizes)
                 _closed_loop([lane], _one_by_one, pool, stop, start, cuts or Cuts())
             else:
                 _on_schedule(client, stats, schedule, sizes, pool, stop, start)
         finally:
-            stopped = time.monotonic_ns()
-            slots = schedule.unsent(stopped, start.end_ns, limit)
-            stats.unsent((stopped - slots) // 1000)
-            schedule.finish()
+            _finish(stats, time.monotonic_ns(), start.end_ns, limit)
     finally:
         client.close()
+
+
+def _drive(
+    lanes: list[lanes_mod.LaneState],
+    pool: envelope.PayloadPool,
+    stop: threading.Event,
+    start: _Start,
+    cuts: Cuts | None,
+) -> None:
+    """``lanes`` driven through one compiled set from this thread (``lanes_mod.drive``)."""
+    lanes_mod.drive(
+        lanes, pool, stop, start.start_ns, start.end_ns, start.wall_offset_ns, cuts or Cuts()
+    )
+
+
+def _finish(stats: SenderStats, stopped: int, end_ns: int | None, limit: int | None) -> None:
+    """A stopped sender's slots that passed unsent recorded; its schedule finished."""
+    schedule = stats.schedule
+    assert schedule is not None
+    slots = schedule.unsent(stopped, end_ns, limit)
+    stats.unsent((stopped - slots) // 1000)
+    schedule.finish()
 
 
 def in_lanes(client: Sender) -> bool:
@@ -175,22 +186,11 @@ def run_sender_lanes(
             sizes = BatchSizes(random.Random(seed), w.send_batch_min, w.send_batch_max, limit)
             lanes.append(lanes_mod.LaneState(client, st, sizes, Retry(), fixed))
         try:
-            lanes_mod.drive(
-                lanes,
-                pool,
-                stop,
-                start.start_ns,
-                start.end_ns,
-                start.wall_offset_ns,
-                cuts or Cuts(),
-            )
+            _drive(lanes, pool, stop, start, cuts)
         finally:
             stopped = time.monotonic_ns()
             for st in stats:
-                assert st.schedule is not None
-                slots = st.schedule.unsent(stopped, start.end_ns, limit)
-                st.unsent((stopped - slots) // 1000)
-                st.schedule.finish()
+                _finish(st, stopped, start.end_ns, limit)
     finally:
         for client in clients:
             client.close()
