@@ -27,10 +27,14 @@ def go(ctx: RunContext) -> None:
     start_ms = int(time.time() * 1000)
     warmup_end_ms = start_ms + int(ctx.scenario.workload.warmup_s * 1000)
     # every worker closes an interval there, so the measured period starts on a boundary:
-    # receivers are told before the senders start (nothing is received before their
-    # interval begins); senders close one at their start anyway, so they are told only
-    # of a warm-up's end, after it (an interval closed at once would delay their start)
+    # receivers are told before the senders start and, without a warm-up, have answered
+    # before they do (a receiver that took the command late closes its interval then:
+    # nothing is received before it begins); senders close one at their start anyway, so
+    # they are told only of a warm-up's end, after it (an interval closed at once would
+    # delay their start)
     workers.command(ctx.receivers, Measure(warmup_end_ms))
+    if warmup_end_ms == start_ms:
+        workers.wait_measuring(ctx.receivers, warmup_end_ms)
     workers.command(ctx.senders, Go(start_ms))
     if warmup_end_ms > start_ms:
         workers.command(ctx.senders, Measure(warmup_end_ms))

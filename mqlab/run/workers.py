@@ -29,6 +29,7 @@ from mqlab.workload.spec import WorkerSpec, processes
 LOG = logging.getLogger(__name__)
 READY_TIMEOUT_S = 90.0
 STOP_GRACE_S = 30.0
+MEASURING_WAIT_S = 10.0  # receivers answering ``measure`` before the senders start
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Worker:
     exit_code: int | None = None
     fetched: str | None = None  # why the folder could not be fetched, if so
     send_path: str | None = None  # senders: how they send (WorkerRecord.send_path)
+    measuring: int | None = None  # the last ``measure`` it took (its at_ms)
 
     def pump(self) -> None:
         """Take the events it sent since the last call."""
@@ -56,6 +58,8 @@ class Worker:
             elif isinstance(ev, protocol.Ready):
                 self.ready = True
                 self.send_path = ev.send_path
+            elif isinstance(ev, protocol.Measuring):
+                self.measuring = ev.at_ms
             elif isinstance(ev, protocol.Progress | protocol.Done):
                 self.totals = dict(ev.totals)
             elif isinstance(ev, protocol.Started):
@@ -229,6 +233,23 @@ def wait_ready(workers: list[Worker]) -> None:
                 )
         time.sleep(0.02)
     raise ClusterError(f"workers not ready after {READY_TIMEOUT_S:.0f} s")
+
+
+def wait_measuring(workers: list[Worker], at_ms: int, bound_s: float = MEASURING_WAIT_S) -> bool:
+    """Wait (at most ``bound_s``) until every live worker answered ``measure at_ms``;
+    False if one did not in time (logged: its first interval may then begin late)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        for w in workers:
+            w.pump()
+        late = [w for w in workers if w.measuring != at_ms and not w.done]
+        if not late:
+            return True
+        if time.monotonic() >= deadline:
+            names = ", ".join(w.spec.worker_id for w in late)
+            LOG.warning("no answer to measure %d within %.0f s from %s", at_ms, bound_s, names)
+            return False
+        time.sleep(0.001)
 
 
 def totals(workers: list[Worker]) -> dict[str, int]:

@@ -244,7 +244,11 @@ class _Loop:
         lane.slots = None if sch is None else slots_of(sch, lane.seq, run)
         if not first_start and not connected:
             lane.connect_start = now
-            lane.connecting = self.connector.submit(self._connect, lane.client)
+            lane.connecting = self.connector.submit(lane.client.lane_connect)
+            # woken once the future is done, not before: a wake from inside the connect
+            # could be seen while the future is still running, and the lane would then
+            # wait for the next cut
+            lane.connecting.add_done_callback(lambda _: self.waker.wake())
             return
         try:
             fd, spec, key, gen = lane.client.lane_args(lane.stats.sender_id, self.pool)
@@ -253,12 +257,6 @@ class _Loop:
             return
         self.ls.assign(j, fd, spec, run, lane.seq, key, lane.records, first_start, gen, lane.slots)
         lane.assigned = True
-
-    def _connect(self, client: Sender) -> None:
-        try:
-            client.lane_connect()
-        finally:
-            self.waker.wake()
 
     def _connected(self, j: int, lane: LaneState, now: int, stop_ns: int) -> None:
         """A lane whose connect ended: its batch goes (started when connecting did), or

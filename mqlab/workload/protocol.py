@@ -6,8 +6,8 @@ workers are ready; MS: the coordinator's wall clock at that start), ``measure MS
 measured period's start, ``receivers-stop`` ends the receivers' drain, ``stop`` ends the
 worker now, gracefully. Events come back on its stdout as JSON lines with an ``event``
 key (:func:`event_line`, :func:`parse_event`): ``started`` (pid, interpreter prefix,
-where mqlab was imported from), ``ready`` (senders: ``send_path``), ``progress``
-(totals, twice a second), ``done`` (exit code, totals).
+where mqlab was imported from), ``ready`` (senders: ``send_path``), ``measuring`` (a
+``measure`` taken), ``progress`` (totals, twice a second), ``done`` (exit code, totals).
 
 Both sides import this module and nothing else defines the wire; it imports nothing of
 mqlab.
@@ -92,6 +92,14 @@ class Ready:
 
 
 @dataclass(frozen=True)
+class Measuring:
+    """``measure AT_MS`` taken: an interval begins at ``at_ms`` (or began when it was
+    told, if that was later), so nothing received from then on falls before it."""
+
+    at_ms: int
+
+
+@dataclass(frozen=True)
 class Progress:
     totals: dict[str, int] = field(default_factory=dict)
 
@@ -102,10 +110,11 @@ class Done:
     totals: dict[str, int] = field(default_factory=dict)
 
 
-Event: TypeAlias = Started | Ready | Progress | Done
+Event: TypeAlias = Started | Ready | Measuring | Progress | Done
 _KINDS: dict[str, type[Event]] = {
     "started": Started,
     "ready": Ready,
+    "measuring": Measuring,
     "progress": Progress,
     "done": Done,
 }
@@ -136,6 +145,9 @@ def parse_event(line: str) -> Event | None:
     if kind == "ready":
         path = doc.get("send_path")
         return Ready(str(path) if path else None)
+    if kind == "measuring":
+        at = doc.get("at_ms")
+        return Measuring(at) if isinstance(at, int) else None
     totals = {str(k): int(v) for k, v in (doc.get("totals") or {}).items()}
     if kind == "progress":
         return Progress(totals)

@@ -196,6 +196,20 @@ class Worker:
             self.interrupted = True
             self.stop.set()
 
+    def _measure(self, at_ms: int) -> None:
+        """The measured period starts at ``at_ms``: the ticker closes an interval there.
+        A receiver told once it has come closes one now, before it answers ``measuring``:
+        the coordinator starts the senders of a run without warm-up on that answer, so no
+        receipt falls in an interval begun before the period (a sender's cut waits for
+        its watermark, so the ticker makes it)."""
+        self.cuts.set_measure(at_ms)
+        now = now_ms()
+        if self.spec.role != "sender" and at_ms <= now and now > self.recorder.interval_start_ms:
+            self.recorder.tick(now)
+        self.measure_ms = at_ms
+        self.measure_told.set()
+        self._emit(protocol.Measuring(at_ms))
+
     def _commands(self) -> None:
         """Read the coordinator's commands from stdin; EOF (it or the SSH link is gone) stops."""
         for line in self._in:
@@ -203,9 +217,7 @@ class Worker:
             if isinstance(cmd, protocol.Go):
                 self.commands.add("go")
             elif isinstance(cmd, protocol.Measure):
-                self.cuts.set_measure(cmd.at_ms)
-                self.measure_ms = cmd.at_ms
-                self.measure_told.set()
+                self._measure(cmd.at_ms)
             elif isinstance(cmd, protocol.ReceiversStop):
                 self.commands.add("receivers-stop")
             elif isinstance(cmd, protocol.Stop):

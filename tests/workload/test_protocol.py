@@ -28,6 +28,7 @@ def test_events_are_json_lines_with_their_kind_and_parse_back() -> None:
         p.Started(42, "/usr", "/opt/mqlab"),
         p.Ready("compiled-lanes"),
         p.Ready(),
+        p.Measuring(1700000005000),
         p.Progress({"sent": 10, "acked": 9}),
         p.Done(3, {"received": 7}),
     ]
@@ -42,3 +43,4 @@ def test_events_are_json_lines_with_their_kind_and_parse_back() -> None:
     }
     assert p.parse_event("Traceback (most recent call last):") is None
     assert p.parse_event('{"event": "unknown"}') is None
+    assert p.parse_event('{"event": "measuring", "at_ms": "soon"}') is None

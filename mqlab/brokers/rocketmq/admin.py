@@ -35,6 +35,7 @@ DELETE_TOPIC_IN_NAMESRV = 216
 GET_BROKER_RUNTIME_INFO = 28
 GET_BROKER_CLUSTER_INFO = 106
 GET_CONSUME_STATS = 208
+GET_TOPIC_CONFIG = 351
 SUCCESS = 0
 TOPIC_NOT_EXIST = 17  # a response code (not the request code of the same number)
 RESPONSE_FLAG = 1
@@ -160,6 +161,15 @@ def create_topic(broker: tuple[str, int], topic: str, queues: int, timeout_s: fl
     _check(reply, f"creating topic {topic}", broker)
 
 
+def has_topic(broker: tuple[str, int], topic: str, timeout_s: float) -> bool:
+    """Whether the broker holds ``topic`` in its topic table."""
+    reply = call(broker, GET_TOPIC_CONFIG, {"topic": topic}, timeout_s)
+    if reply.code == TOPIC_NOT_EXIST:
+        return False
+    _check(reply, f"topic {topic}", broker)
+    return True
+
+
 def topic_routed(namesrv: tuple[str, int], topic: str, timeout_s: float) -> bool:
     """Whether the name server has a route for ``topic`` (a broker registered it)."""
     reply = call(namesrv, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout_s)
@@ -200,6 +210,20 @@ def cluster_info(namesrv: tuple[str, int], timeout_s: float) -> dict[str, dict[i
         str(name): {int(k): str(v) for k, v in (g.get("brokerAddrs") or {}).items()}
         for name, g in table.items()
     }
+
+
+def master_address(namesrvs: list[tuple[str, int]], timeout_s: float) -> str | None:
+    """The ``host:port`` of a broker group's master (broker id 0) as the first name server
+    that answers lists it; None while none lists one (an election) or none answers."""
+    for ns in namesrvs:
+        try:
+            groups = cluster_info(ns, timeout_s)
+        except DriverError:
+            continue
+        for addrs in groups.values():
+            if 0 in addrs:
+                return addrs[0]
+    return None
 
 
 def runtime_info(broker: tuple[str, int], timeout_s: float) -> dict[str, str]:

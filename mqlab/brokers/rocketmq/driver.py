@@ -3,10 +3,11 @@
 
 - topic and group: ``topic_name(queue)`` with ``queues`` read and write queues, message
   type NORMAL; the group is ``<topic>-workers`` (a broker creates a subscription group on
-  its first use). ``setup`` creates the topic on every node's broker and waits until a
-  name server routes it; ``teardown`` deletes it from the brokers and the name servers.
-  Both speak RocketMQ's remoting protocol (``mqlab.brokers.rocketmq.admin``): the gRPC
-  client has no admin calls and the proxy does not create topics on first use.
+  its first use). ``setup`` creates the topic on every node's broker (the master first)
+  and waits until a name server routes it and every broker holds it; ``teardown``
+  deletes it from the brokers and the name servers. Both speak RocketMQ's remoting
+  protocol (``mqlab.brokers.rocketmq.admin``): the gRPC client has no admin calls and the
+  proxy does not create topics on first use.
 - send: the whole batch in one SendMessage call (``send_batch``: client 5.1.2 sends one
   message per call, so the request is built by the client's own private steps and their
   messages joined), awaited at most ``send_timeout_s``. The proxy stores it as one batch:
@@ -354,21 +355,31 @@ class RocketmqDriver(Driver):
 
     # -- the topic -----------------------------------------------------------------------
     def setup(self) -> None:
-        """Create the topic on every node's broker (a broker that refuses is logged while
-        another accepts: DLedger followers hold the topic by the leader's sync too), then
-        wait until a name server routes it. Creating it again changes nothing."""
+        """Create the topic on every node's broker, the group's master first, wait until a
+        name server routes it and every broker that answers holds it. A DLedger follower
+        copies the master's topic table every 10 s and drops what the master lacks: one
+        that created the topic before the master can lose it for those 10 s, and a leader
+        killed then would leave a new leader without the topic (receives fail with "topic
+        not exist"). Creating it again changes nothing."""
         s: Settings = self.settings
+        brokers = admin_addresses(self.endpoints, "broker")
+        namesrvs = admin_addresses(self.endpoints, "namesrv")
+        master = admin.master_address(namesrvs, s.admin_timeout_s)
         errors = []
-        for broker in admin_addresses(self.endpoints, "broker"):
+        for broker in sorted(brokers, key=lambda b: f"{b[0]}:{b[1]}" != master):
             try:
                 admin.create_topic(broker, self.topic, s.queues, s.admin_timeout_s)
             except DriverError as e:
                 errors.append(e)
                 LOG.warning("%s", e)
-        if len(errors) == len(self.endpoints.nodes):
+        if len(errors) == len(brokers):
             raise DriverError(f"rocketmq: no broker created topic {self.topic}: {errors[0]}")
         deadline = time.monotonic() + s.admin_timeout_s
-        namesrvs = admin_addresses(self.endpoints, "namesrv")
+        self._wait_routed(namesrvs, deadline)
+        self._wait_held(brokers, deadline)
+
+    def _wait_routed(self, namesrvs: list[tuple[str, int]], deadline: float) -> None:
+        s: Settings = self.settings
         while True:
             for ns in namesrvs:
                 try:
@@ -381,6 +392,33 @@ class RocketmqDriver(Driver):
                     f"rocketmq: no name server routes topic {self.topic} "
                     f"{s.admin_timeout_s:g} s after it was created"
                 )
+            time.sleep(ROUTE_POLL_S)
+
+    def _wait_held(self, brokers: list[tuple[str, int]], deadline: float) -> None:
+        """Until every broker that answers holds the topic (one that lost it is asked to
+        create it again); a broker that does not answer is logged, not waited for."""
+        s: Settings = self.settings
+        while True:
+            missing = []
+            for b in brokers:
+                try:
+                    if not admin.has_topic(b, self.topic, s.admin_timeout_s):
+                        missing.append(b)
+                except DriverError as e:
+                    LOG.warning("%s", e)
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                where = ", ".join(f"{h}:{p}" for h, p in missing)
+                raise DriverError(
+                    f"rocketmq: broker {where} still lacks topic {self.topic} "
+                    f"{s.admin_timeout_s:g} s after it was created"
+                )
+            for b in missing:
+                try:
+                    admin.create_topic(b, self.topic, s.queues, s.admin_timeout_s)
+                except DriverError as e:
+                    LOG.warning("%s", e)
             time.sleep(ROUTE_POLL_S)
 
     def teardown(self) -> None:

@@ -830,11 +830,31 @@ def test_a_response_to_another_request_is_an_error() -> None:
 
 
 class Admin:
-    """Stands in for rocketmq_admin's calls: records them, fails for chosen hosts."""
+    """Stands in for rocketmq_admin's calls: records them, fails for chosen hosts; the
+    group's master is ``master``; a broker in ``drops`` loses the topic once (a
+    follower's sync from a master that lacked it)."""
 
-    def __init__(self, down: set[str] = frozenset(), routed_after: int = 0):  # type: ignore[assignment]
-        self.down, self.routed_after = down, routed_after
+    def __init__(
+        self,
+        down: set[str] = frozenset(),  # type: ignore[assignment]
+        routed_after: int = 0,
+        master: str | None = None,
+        drops: set[str] = frozenset(),  # type: ignore[assignment]
+    ):
+        self.down, self.routed_after, self.master = down, routed_after, master
+        self.drops = set(drops)
+        self.held: set[str] = set()
         self.calls: list[tuple[str, str]] = []
+
+    def master_address(self, _namesrvs: list, _t: float) -> str | None:
+        return None if self.master is None else f"{self.master}:10911"
+
+    def has_topic(self, a: tuple[str, int], _topic: str, _t: float) -> bool:
+        self._call("has?", a)
+        if a[0] in self.drops:
+            self.drops.discard(a[0])
+            self.held.discard(a[0])
+        return a[0] in self.held
 
     def _call(self, what: str, address: tuple[str, int]) -> None:
         self.calls.append((what, address[0]))
@@ -843,6 +863,7 @@ class Admin:
 
     def create_topic(self, a: tuple[str, int], topic: str, queues: int, _t: float) -> None:
         self._call(f"create {topic} {queues}", a)
+        self.held.add(a[0])
 
     def topic_routed(self, a: tuple[str, int], _topic: str, _t: float) -> bool:
         self._call("routed?", a)
@@ -858,20 +879,54 @@ class Admin:
 def test_setup_creates_the_topic_on_every_broker_and_waits_for_its_route(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fake = Admin(down={"10.0.1.11"}, routed_after=4)
-    for name in ("create_topic", "topic_routed", "delete_topic", "delete_route"):
+    fake = Admin(down={"10.0.1.11"}, routed_after=4, master="10.0.1.12", drops={"10.0.1.10"})
+    for name in ADMIN_CALLS:
         monkeypatch.setattr(rm.admin, name, getattr(fake, name))
     monkeypatch.setattr(rm, "ROUTE_POLL_S", 0.0)
     d = driver("q1", queues=4)
     d.setup()
-    creates = [c for c in fake.calls if c[0].startswith("create")]
-    assert creates == [("create q1 4", f"10.0.1.{10 + i}") for i in range(3)]
+    creates = [c[1] for c in fake.calls if c[0] == "create q1 4"]
+    # the master first; then the follower that lost it (its sync) is asked again
+    assert creates == ["10.0.1.12", "10.0.1.10", "10.0.1.11", "10.0.1.10"]
     # name servers asked in turn (the one on the node that is down fails) until one routes it
     asked = [c[1] for c in fake.calls if c[0] == "routed?"]
     assert asked == [f"10.0.1.{10 + i % 3}" for i in range(6)]
+    # every broker asked whether it holds it (the one down only logged) until all that
+    # answer do
+    held = [c[1] for c in fake.calls if c[0] == "has?"]
+    assert held == [f"10.0.1.{10 + i % 3}" for i in range(6)]
+    assert fake.held == {"10.0.1.10", "10.0.1.12"}
     fake.calls.clear()
     d.teardown()  # a node down is only logged
     assert [c[0] for c in fake.calls] == ["delete q1"] * 3 + ["unroute q1"] * 3
+
+
+ADMIN_CALLS = (
+    "create_topic",
+    "topic_routed",
+    "delete_topic",
+    "delete_route",
+    "has_topic",
+    "master_address",
+)
+
+
+def test_setup_creates_in_node_order_without_a_master_and_fails_on_a_broker_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No master listed (an election): node order. A broker that answers but never holds
+    the topic fails the setup, naming it."""
+    fake = Admin()
+    for name in ADMIN_CALLS:
+        monkeypatch.setattr(rm.admin, name, getattr(fake, name))
+    monkeypatch.setattr(rm, "ROUTE_POLL_S", 0.0)
+    driver("q1").setup()
+    assert [c[1] for c in fake.calls if c[0].startswith("create")] == [
+        f"10.0.1.{10 + i}" for i in range(3)
+    ]
+    monkeypatch.setattr(rm.admin, "has_topic", lambda a, _t, _s: a[0] != "10.0.1.11")
+    with pytest.raises(DriverError, match=r"broker 10\.0\.1\.11:\d+ still lacks topic q1 0.1 s"):
+        driver("q1", admin_timeout_s=0.1).setup()
 
 
 def test_setup_fails_when_no_broker_creates_the_topic_or_no_name_server_routes_it(
@@ -879,6 +934,7 @@ def test_setup_fails_when_no_broker_creates_the_topic_or_no_name_server_routes_i
 ) -> None:
     nobody = Admin(down={f"10.0.1.{10 + i}" for i in range(3)})
     monkeypatch.setattr(rm.admin, "create_topic", nobody.create_topic)
+    monkeypatch.setattr(rm.admin, "master_address", nobody.master_address)
     with pytest.raises(DriverError, match="no broker created topic q1"):
         driver("q1").setup()
     never = Admin(routed_after=10**9)
