@@ -6,10 +6,14 @@
 # false): a message counts as stored once it is in the live server's journal and the
 # replicating backup has it, neither fsynced. mqperf also set the heap and global-max-size
 # to 48G for its machines; this image keeps `artemis create`'s defaults.
-# Package: the upstream 2.27.1 binary release, pinned in nix/upstream.nix (not built where
-# this was written). The driver talks STOMP on the one acceptor (port 61616).
+# Package: the distribution mqlab runs locally, the same archive and sha256 from Maven
+# Central (nix/servers.nix, mqlab/brokers/servers.lock.json). The driver talks STOMP on
+# the one acceptor (port 61616).
 { pkgs, ... }:
-let artemis = (import ../../nix/upstream.nix { inherit pkgs; }).artemis; in
+let
+  artemis = (import ../../nix/servers.nix { inherit pkgs; }).artemis;
+  cli = "${artemis}/dist/apache-artemis-${artemis.version}/bin/artemis";
+in
 {
   mqlab.node = {
     broker = "artemis";
@@ -27,7 +31,7 @@ let artemis = (import ../../nix/upstream.nix { inherit pkgs; }).artemis; in
     services.mqlab-artemis = ''
       export JAVA_HOME=${pkgs.jdk17_headless}
       inst=/var/lib/mqlab/artemis/instance
-      [ -d "$inst" ] || artemis create --silent --user mqlab --password mqlab --allow-anonymous "$inst"
+      [ -d "$inst" ] || ${cli} create --silent --user mqlab --password mqlab --allow-anonymous "$inst"
       cp /run/mqlab/conf/broker.xml "$inst/etc/broker.xml"
       exec "$inst/bin/artemis" run
     '';

@@ -1,13 +1,28 @@
 # Apache Kafka, 3 nodes in KRaft mode (each node broker + controller, no ZooKeeper).
+# Package: the server mqlab runs locally, from the same Maven Central jars and sha256s
+# (nix/servers.nix, mqlab/brokers/servers.lock.json), started by its main classes as
+# mqlab's local cluster starts it (mqlab/brokers/kafka/cluster.py).
 { pkgs, ... }:
-let kafka = pkgs.apacheKafka; in
+let
+  kafka = (import ../../nix/servers.nix { inherit pkgs; }).kafka;
+  log4j2 = pkgs.writeText "kafka-log4j2.properties" ''
+    status = error
+    appender.out.type = Console
+    appender.out.name = out
+    appender.out.layout.type = PatternLayout
+    appender.out.layout.pattern = [%d] %p %m (%c)%n
+    rootLogger.level = info
+    rootLogger.appenderRef.out.ref = out
+  '';
+  java = "java -Dlog4j2.configurationFile=${log4j2} -cp '${kafka}/lib/*'";
+in
 {
   mqlab.node = {
     broker = "kafka";
     package = kafka;
     version = kafka.version;
     ports = [ 9092 9093 ];
-    runtimeInputs = [ kafka pkgs.jdk17_headless ];
+    runtimeInputs = [ pkgs.jdk17_headless ];
     settings = {
       "process.roles" = "broker,controller";
       "controller.listener.names" = "CONTROLLER";
@@ -25,9 +40,9 @@ let kafka = pkgs.apacheKafka; in
       conf=/run/mqlab/conf/server.properties
       logdir=$(sed -n 's/^log.dirs=//p' "$conf")
       if [ ! -f "$logdir/meta.properties" ]; then
-        kafka-storage.sh format -t "$(cat /run/mqlab/conf/cluster-id)" -c "$conf"
+        ${java} -Xmx512m kafka.tools.StorageTool format -t "$(cat /run/mqlab/conf/cluster-id)" -c "$conf"
       fi
-      exec kafka-server-start.sh "$conf"
+      exec ${java} -Xms1g -Xmx1g -XX:+UseG1GC kafka.Kafka "$conf"
     '';
   };
 }

@@ -2,16 +2,38 @@
 # broker: 3 brokers and 3 bookies. Ledgers: ensemble 3, write quorum 3, ack quorum 2
 # (mqperf 2021's setting; the driver also sets them on the namespace from the profile,
 # pulsar-r3); bookies fsync the journal before they confirm. mqperf ran ZooKeeper,
-# bookies and brokers on separate machines (3 + 3 + 2). Package: the upstream 3.0.1
-# binary release, pinned in nix/upstream.nix (not built where this was written).
+# bookies and brokers on separate machines (3 + 3 + 2). Package: the server mqlab runs
+# locally, from the same Maven Central jars and sha256s (nix/servers.nix,
+# mqlab/brokers/servers.lock.json), each process started by its main class with the JVM
+# flags of mqlab's local cluster (mqlab/brokers/pulsar/cluster.py).
 { pkgs, ... }:
 let
-  pulsar = (import ../../nix/upstream.nix { inherit pkgs; }).pulsar;
-  env = ''
-    export JAVA_HOME=${pkgs.jdk17_headless}
-    export PULSAR_LOG_DIR=/var/lib/mqlab/pulsar/logs
-    mkdir -p "$PULSAR_LOG_DIR"
+  pulsar = (import ../../nix/servers.nix { inherit pkgs; }).pulsar;
+  log4j2 = pkgs.writeText "pulsar-log4j2.properties" ''
+    status = error
+    appender.out.type = Console
+    appender.out.name = out
+    appender.out.layout.type = PatternLayout
+    appender.out.layout.pattern = %d{ISO8601} %-5p [%t] %c{1} - %m%n
+    rootLogger.level = info
+    rootLogger.appenderRef.out.ref = out
   '';
+  flags = builtins.concatStringsSep " " [
+    "-Djute.maxbuffer=10485760"
+    "-Djava.net.preferIPv4Stack=true"
+    "-Dio.netty.tryReflectionSetAccessible=true"
+    "--add-opens=java.base/java.io=ALL-UNNAMED"
+    "--add-opens=java.base/java.util.zip=ALL-UNNAMED"
+    "--add-opens=java.base/java.nio=ALL-UNNAMED"
+    "--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED"
+    "--add-opens=java.base/sun.net=ALL-UNNAMED"
+    "--add-opens=java.management/sun.management=ALL-UNNAMED"
+    "-Dbookkeeper.metadata.bookie.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataBookieDriver"
+    "-Dbookkeeper.metadata.client.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver"
+    "-Dlog4j.shutdownHookEnabled=false"
+    "-Dlog4j2.configurationFile=${log4j2}"
+  ];
+  java = heap: "java ${heap} ${flags} -cp '${pulsar}/lib/*'";
 in
 {
   mqlab.node = {
@@ -19,7 +41,7 @@ in
     package = pulsar;
     version = pulsar.version;
     ports = [ 6650 8080 2181 2888 3888 3181 ];
-    runtimeInputs = [ pulsar pkgs.jdk17_headless ];
+    runtimeInputs = [ pkgs.jdk17_headless ];
     settings = {
       managedLedgerDefaultEnsembleSize = 3;
       managedLedgerDefaultWriteQuorum = 3;
@@ -27,28 +49,28 @@ in
       brokerDeduplicationEnabled = false;
       allowAutoTopicCreation = false; # the driver creates its topic (admin REST API)
     };
-    services.mqlab-pulsar-zookeeper = env + ''
+    services.mqlab-pulsar-zookeeper = ''
       mkdir -p /var/lib/mqlab/pulsar/zookeeper
       cp /run/mqlab/conf/myid /var/lib/mqlab/pulsar/zookeeper/myid
-      export PULSAR_ZK_CONF=/run/mqlab/conf/zookeeper.conf
-      exec pulsar zookeeper
+      exec ${java "-Xmx512m"} org.apache.zookeeper.server.quorum.QuorumPeerMain \
+        /run/mqlab/conf/zookeeper.conf
     '';
-    services.mqlab-pulsar-bookie = env + ''
-      export PULSAR_BOOKKEEPER_CONF=/run/mqlab/conf/bookkeeper.conf
-      exec pulsar bookie
+    services.mqlab-pulsar-bookie = ''
+      exec ${java "-Xmx1g -XX:MaxDirectMemorySize=1g"} org.apache.bookkeeper.server.Main \
+        --conf /run/mqlab/conf/bookkeeper.conf
     '';
     # node 0 registers the cluster (and BookKeeper's ledger layout) once, when ZooKeeper
     # has its quorum; bookies and brokers fail and are restarted until then
-    services.mqlab-pulsar-broker = env + ''
+    services.mqlab-pulsar-broker = ''
       args=/run/mqlab/conf/cluster-metadata.args
       done=/var/lib/mqlab/pulsar/cluster-metadata.done
       if [ -f "$args" ] && [ ! -f "$done" ]; then
         mapfile -t init < "$args"
-        pulsar initialize-cluster-metadata "''${init[@]}"
+        ${java "-Xmx512m"} org.apache.pulsar.PulsarClusterMetadataSetup "''${init[@]}"
         touch "$done"
       fi
-      export PULSAR_BROKER_CONF=/run/mqlab/conf/broker.conf
-      exec pulsar broker
+      exec ${java "-Xmx2g -XX:MaxDirectMemorySize=2g"} org.apache.pulsar.PulsarBrokerStarter \
+        --broker-conf /run/mqlab/conf/broker.conf
     '';
   };
 }

@@ -3,8 +3,10 @@
 ``servers.toml`` (beside this file) pins each server: its version, the Maven
 coordinates whose runtime closure makes its class path (``deps``, copied into
 ``lib/``) and/or one distribution archive (``dist``, unpacked into ``dist/``).
-``servers.lock.json`` records the sha256 of every file fetched for that version;
-``fetch`` checks each one and refuses a file that is not recorded or differs.
+``servers.lock.json`` records the sha256 of every file fetched for that version, and
+where Maven Central serves it (``maven``: its path under the repository's root, for the
+images, which fetch the same files: nix/servers.nix); ``fetch`` checks each one and
+refuses a file that is not recorded or differs.
 A Go tool (``go``: its main package; ``gomod``: the checkout's folder whose ``go.mod``
 names its version and whose ``go.sum`` holds every module's hash, which the go
 command checks) is built from the Go module proxy into ``bin/``. A pin marked
@@ -302,6 +304,22 @@ def _unpack(d: Path) -> None:
                 z.extractall(target)
 
 
+def _maven_paths(got: dict[str, str], m2: Path) -> dict[str, str]:
+    """Each fetched file's path in Maven's repository (``m2``), which is its path under
+    Maven Central's root: the file of the same name and sha256 there."""
+    by_name: dict[str, list[Path]] = {}
+    for f in m2.rglob("*"):
+        if f.suffix in (".jar", ".gz", ".zip", ".tgz") and f.is_file():
+            by_name.setdefault(f.name, []).append(f)
+    out = {}
+    for rel, sha in got.items():
+        found = [f for f in by_name.get(rel.split("/", 1)[1], []) if _sha256(f) == sha]
+        if not found:
+            raise ClusterError(f"{rel}: not in Maven's repository {m2} with sha256 {sha}")
+        out[rel] = found[0].relative_to(m2).as_posix()
+    return out
+
+
 def _read_lock() -> dict[str, dict[str, object]]:
     return json.loads(LOCK.read_text()) if LOCK.is_file() else {}
 
@@ -333,7 +351,11 @@ def fetch(name: str, *, relock: bool = False, log: Callable[[str], object] = pri
         if p.go:
             pass  # the go command checked every module against go.sum
         elif relock:
-            lock[name] = {"version": p.version, "files": dict(sorted(got.items()))}
+            lock[name] = {
+                "version": p.version,
+                "files": dict(sorted(got.items())),
+                "maven": _maven_paths(got, base / "m2"),
+            }
             LOCK.write_text(json.dumps(lock, indent=1, sort_keys=True) + "\n")
             log(f"servers: recorded {len(got)} sha256s for {name} {p.version} in {LOCK.name}")
         else:

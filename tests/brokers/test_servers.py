@@ -29,6 +29,15 @@ def test_every_pin_has_its_sha256s_recorded() -> None:
         for coord in p.deps:
             _g, a, v, *_ = coord.split(":")
             assert any(f.startswith(f"lib/{a}-{v}") for f in files), coord
+        # where Maven Central serves each file (the images fetch them: nix/servers.nix)
+        maven = lock[name]["maven"]
+        assert sorted(maven) == sorted(files), name
+        for rel, path in maven.items():
+            assert path.endswith("/" + rel.split("/", 1)[1]) and not path.startswith("/"), rel
+        for coord in p.deps:
+            g, a, v, *_ = coord.split(":")
+            want = f"{g.replace('.', '/')}/{a}/{v}/{a}-{v}.jar"
+            assert want in maven.values(), coord
 
 
 @pytest.fixture
@@ -73,6 +82,8 @@ def test_fetch_checks_every_file_against_the_lock(tiny: Path) -> None:
     assert lock["tiny"]["files"] == {
         "lib/commons-codec-1.16.0.jar": hashlib.sha256(jar.read_bytes()).hexdigest()
     }
+    path = "commons-codec/commons-codec/1.16.0/commons-codec-1.16.0.jar"
+    assert lock["tiny"]["maven"] == {"lib/commons-codec-1.16.0.jar": path}
     assert servers.classpath("tiny") == str(jar)
     # tamper with the record: the next fetch refuses and the server is not ready
     lock["tiny"]["files"]["lib/commons-codec-1.16.0.jar"] = "0" * 64

@@ -235,11 +235,11 @@ def test_render_artemis_broker_xml() -> None:
     acceptors = [(a.get("name"), a.text) for a in core.iterfind(f"{AC}acceptors/{AC}acceptor")]
     assert acceptors == [("all", "tcp://10.0.1.11:61616")]  # its own address only
     (replication,) = core.iterfind(f"{AC}ha-policy/{AC}replication")
-    # the pinned release (2.27.1) names the roles master/slave (primary/backup from 2.31)
+    # the pinned release (2.40.0) names the roles primary/backup (master/slave before 2.31)
     assert [(e.tag.removeprefix(AC), e.findtext(f"{AC}group-name")) for e in replication] == [
-        ("slave", "mqlab")
+        ("backup", "mqlab")
     ]
-    assert replication.findtext(f"{AC}slave/{AC}allow-failback") == "true"
+    assert replication.findtext(f"{AC}backup/{AC}allow-failback") == "true"
     (cc,) = core.iterfind(f"{AC}cluster-connections/{AC}cluster-connection")
     assert cc.get("name") == "mqlab" and cc.findtext(f"{AC}connector-ref") == "n1"
     statics = [e.text for e in cc.iterfind(f"{AC}static-connectors/{AC}connector-ref")]
@@ -260,9 +260,9 @@ def test_render_artemis_node_0_is_the_replication_primary() -> None:
     core = _artemis(0)
     assert core.findtext(f"{AC}name") == "mqlab-0"
     (replication,) = core.iterfind(f"{AC}ha-policy/{AC}replication")
-    assert [e.tag.removeprefix(AC) for e in replication] == ["master"]
+    assert [e.tag.removeprefix(AC) for e in replication] == ["primary"]
     # back after a failover, it looks for the live server instead of serving stale data
-    assert replication.findtext(f"{AC}master/{AC}check-for-live-server") == "true"
+    assert replication.findtext(f"{AC}primary/{AC}check-for-active-server") == "true"
     (acceptor,) = core.iterfind(f"{AC}acceptors/{AC}acceptor")
     assert acceptor.text == "tcp://10.0.1.10:61616"
     cc = core.find(f"{AC}cluster-connections/{AC}cluster-connection")

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FLAKE_FILES = ["flake.nix", "nix", "images", "pyproject.toml", "uv.lock"]
+FLAKE_FILES = [
+    "flake.nix",
+    "nix",
+    "images",
+    "pyproject.toml",
+    "uv.lock",
+    "mqlab/brokers/servers.lock.json",  # nix/servers.nix pins the JVM servers' files by it
+]
 
 
 def nix_tool(name: str) -> str:
@@ -54,6 +61,7 @@ def make_env(tmp: Path) -> NixEnv:
         if p.is_dir():
             shutil.copytree(p, src / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, src / name)
     (tmp / "home").mkdir()
     env = {

@@ -8,6 +8,7 @@ match (only `nix flake check` on a networked runner does; see docs/nix.md).
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -298,44 +299,64 @@ def test_eventstore_release_is_pinned_with_the_recipe_hash(nixenv, nodes) -> Non
     assert "mqlab-eventstore" in nodes["eventstore"]["services"]
 
 
-def test_every_upstream_release_is_pinned(nodes) -> None:
-    # releases not in nixpkgs, each pinned with a published recipe's hash (nix/upstream.nix)
-    for broker in ("pulsar", "artemis", "rocketmq"):
-        assert not nodes[broker]["image"]["package"].endswith("-not-pinned"), broker
+JVM_SERVERS = ("kafka", "pulsar", "artemis", "rocketmq")
 
 
-def test_artemis_release_is_pinned_with_the_recipe_hash(nixenv, nodes) -> None:
-    """nix/upstream.nix fetches Artemis 2.27.1 with the hash a published recipe gives
-    (the comment there names it)."""
-    assert nodes["artemis"]["image"]["version"] == "2.27.1"
-    src = nixenv.eval_json(
-        "nixosConfigurations.artemis.config.mqlab.node.package.stubArgs.src.stubArgs"
+@pytest.mark.parametrize("broker", JVM_SERVERS)
+def test_jvm_servers_are_the_files_mqlab_runs_locally(nixenv, nodes, broker: str) -> None:
+    """nix/servers.nix: the image's package is the server of servers.toml at its version,
+    every file servers.lock.json records fetched from Maven Central by its recorded path
+    with its recorded sha256, and nothing else."""
+    from mqlab.brokers import servers
+
+    assert nodes[broker]["image"]["version"] == servers.pin(broker).version
+    entry = json.loads(servers.LOCK.read_text())[broker]
+    pkg = f"nixosConfigurations.{broker}.config.mqlab.node.package"
+    files = nixenv.eval_json(f"{pkg}.files", "fs: builtins.mapAttrs (k: v: v.stubArgs) fs")
+    assert isinstance(files, dict) and sorted(files) == sorted(entry["files"])
+    for rel, args in files.items():
+        path = entry["maven"][rel]
+        assert path.endswith("/" + rel.split("/", 1)[1]), rel
+        assert args == {
+            "url": f"https://repo1.maven.org/maven2/{path}",
+            "sha256": entry["files"][rel],
+        }
+
+
+def test_jvm_servers_start_their_main_classes_on_that_class_path(nixenv) -> None:
+    services = nixenv.eval_json(
+        "nixosConfigurations",
+        "cfgs: builtins.mapAttrs (n: c: c.config.mqlab.node.services // "
+        '{ pkg = "${c.config.mqlab.node.package}"; }) '
+        f"(builtins.intersectAttrs {{ {' '.join(f'{b} = 1;' for b in JVM_SERVERS)} }} cfgs)",
     )
-    assert src == {
-        "url": "https://archive.apache.org/dist/activemq/activemq-artemis/2.27.1/"
-        "apache-artemis-2.27.1-bin.tar.gz",
-        "hash": "sha256-8MElmDIbuXm/b/e2m15mziMMP5PO2WkLTu0Rwl+K8uI=",
+    assert isinstance(services, dict)
+    want = {
+        "kafka": ["kafka.tools.StorageTool format", 'kafka.Kafka "$conf"'],
+        "pulsar": [
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            "org.apache.bookkeeper.server.Main",
+            "org.apache.pulsar.PulsarClusterMetadataSetup",
+            "org.apache.pulsar.PulsarBrokerStarter",
+        ],
+        "rocketmq": [
+            "NamesrvStartup -c /run/mqlab/conf/namesrv.conf",
+            "ProxyStartup -pm local",
+            "-bc /run/mqlab/conf/broker.conf -pc /run/mqlab/conf/rmq-proxy.json",
+        ],
     }
+    for broker, parts in want.items():
+        s = services[broker]
+        text = "\n".join(v for k, v in s.items() if k != "pkg")
+        assert text.count(f"-cp '{s['pkg']}/lib/*'") >= len([k for k in s if k != "pkg"]), broker
+        for part in parts:
+            assert part in text, (broker, part)
+    from mqlab.brokers import servers
 
-
-def test_rocketmq_release_is_pinned_with_the_recipe_hash(nixenv, nodes) -> None:
-    """nix/upstream.nix fetches RocketMQ 5.3.1 with the sha256 of Spack's recipe (named
-    there), unpacks the zip and installs it; the image's services run its scripts."""
-    assert nodes["rocketmq"]["image"]["version"] == "5.3.1"
-    assert not nodes["rocketmq"]["image"]["package"].endswith("-not-pinned")
-    pkg = "nixosConfigurations.rocketmq.config.mqlab.node.package"
-    src = nixenv.eval_json(f"{pkg}.stubArgs.src.stubArgs")
-    assert src == {
-        "url": "https://archive.apache.org/dist/rocketmq/5.3.1/rocketmq-all-5.3.1-bin-release.zip",
-        "hash": "sha256-JR1yYfom016v/vai/OMIgAVK96WIPVeN0xV0v5CKi5c=",
-    }
-    unpack = nixenv.eval_json(f"{pkg}.stubArgs.nativeBuildInputs", "map (p: p.pname)")
-    assert unpack == ["unzip"]
-    scripts = nixenv.eval_json("nixosConfigurations.rocketmq.config.mqlab.node.services")
-    assert "NamesrvStartup -c /run/mqlab/conf/namesrv.conf" in scripts["mqlab-rocketmq-namesrv"]
-    broker = scripts["mqlab-rocketmq-broker"]
-    assert "ProxyStartup -pm local" in broker and "-bc /run/mqlab/conf/broker.conf" in broker
-    assert "-pc /run/mqlab/conf/rmq-proxy.json" in broker and "JAVA_HOME=" in broker
+    artemis, v = services["artemis"], servers.pin("artemis").version
+    assert (
+        f"{artemis['pkg']}/dist/apache-artemis-{v}/bin/artemis create" in artemis["mqlab-artemis"]
+    )
 
 
 def test_a_new_dependency_without_mapping_fails_evaluation(nixenv) -> None:

@@ -1,12 +1,13 @@
 """ActiveMQ Artemis: ``broker.xml`` for a live server and its replicating backups.
 
-Node 0 is the live server (HA policy ``replication``, ``master``), the other nodes are its
-backups (``slave``), all in one group. The live server replicates to one backup at a time,
+Node 0 is the live server (HA policy ``replication``, ``primary``), the other nodes are its
+backups (``backup``), all in one group. The live server replicates to one backup at a time,
 synchronously: a message counts as stored once that backup has it. A further backup waits
-and pairs with the live server that follows a failover. The names ``master``/``slave`` are
-those of the pinned release (2.27.1; 2.31 renamed them ``primary``/``backup``). Node 0
-checks for a live server at start (``check-for-live-server``), so when it comes back after
-a failover it does not serve a second, stale copy: it fails back instead.
+and pairs with the live server that follows a failover. The names are those of the pinned
+release (2.40.0, the version mqlab runs locally; releases before 2.31 called them
+``master``/``slave``, which 2.40 still reads but marks deprecated). Node 0 checks for an
+active server at start (``check-for-active-server``), so when it comes back after a
+failover it does not serve a second, stale copy: it fails back instead.
 
 Ports: ``core`` (61616; the one acceptor takes every protocol, STOMP included, which the
 driver uses) and ``console`` (8161, the web console of ``artemis create``'s
@@ -89,7 +90,7 @@ def _lock_manager_ha(index: int, connect: str, session_ms: int) -> str:
 def render(node: Node, lock_manager: str | None = None, session_ms: int = 6000) -> dict[str, str]:
     """``broker.xml`` of node ``node``. ``lock_manager``: a ZooKeeper connect string; the
     pair then coordinates through it (the local cluster), else through Artemis's quorum
-    vote among live servers (the cloud image's ``master``/``slave``)."""
+    vote among live servers (the cloud image's ``primary``/``backup``)."""
     i, data = node.index, node.data_dir
     # with a lock manager (local), cluster and replication traffic has an acceptor of its
     # own: a management request that blocks a client acceptor's I/O thread on the journal
@@ -110,7 +111,9 @@ def render(node: Node, lock_manager: str | None = None, session_ms: int = 6000) 
     if lock_manager is not None:
         ha = _lock_manager_ha(i, lock_manager, session_ms)
     else:
-        role, flag = ("master", "check-for-live-server") if i == 0 else ("slave", "allow-failback")
+        role, flag = (
+            ("primary", "check-for-active-server") if i == 0 else ("backup", "allow-failback")
+        )
         ha = f"<{role}><group-name>mqlab</group-name><{flag}>true</{flag}></{role}>"
     # a spare's registration waits this long for a busy primary (default 30 s)
     call_timeout = "        <call-timeout>60000</call-timeout>\n" if lock_manager else ""
