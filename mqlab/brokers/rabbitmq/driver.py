@@ -271,11 +271,12 @@ class RabbitmqReceiver(Receiver):
         return c
 
     def _drop(self) -> None:
-        """Close the connection; its unacked deliveries go back to the queue."""
-        self.buffer.clear()
+        """Close the connection; its unacked deliveries go back to the queue (and those
+        read while it closed are discarded with the rest)."""
         if self.c is not None:
             self.c.close()
             self.c = None
+        self.buffer.clear()
 
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         deadline = time.monotonic() + timeout_s
