@@ -23,9 +23,10 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   a stream and durable consumer that mqlab's driver made (R3, file storage, work queue).
 - RabbitMQ, profile ``rabbitmq-quorum``: PerfTest (``com.rabbitmq:perf-test``, fetched by
   ``scripts/bootstrap --bench``) producers of persistent messages with at most B
-  unconfirmed, then consumers with the profile's prefetch acking each delivery, on a
-  quorum queue mqlab's driver declared; figures from its per-second lines (the first
-  left out) and the JVM's CPU read as each arrives.
+  unconfirmed, then consumers with the profile's prefetch acking every B deliveries in
+  one multiple ack (``-A B``: mqlab's receiver acks each batch of B so), on a quorum
+  queue mqlab's driver declared; figures from its per-second lines (the first left
+  out) and the JVM's CPU read as each arrives.
 
 - Kafka, profile ``kafka-isr`` (acks=all with idempotence, replication 3, min ISR 2, no
   linger): Kafka's own ``org.apache.kafka.tools.ProducerPerformance`` (kafka-tools, the
@@ -824,8 +825,9 @@ def rabbitmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
     """PerfTest (``com.rabbitmq:perf-test``, pinned; ``scripts/bootstrap --bench``) on
     a quorum queue that mqlab's driver declared (``-p``: predeclared): C producers with
     persistent messages and at most B publishes unconfirmed (mqlab's sender sends B and
-    waits for their confirms), then C consumers with the profile's prefetch, each message
-    acked on its own (``basic_ack`` per delivery, as mqlab's receiver)."""
+    waits for their confirms), then C consumers with the profile's prefetch acking every B
+    deliveries in one ``basic.ack`` with ``multiple`` (``-A B``), as mqlab's receiver acks
+    each batch of B it received."""
     from mqlab.brokers import servers
 
     java = str(servers.java(servers.pin("perftest").java))
@@ -853,11 +855,12 @@ def rabbitmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
         top_up = [*base, "-x", str(s.connections), "-y", "0", "-f", "persistent"]
         run_perftest([*top_up, "-c", str(s.batch), "-z", str(2 * int(seconds))], "confirmed")
         prefetch = str(profile.settings.prefetch)
-        cmd = [*base, "-x", "0", "-y", str(s.connections), "-q", prefetch, "-z", seconds]
+        cmd = [*base, "-x", "0", "-y", str(s.connections), "-q", prefetch, "-A", str(s.batch)]
+        cmd += ["-z", seconds]
         n, wall, cpu = run_perftest(cmd, "received")
         if native.remaining().count == 0:
             print("warning: PerfTest's consumers emptied the queue: their rate is understated")
-        label = f"PerfTest -y {s.connections} -q {prefetch} (ack each)"
+        label = f"PerfTest -y {s.connections} -q {prefetch} -A {s.batch}"
         out.append(
             Comparison(
                 "rabbitmq", "receive", profile.name, mq_r, Measured(label, round(n), wall, cpu)

@@ -7,10 +7,16 @@
   matched to the batch by delivery tag: a late confirm or nack of an earlier
   (timed-out) batch never counts for or against the current one.
 - receive: a consumer with ``basic_qos(prefetch)`` and manual acks; deliveries
-  wait in a local buffer until ``receive`` hands them out.
-- ack: ``basic_ack`` per delivery. RabbitMQ has no visibility timeout: unacked
-  deliveries come again (flagged redelivered by the broker) once the receiver's
-  channel closes, so ``redelivery_timeout_s`` is 0.
+  wait in a local buffer until ``receive`` hands them out, in the order the broker
+  delivered them. The receiver reads its channel's deliveries off the wire itself
+  (``deliveries.DeliveryReader``); pika handles every other frame.
+- ack: one ``basic_ack`` with ``multiple`` for the run of delivery tags that the call,
+  with the tags acked before, fills from the channel's first (each of them handed out
+  by ``receive`` and named by an ``ack``); a tag beyond a gap (a delivery not acked
+  yet) is acked on its own. Every ack frame is written before ``ack`` returns.
+  RabbitMQ has no visibility timeout: unacked deliveries come again (flagged
+  redelivered by the broker) once the receiver's channel closes, so
+  ``redelivery_timeout_s`` is 0.
 - remaining: the queue's ``message_count`` from a passive queue.declare: ready
   messages only. Deliveries held unacked by open channels (a live receiver's
   prefetch) are not included, so call it after the receivers closed; the broker
@@ -34,6 +40,7 @@ delivery), and the message comes again (at least once).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -48,6 +55,7 @@ import pika.exceptions
 from pika import spec as amqp
 
 from mqlab.brokers.base import Delivery, Driver, Receiver, Remaining, Sender
+from mqlab.brokers.rabbitmq.deliveries import Acks, DeliveryReader
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
@@ -229,14 +237,19 @@ class RabbitmqReceiver(Receiver):
         self.c: _Client | None = None
         self.channel_no = 0
         self.cancelled = False
+        self.acks = Acks()
         self._connect()
 
     def _connect(self) -> _Client:
         c = _Client(self.driver)
         no = self.channel_no + 1
+        buffer: deque[Delivery] = deque()
+
+        def on_delivery(body: bytes, tag: int, redelivered: bool) -> None:
+            buffer.append(Delivery(body, (no, tag), redelivered))
 
         def on_message(_ch: Any, method: Any, _props: Any, body: bytes) -> None:
-            self.buffer.append(Delivery(body, (no, method.delivery_tag), bool(method.redelivered)))
+            on_delivery(body, method.delivery_tag, bool(method.redelivered))  # pika's path
 
         def on_cancel(_frame: Any) -> None:
             if no == self.channel_no:
@@ -245,20 +258,25 @@ class RabbitmqReceiver(Receiver):
         try:
             c.ch.basic_qos(prefetch_count=self.driver.settings.prefetch)
             c.ch.add_on_cancel_callback(on_cancel)
+            # a negative channel number ends process_data_events' wait (pika's own way)
+            wake = functools.partial(c.conn._request_channel_dispatch, -c.ch.channel_number)
+            DeliveryReader(c.conn._impl, c.ch.channel_number, on_delivery, wake)
             c.ch.basic_consume(self.driver.queue, on_message, auto_ack=False)
         except Exception as e:  # noqa: BLE001
             c.close()
             raise DriverError(f"rabbitmq: cannot consume from {self.driver.queue}: {e!r}") from e
-        self.buffer.clear()
         self.c, self.channel_no, self.cancelled = c, no, False
+        self.buffer = buffer
+        self.acks = Acks()  # this channel's delivery tags
         return c
 
     def _drop(self) -> None:
-        """Close the connection; its unacked deliveries go back to the queue."""
-        self.buffer.clear()
+        """Close the connection; its unacked deliveries go back to the queue (and those
+        read while it closed are discarded with the rest)."""
         if self.c is not None:
             self.c.close()
             self.c = None
+        self.buffer.clear()
 
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         deadline = time.monotonic() + timeout_s
@@ -291,9 +309,13 @@ class RabbitmqReceiver(Receiver):
             )
         if c is None or not current:
             return
+        last, single = self.acks.plan(current)
         try:
-            for tag in current:
-                c.ch.basic_ack(tag)
+            if last:
+                c.ch._impl.basic_ack(last, multiple=True)
+            for tag in single:
+                c.ch._impl.basic_ack(tag)
+            c.ch._flush_output()  # every ack frame written before ack returns
         except Exception as e:  # noqa: BLE001
             self._drop()
             raise DriverError(f"rabbitmq: ack failed: {e!r}") from e
