@@ -8,13 +8,19 @@
   ``next_delivery`` has passed ``FOR UPDATE SKIP LOCKED`` and push their
   ``next_delivery`` to now() + visibility timeout; nothing there: poll with a
   short backoff until ``timeout_s``.
-- ack: DELETE by id (``id = ANY`` of the batch's ids).
-- both go through libpq itself (``receiver.py``): prepared once per connection, binary
+- ack: DELETE by id (``id = ANY`` of the batch's ids), and in the same statement
+  (one transaction, one commit) the claim of the next batch, as many rows as the last
+  receive asked for, none of the acked ones: what the next receive returns, if it
+  comes within half the visibility timeout; else, and on close, those rows are
+  released (ready again at once, the claim not counted). An ack with rows still held
+  ahead, or before any receive, only deletes.
+- all through libpq itself (``receiver.py``): prepared once per connection, binary
   parameters and rows, no cursor layer; the sender's INSERT likewise (``client.py``).
 - redelivery: a row handed out before (``deliveries > 1``) is flagged
   redelivered; ``redelivery_timeout_s`` is ``visibility_timeout_s``.
 - remaining: ``count(*)`` of the table (acked rows are deleted), ``in_flight``
-  the rows whose ``next_delivery`` is still ahead (claimed, not acked); with
+  the rows whose ``next_delivery`` is still ahead (claimed, not acked: handed out or
+  held ahead by an open receiver); with
   ``identify`` the rows' first bytes, all read in one snapshot.
 
 A receive that finds nothing polls again after 5 ms, 10 ms, ... up to
@@ -29,17 +35,17 @@ statement after ``commit_timeout_s`` and the call raises DriverError (the row
 may then be committed locally but not replicated).
 
 A broker restart: a call that fails drops its connection (a server killed or
-restarted leaves it closed for good) and raises DriverError; the next call opens
-a new one to the primary (``connect_timeout_s``), so a sender or receiver whose
-worker retries comes back once the primary accepts connections again. What that
-means for the queue: rows whose claim committed but whose reply was lost stay
-hidden until their visibility timeout and are then delivered again (flagged
-redelivered); an insert that failed may still have committed (delivered though
-counted failed: at least once); an ack is a DELETE by id, so an ack repeated or
-sent over a new connection deletes the row at most once, and an ack for a row no
-longer there (already acked) deletes nothing. An ack whose lease ran out still
-deletes the row, even if another receiver now holds it (that receiver's own ack
-then deletes nothing).
+restarted leaves it closed for good) and raises DriverError; the next call opens a
+new one to the primary (``connect_timeout_s``), so a sender or receiver whose worker
+retries comes back once the primary accepts connections again. What that means for
+the queue: rows whose claim committed but whose reply was lost stay hidden until
+their visibility timeout and are then delivered again (flagged redelivered), as are
+rows held ahead by a receiver that could not release them; an insert that failed may
+still have committed (delivered though counted failed: at least once); an ack is a
+DELETE by id, so an ack repeated or sent over a new connection deletes the row at
+most once, and an ack for a row no longer there (already acked) deletes nothing. An
+ack whose lease ran out still deletes the row, even if another receiver now holds it
+(that receiver's own ack then deletes nothing).
 """
 
 from __future__ import annotations

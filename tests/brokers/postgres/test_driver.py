@@ -17,6 +17,7 @@ from psycopg import pq
 
 from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
 from mqlab.brokers.postgres import client as pg
+from mqlab.brokers.postgres import receiver as recv
 from mqlab.brokers.postgres.binaries import (
     ServerUser,
     cache_name,
@@ -377,3 +378,91 @@ def test_claimed_rows_become_deliveries_flagged_when_handed_out_before() -> None
     result = SimpleNamespace(ntuples=len(rows), get_value=lambda r, c: cells[r][c])
     got = deliveries_of(result)
     assert got == [Delivery(b"p5", 5, False), Delivery(b"p9", 9, True), Delivery(b"", 2**40, True)]
+
+
+class _Rows:
+    """A libpq result of claimed rows (id, payload, deliveries), binary."""
+
+    def __init__(self, rows: list[tuple[int, bytes, int]]) -> None:
+        self.cells = [(i.to_bytes(8, "big"), p, n.to_bytes(4, "big")) for i, p, n in rows]
+        self.ntuples = len(rows)
+
+    def get_value(self, row: int, col: int) -> bytes:
+        return self.cells[row][col]
+
+
+class _FakeClient:
+    """Records each prepared statement's name and params; answers from ``results``."""
+
+    def __init__(self, *args: Any) -> None:
+        self.calls: list[tuple[bytes, tuple[bytes, ...]]] = []
+        self.results: list[_Rows] = []
+        self.closed = False
+
+    def exec(self, name: bytes, query: bytes, params: Any, what: str) -> _Rows:
+        self.calls.append((name, tuple(params)))
+        return self.results.pop(0) if self.results else _Rows([])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _receiver(monkeypatch: pytest.MonkeyPatch, visibility_s: float = 30.0) -> Any:
+    monkeypatch.setattr(recv, "Client", _FakeClient)
+    settings = Settings(visibility_timeout_s=visibility_s)
+    return recv.PostgresReceiver(settings, Endpoints("postgres", ()), "jobs")
+
+
+def test_an_ack_claims_the_next_batch_in_the_same_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = _receiver(monkeypatch)
+    c = r.c
+    c.results = [_Rows([(1, b"a", 1), (2, b"b", 1)]), _Rows([(3, b"c", 1), (4, b"d", 2)])]
+    first = r.receive(2, 0.1)
+    assert [d.handle for d in first] == [1, 2]
+    r.ack(first)  # deletes 1 and 2, claims 3 and 4
+    assert c.calls[1] == (
+        recv.ACK_CLAIM_NAME,
+        (int8_array([1, 2]), (2).to_bytes(8, "big"), r.visibility),
+    )
+    assert r.receive(1, 0.1) == [Delivery(b"c", 3, False)]  # from what the ack claimed
+    assert r.receive(5, 0.1) == [Delivery(b"d", 4, True)]
+    assert len(c.calls) == 2  # no statement for either
+    r.ack([Delivery(b"c", 3)])  # nothing held ahead: it claims again
+    assert c.calls[2][0] == recv.ACK_CLAIM_NAME
+    r.close()
+    assert c.closed and len(c.calls) == 3  # it claimed nothing: nothing to give back
+
+
+def test_rows_claimed_ahead_are_released_on_close_and_once_held_too_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = _receiver(monkeypatch, visibility_s=30.0)
+    c = r.c
+    c.results = [_Rows([(1, b"a", 1)]), _Rows([(2, b"b", 1), (3, b"c", 4)])]
+    r.ack(r.receive(3, 0.1))
+    assert len(r.ahead) == 2
+    r.ahead_at -= 15.0  # half the visibility timeout since the ack claimed them
+    c.results = [_Rows([]), _Rows([(5, b"e", 1)])]  # the release's, then the claim's
+    assert r.receive(3, 0.1) == [Delivery(b"e", 5, False)]  # claimed anew
+    counts = recv.int4_array_of([(1).to_bytes(4, "big"), (4).to_bytes(4, "big")])
+    assert c.calls[2] == (recv.RELEASE_NAME, (int8_array([2, 3]), counts))
+    assert c.calls[3][0] == recv.CLAIM_NAME
+    c.results = [_Rows([(6, b"f", 1)])]
+    r.ack([Delivery(b"e", 5)])
+    r.close()
+    assert c.calls[-1] == (
+        recv.RELEASE_NAME,
+        (int8_array([6]), recv.int4_array_of([(1).to_bytes(4, "big")])),
+    )
+    assert c.closed
+
+
+def test_the_combined_ack_claims_as_the_claim_does() -> None:
+    combined = " ".join(recv.ack_claim_sql("jobs").decode().split())
+    claim = " ".join(numbered(claim_sql("jobs"), 2).decode().split())
+    gone = 'WITH gone AS (DELETE FROM "jobs" WHERE id = ANY($1)), picked AS ('
+    assert combined.startswith(gone)
+    plain = "WITH picked AS (" + combined.removeprefix(gone).replace(" AND id <> ALL($1)", "")
+    assert plain == claim.replace("$1", "$2").replace("secs => $2", "secs => $3")
