@@ -16,6 +16,7 @@ BROKER = Broker(
             "postgres",
             {"visibility_timeout_s": 2.0, "poll_interval_s": 0.05, "commit_timeout_s": 10.0},
             visibility_s=2.0,
+            prefetches=True,  # an ack claims the next batch (receiver.py)
         ),
     ),
 )

@@ -83,6 +83,42 @@ def test_committed_row_is_on_a_standby(cluster: PostgresCluster) -> None:
     assert found
 
 
+def test_rows_an_ack_claimed_ahead_go_back_at_once_when_the_receiver_closes(
+    cluster: PostgresCluster,
+) -> None:
+    """An ack deletes its rows and claims the next batch; closing before handing those
+    out makes them ready again at once (well inside the 30 s visibility timeout), not
+    counted as delivered: the next receiver gets them unflagged, and nothing else."""
+    driver = PostgresDriver(Settings(), cluster.endpoints(), "ahead_probe")
+    driver.setup()
+    s, r = driver.sender(), driver.receiver()
+    other: Any = None
+    try:
+        s.send([b"m%d" % i for i in range(5)])
+        first = r.receive(2, 1.0)
+        assert len(first) == 2
+        r.ack(first)  # those two gone, two more claimed ahead
+        held = driver.remaining()
+        assert (held.count, held.in_flight) == (3, 2)
+        r.close()
+        held = driver.remaining()
+        assert (held.count, held.in_flight) == (3, 0)
+        other = driver.receiver()
+        got = other.receive(10, 1.0)
+        rest = {b"m%d" % i for i in range(5)} - {d.payload for d in first}
+        assert sorted(d.payload for d in got) == sorted(rest)
+        assert not any(d.redelivered for d in got)
+        other.ack(got)
+        assert driver.remaining().count == 0
+    finally:
+        s.close()
+        r.close()
+        if other is not None:
+            other.close()
+        driver.teardown()
+        driver.close()
+
+
 def _lanes_send(sender: Any, n: int) -> None:
     """One batch of ``n`` through ``PostgresSender.send_lanes`` (the workers' closed-loop
     path, in C); its failure raised."""

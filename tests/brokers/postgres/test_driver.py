@@ -16,13 +16,15 @@ import pytest
 from psycopg import pq
 
 from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
-from mqlab.brokers.postgres import driver as pg
+from mqlab.brokers.postgres import client as pg
+from mqlab.brokers.postgres import receiver as recv
 from mqlab.brokers.postgres.binaries import (
     ServerUser,
     cache_name,
     pick_server_user,
     unreachable_dir,
 )
+from mqlab.brokers.postgres.client import Watchdog
 from mqlab.brokers.postgres.cluster import primary_conf, sync_standby_names
 from mqlab.brokers.postgres.database import (
     MAX_IDENT,
@@ -35,7 +37,8 @@ from mqlab.brokers.postgres.database import (
     schema_sql,
     table_name,
 )
-from mqlab.brokers.postgres.driver import PostgresDriver, _Watchdog
+from mqlab.brokers.postgres.driver import PostgresDriver
+from mqlab.brokers.postgres.receiver import deliveries_of, int8_array, numbered
 from mqlab.errors import DriverError, ScenarioError
 from mqlab.typed import build
 
@@ -139,7 +142,7 @@ class _SlowConn:
 
 def test_watchdog_cancels_after_the_deadline_only() -> None:
     conn = _SlowConn()
-    dog = _Watchdog(conn)  # type: ignore[arg-type]
+    dog = Watchdog(conn)  # type: ignore[arg-type]
     try:
         dog.arm(10)
         assert dog.disarm() is False and not conn.cancelled.is_set()
@@ -158,7 +161,7 @@ def test_watchdog_disarmed_or_rearmed_before_its_deadline_never_cancels() -> Non
     full timeout) is never cancelled by the earlier deadline; closing an armed watchdog
     ends its thread without cancelling."""
     conn = _SlowConn()
-    dog = _Watchdog(conn)  # type: ignore[arg-type]
+    dog = Watchdog(conn)  # type: ignore[arg-type]
     try:
         dog.arm(0.1)
         assert dog.disarm() is False
@@ -179,7 +182,7 @@ def test_watchdog_wakes_its_thread_only_for_an_earlier_deadline() -> None:
     earlier deadline (each statement's deadline is later than the last one's); it wakes the
     thread when that sleeps without a deadline or past the new one, which then still fires."""
     conn = _SlowConn()
-    dog = _Watchdog(conn)  # type: ignore[arg-type]
+    dog = Watchdog(conn)  # type: ignore[arg-type]
     notified: list[int] = []
     try:
         dog.arm(30)
@@ -342,12 +345,124 @@ def test_a_failed_call_drops_the_connection_and_the_next_call_reconnects(
         sender.send([b"b"])  # back up: a new connection each
         receiver.ack([Delivery(b"a", 1)])
         assert len(conns) == 4 and not conns[2].closed and not conns[3].closed
-        assert conns[2].executed == [[b"b"]] and conns[3].executed == [([1],)]
-        # the statements, composed once, are the driver's SQL as bytes (the INSERT
-        # prepared on the connection, once per batch size)
+        assert conns[2].executed == [[b"b"]] and conns[3].executed == [[int8_array([1])]]
+        # the statements, composed once, are the driver's SQL as bytes, prepared on the
+        # connection (the INSERT once per batch size)
         assert conns[2].queries == [insert_prepared_sql("jobs", 1)]
-        assert conns[3].queries == [b'DELETE FROM "jobs" WHERE id = ANY(%s)']
+        assert conns[3].queries == [b'DELETE FROM "jobs" WHERE id = ANY($1)']
     finally:
         sender.close()
         receiver.close()
     assert all(c.closed for c in conns)
+
+
+def test_placeholders_become_numbered_parameters_in_order() -> None:
+    claim = numbered(claim_sql("jobs"), 2)
+    assert b"%s" not in claim and claim.index(b"LIMIT $1") < claim.index(b"secs => $2")
+    with pytest.raises(ValueError, match="placeholders"):
+        numbered(claim_sql("jobs"), 1)
+
+
+def test_ids_go_as_a_binary_bigint_array() -> None:
+    # PostgreSQL's array_send: dimensions 1, no nulls, element oid 20 (int8), length,
+    # lower bound 1, then each element's length (8) and its big-endian value
+    head = (1).to_bytes(4, "big") + (0).to_bytes(4, "big") + (20).to_bytes(4, "big")
+    item = [(8).to_bytes(4, "big") + v.to_bytes(8, "big", signed=True) for v in (7, -2, 2**40)]
+    dims = (3).to_bytes(4, "big") + (1).to_bytes(4, "big")
+    assert int8_array([7, -2, 2**40]) == head + dims + b"".join(item)
+
+
+def test_claimed_rows_become_deliveries_flagged_when_handed_out_before() -> None:
+    rows = [(5, b"p5", 1), (9, b"p9", 2), (2**40, b"", 7)]
+    cells = [(i.to_bytes(8, "big"), p, n.to_bytes(4, "big")) for i, p, n in rows]
+    result = SimpleNamespace(ntuples=len(rows), get_value=lambda r, c: cells[r][c])
+    got = deliveries_of(result)
+    assert got == [Delivery(b"p5", 5, False), Delivery(b"p9", 9, True), Delivery(b"", 2**40, True)]
+
+
+class _Rows:
+    """A libpq result of claimed rows (id, payload, deliveries), binary."""
+
+    def __init__(self, rows: list[tuple[int, bytes, int]]) -> None:
+        self.cells = [(i.to_bytes(8, "big"), p, n.to_bytes(4, "big")) for i, p, n in rows]
+        self.ntuples = len(rows)
+
+    def get_value(self, row: int, col: int) -> bytes:
+        return self.cells[row][col]
+
+
+class _FakeClient:
+    """Records each prepared statement's name and params; answers from ``results``."""
+
+    def __init__(self, *args: Any) -> None:
+        self.calls: list[tuple[bytes, tuple[bytes, ...]]] = []
+        self.results: list[_Rows] = []
+        self.closed = False
+
+    def exec(self, name: bytes, query: bytes, params: Any, what: str) -> _Rows:
+        self.calls.append((name, tuple(params)))
+        return self.results.pop(0) if self.results else _Rows([])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _receiver(monkeypatch: pytest.MonkeyPatch, visibility_s: float = 30.0) -> Any:
+    monkeypatch.setattr(recv, "Client", _FakeClient)
+    settings = Settings(visibility_timeout_s=visibility_s)
+    return recv.PostgresReceiver(settings, Endpoints("postgres", ()), "jobs")
+
+
+def test_an_ack_claims_the_next_batch_in_the_same_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = _receiver(monkeypatch)
+    c = r.c
+    c.results = [_Rows([(1, b"a", 1), (2, b"b", 1)]), _Rows([(3, b"c", 1), (4, b"d", 2)])]
+    first = r.receive(2, 0.1)
+    assert [d.handle for d in first] == [1, 2]
+    r.ack(first)  # deletes 1 and 2, claims 3 and 4
+    assert c.calls[1] == (
+        recv.ACK_CLAIM_NAME,
+        (int8_array([1, 2]), (2).to_bytes(8, "big"), r.visibility),
+    )
+    assert r.receive(1, 0.1) == [Delivery(b"c", 3, False)]  # from what the ack claimed
+    assert r.receive(5, 0.1) == [Delivery(b"d", 4, True)]
+    assert len(c.calls) == 2  # no statement for either
+    r.ack([Delivery(b"c", 3)])  # nothing held ahead: it claims again
+    assert c.calls[2][0] == recv.ACK_CLAIM_NAME
+    r.close()
+    assert c.closed and len(c.calls) == 3  # it claimed nothing: nothing to give back
+
+
+def test_rows_claimed_ahead_are_released_on_close_and_once_held_too_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = _receiver(monkeypatch, visibility_s=30.0)
+    c = r.c
+    c.results = [_Rows([(1, b"a", 1)]), _Rows([(2, b"b", 1), (3, b"c", 4)])]
+    r.ack(r.receive(3, 0.1))
+    assert len(r.ahead) == 2
+    r.ahead_at -= 15.0  # half the visibility timeout since the ack claimed them
+    c.results = [_Rows([]), _Rows([(5, b"e", 1)])]  # the release's, then the claim's
+    assert r.receive(3, 0.1) == [Delivery(b"e", 5, False)]  # claimed anew
+    counts = recv.int4_array_of([(1).to_bytes(4, "big"), (4).to_bytes(4, "big")])
+    assert c.calls[2] == (recv.RELEASE_NAME, (int8_array([2, 3]), counts))
+    assert c.calls[3][0] == recv.CLAIM_NAME
+    c.results = [_Rows([(6, b"f", 1)])]
+    r.ack([Delivery(b"e", 5)])
+    r.close()
+    assert c.calls[-1] == (
+        recv.RELEASE_NAME,
+        (int8_array([6]), recv.int4_array_of([(1).to_bytes(4, "big")])),
+    )
+    assert c.closed
+
+
+def test_the_combined_ack_claims_as_the_claim_does() -> None:
+    combined = " ".join(recv.ack_claim_sql("jobs").decode().split())
+    claim = " ".join(numbered(claim_sql("jobs"), 2).decode().split())
+    gone = 'WITH gone AS (DELETE FROM "jobs" WHERE id = ANY($1)), picked AS ('
+    assert combined.startswith(gone)
+    plain = "WITH picked AS (" + combined.removeprefix(gone).replace(" AND id <> ALL($1)", "")
+    assert plain == claim.replace("$1", "$2").replace("secs => $2", "secs => $3")
