@@ -5,15 +5,7 @@
 { pkgs, ... }:
 let
   kafka = (import ../../nix/servers.nix { inherit pkgs; }).kafka;
-  log4j2 = pkgs.writeText "kafka-log4j2.properties" ''
-    status = error
-    appender.out.type = Console
-    appender.out.name = out
-    appender.out.layout.type = PatternLayout
-    appender.out.layout.pattern = [%d] %p %m (%c)%n
-    rootLogger.level = info
-    rootLogger.appenderRef.out.ref = out
-  '';
+  log4j2 = import ../../nix/log4j2.nix { inherit pkgs; } "kafka" "[%d] %p %m (%c)%n";
   java = "java -Dlog4j2.configurationFile=${log4j2} -cp '${kafka}/lib/*'";
 in
 {

@@ -9,15 +9,7 @@
 { pkgs, ... }:
 let
   pulsar = (import ../../nix/servers.nix { inherit pkgs; }).pulsar;
-  log4j2 = pkgs.writeText "pulsar-log4j2.properties" ''
-    status = error
-    appender.out.type = Console
-    appender.out.name = out
-    appender.out.layout.type = PatternLayout
-    appender.out.layout.pattern = %d{ISO8601} %-5p [%t] %c{1} - %m%n
-    rootLogger.level = info
-    rootLogger.appenderRef.out.ref = out
-  '';
+  log4j2 = import ../../nix/log4j2.nix { inherit pkgs; } "pulsar" "%d{ISO8601} %-5p [%t] %c{1} - %m%n";
   flags = builtins.concatStringsSep " " [
     "-Djute.maxbuffer=10485760"
     "-Djava.net.preferIPv4Stack=true"

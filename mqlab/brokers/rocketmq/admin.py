@@ -161,22 +161,24 @@ def create_topic(broker: tuple[str, int], topic: str, queues: int, timeout_s: fl
     _check(reply, f"creating topic {topic}", broker)
 
 
-def has_topic(broker: tuple[str, int], topic: str, timeout_s: float) -> bool:
-    """Whether the broker holds ``topic`` in its topic table."""
-    reply = call(broker, GET_TOPIC_CONFIG, {"topic": topic}, timeout_s)
+def _known(address: tuple[str, int], code: int, topic: str, what: str, t: float) -> bool:
+    """Whether ``address`` answers request ``code`` about ``topic`` (False: it answers
+    TOPIC_NOT_EXIST; any other refusal raises DriverError)."""
+    reply = call(address, code, {"topic": topic}, t)
     if reply.code == TOPIC_NOT_EXIST:
         return False
-    _check(reply, f"topic {topic}", broker)
+    _check(reply, what, address)
     return True
+
+
+def has_topic(broker: tuple[str, int], topic: str, timeout_s: float) -> bool:
+    """Whether the broker holds ``topic`` in its topic table."""
+    return _known(broker, GET_TOPIC_CONFIG, topic, f"topic {topic}", timeout_s)
 
 
 def topic_routed(namesrv: tuple[str, int], topic: str, timeout_s: float) -> bool:
     """Whether the name server has a route for ``topic`` (a broker registered it)."""
-    reply = call(namesrv, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout_s)
-    if reply.code == TOPIC_NOT_EXIST:
-        return False
-    _check(reply, f"the route of {topic}", namesrv)
-    return True
+    return _known(namesrv, GET_ROUTEINFO_BY_TOPIC, topic, f"the route of {topic}", timeout_s)
 
 
 def delete_topic(broker: tuple[str, int], topic: str, timeout_s: float) -> None:
