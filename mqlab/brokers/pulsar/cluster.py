@@ -152,10 +152,14 @@ class PulsarCluster(LocalCluster):
             side[name] = rec.to_json()
 
     def _java(self, kind: str, args: list[str], log: Path, cwd: Path) -> ProcessRecord:
+        (cwd / "tmp").mkdir(parents=True, exist_ok=True)
         cmd = [
             str(servers.java(servers.pin("pulsar").java)),
             *MEMORY.get(kind, ["-Xmx256m"]),
             *JVM_FLAGS,
+            # temporary files (RocksDB's native library, Netty's self-signed certificates)
+            # go with the node's data, not into /tmp where a killed JVM leaves them
+            f"-Djava.io.tmpdir={cwd / 'tmp'}",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp",
             servers.classpath("pulsar"),
@@ -196,6 +200,7 @@ class PulsarCluster(LocalCluster):
             str(servers.java(servers.pin("pulsar").java)),
             "-Xmx256m",
             *JVM_FLAGS,
+            f"-Djava.io.tmpdir={d / 'tmp'}",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp",
             servers.classpath("pulsar"),

@@ -156,11 +156,14 @@ class RocketmqCluster(LocalCluster):
     def _java(self, index: int, what: str, flags: list[str], args: list[str]) -> ProcessRecord:
         d = self.node_dir(index)
         home = d / what if what != "broker" else d
-        self.hosts[index].mkdir(home)
+        self.hosts[index].mkdir(home / "tmp")
         cmd = [
             str(servers.java(servers.pin("rocketmq").java)),
             *flags,
             f"-Duser.home={home}",  # RocketMQ logs under ~/logs/rocketmqlogs
+            # the JVM's temporary files (RocksDB's native library, the proxy's self-signed
+            # certificate) go with the node's data, not into /tmp where a killed JVM leaves them
+            f"-Djava.io.tmpdir={home / 'tmp'}",
             f"-Drocketmq.home.dir={home}",
             "-cp",
             servers.classpath("rocketmq"),

@@ -142,3 +142,12 @@ def test_the_broker_owning_the_topic_killed_loses_no_confirmed_message(
     finally:
         cluster.restart_node(owner)
     _wait_healthy(cluster)
+
+
+def test_the_jvms_temporary_files_stay_with_the_nodes_data(cluster: pc.PulsarCluster) -> None:
+    """Each JVM's java.io.tmpdir is its own directory's ``tmp``: what the JVMs unpack there
+    (RocksDB's and the checksum's native libraries) goes with the cluster's data, not into
+    /tmp, where a killed JVM would leave it behind on every run."""
+    for j in range(pc.BOOKIES):
+        tmp = cluster.workdir / f"bookie{j}" / "tmp"
+        assert list(tmp.glob("librocksdbjni*.so")), sorted(tmp.iterdir())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,3 +96,13 @@ def test_a_confirmed_send_is_in_every_brokers_commit_log(cluster: RocketmqCluste
         assert driver.remaining().count == 50
     finally:
         driver.teardown()
+
+
+def test_the_jvms_temporary_files_stay_with_the_nodes_data(cluster: RocketmqCluster) -> None:
+    """Each JVM's java.io.tmpdir is its node's own ``tmp``: what the JVMs unpack there
+    (RocksDB's native library, self-signed certificates) goes with the cluster's data, not
+    into /tmp, where a killed JVM would leave it behind on every run."""
+    assert healthy(cluster)["healthy"]
+    for i in range(cluster.nodes):
+        tmp = Path(str(cluster.node_dir(i))) / "tmp"  # the broker's (RocksDB, certificates)
+        assert list(tmp.glob("librocksdbjni*.so")), sorted(tmp.iterdir())
