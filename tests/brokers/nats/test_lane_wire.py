@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 
 from mqlab import envelope
+from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.brokers.nats import driver as nats_driver
+from mqlab.brokers.nats.lane import LaneConn
+from mqlab.errors import DriverError
 
 sendpath: Any = nats_driver._sendpath
 pytestmark = pytest.mark.skipif(
@@ -256,3 +259,70 @@ def test_a_reply_out_of_step_is_a_protocol_failure(pair: tuple[Lane, Server]) ->
     server.write(b"MSG a 1 notanumber\r\n")
     done, _, outcome = lane.end(t)
     assert done == 0 and outcome[0] == 4 and "malformed" in outcome[2]
+
+
+class FakeNode:
+    """A loopback listener that plays a NATS server's side of the handshake: INFO, then
+    what ``answer`` says once it read the CONNECT, SUB and PING."""
+
+    def __init__(self, answer: bytes):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.got = b""
+        self.answer = answer
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        self.conn = conn
+        conn.sendall(b'INFO {"server_id":"x","max_payload":1048576}\r\n')
+        while b"PING\r\n" not in self.got:
+            self.got += conn.recv(65536)
+        for part in self.answer.split(b"|"):
+            conn.sendall(part)
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self.listener.close()
+        if hasattr(self, "conn"):
+            self.conn.close()
+
+
+def _endpoints(*ports: int) -> Endpoints:
+    nodes = tuple(NodeEndpoint(i, "127.0.0.1", p) for i, p in enumerate(ports))
+    return Endpoints("nats", nodes)
+
+
+def test_the_lane_connects_to_the_next_node_and_hands_over_at_a_line_s_start() -> None:
+    closed = socket.create_server(("127.0.0.1", 0))
+    dead = closed.getsockname()[1]
+    closed.close()  # nothing listens there: refused
+    node = FakeNode(b"+OK\r\nPO|NG\r\nPING\r\nIN|FO {}\r\n")  # a PING and an INFO after PONG
+    try:
+        conn = LaneConn(_endpoints(dead, node.port), 2.0, "t")
+        conn.next_node = 0
+        conn.connect()
+        assert conn.sock is not None and conn.generation == 1
+        assert conn.sock.getblocking() is False
+        node.thread.join(5)
+        assert b'"verbose":false' in node.got and b'"headers":true' in node.got
+        assert b"SUB %s.> 1\r\n" % conn.inbox in node.got
+        node.conn.settimeout(2)
+        assert node.conn.recv(100) == b"PONG\r\n"  # the server's PING, answered
+        conn.close()
+    finally:
+        node.close()
+
+
+def test_a_handshake_the_server_refuses_names_every_node() -> None:
+    node = FakeNode(b"-ERR 'Authorization Violation'\r\n")
+    try:
+        conn = LaneConn(_endpoints(node.port), 2.0, "t")
+        with pytest.raises(
+            DriverError, match=r"cannot connect a sender: 127\.0\.0\.1:\d+: .*Authorization"
+        ):
+            conn.connect()
+        assert conn.sock is None
+    finally:
+        node.close()
