@@ -335,9 +335,6 @@ class NatsDriver(Driver):
         await asyncio.gather(*(walk(i) for i in range(walks)))
         return [p for part in found for p in part][:cap]
 
-    def send_path(self) -> str:
-        return compiled.SEND_PATH
-
     def sends_in_lanes(self) -> bool:
         return compiled.module is not None
 
