@@ -1,8 +1,9 @@
 """Builds mqlab's one compiled module (everything else is in pyproject.toml).
 
-``mqlab._sendpath`` (mqlab/_sendpath.c) is the workers' send path for Redis and
-PostgreSQL: a worker's closed-loop senders driven from one thread, each batch written,
-sent and its replies read without the interpreter lock (issue 13, bench/clients.py).
+``mqlab._sendpath`` (mqlab/_sendpath.c) is the workers' send path for Redis,
+PostgreSQL and NATS JetStream: a worker's closed-loop senders driven from one thread,
+each batch written, sent and its replies read without the interpreter lock (issue 13,
+bench/clients.py).
 ``uv sync`` (scripts/bootstrap) and ``uv build`` (the fleet's worker bundle) build it with
 the machine's C compiler; where that fails, mqlab installs without it and the drivers
 send through Python.

@@ -20,7 +20,9 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   the script has two, so its wall-clock ratio gains from that as well.
 - NATS JetStream, profile ``nats-r3``: ``nats bench js pub async`` (natscli, built by
   ``scripts/bootstrap --bench`` from the Go module proxy; C clients, B publishes then their
-  acks) against mqlab's sender, and ``nats bench js fetch`` (C clients, fetches of B, acks
+  acks) against mqlab's sender (compiled lanes since issue 26: 0.20-0.22 per core before,
+  4.75-4.97 after, two runs each on a loaded machine, docs/development.md), and ``nats
+  bench js fetch`` (C clients, fetches of B, acks
   confirmed with ``--doubleack`` as ``ack_sync`` does) against mqlab's receiver, each on
   a stream and durable consumer that mqlab's driver made (R3, file storage, work queue).
 - RabbitMQ, profile ``rabbitmq-quorum``: PerfTest (``com.rabbitmq:perf-test``, fetched by

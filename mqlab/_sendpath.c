@@ -1,5 +1,5 @@
-/* mqlab's compiled send path: the workers' Redis batches written, sent and their replies
- * read without the interpreter lock.
+/* mqlab's compiled send path: the workers' Redis, PostgreSQL and NATS batches written,
+ * sent and their replies read without the interpreter lock.
  *
  * A Python sender spends most of its CPU per batch on interpreter work done under the
  * lock (issue 13: bench/clients.py); with several sender threads the lock's hand-offs
@@ -17,7 +17,7 @@
  * SO_SNDTIMEO / SO_RCVTIMEO bound each call), then reads n + trailer commands' RESP
  * replies.
  *
- *   Lanes(proto, count, timeout_ns)          proto REDIS or PG
+ *   Lanes(proto, count, timeout_ns)          proto REDIS, PG or NATS
  *   .assign(j, fd, run_spec, sizes, first_seq, key, records, first_start_ns, conn_gen
  *           [, slots])
  *   .run(return_ns, stop_ns, wall_offset_ns, wake_fd) -> [(done, in_flight, outcome), ...]
@@ -64,11 +64,17 @@
  * status 1 (message: its text and SQLSTATE); timeout_ns is the commit timeout. libpq's
  * own state is left idle: the lane reads everything through ReadyForQuery.
  *
+ * NATS JetStream: each batch is a PUB per message with a reply subject naming the batch
+ * and the message, done once every PubAck is in (see "NATS JetStream (PROTO_NATS)"
+ * below); run_spec is (subject, inbox, pads, pool_n, magic, version, sender,
+ * resend_wait_ns); key is unused; timeout_ns is the publish timeout.
+ *
  * status 0: all read, none an error; integer: the last integer reply (WAIT's count) or
  * -1. 1: all read, message: the first error reply. 2: a timeout. 3: the connection
  * failed or closed (message: why). 4: a reply mqlab does not expect (an aggregate or a
  * malformed one): the connection is out of step. 5 (Redis lanes only): WAIT's count
- * (integer) was below min_acks.
+ * (integer) was below min_acks. 6 (NATS lanes only): no JetStream server took integer
+ * messages of the batch within timeout_ns (no responders).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -88,7 +94,8 @@ enum {
     ST_TIMEOUT = 2,
     ST_CONNECTION = 3,
     ST_PROTOCOL = 4,
-    ST_WAIT_SHORT = 5
+    ST_WAIT_SHORT = 5,
+    ST_NO_RESPONDERS = 6
 };
 
 #define INBUF 16384
@@ -412,7 +419,7 @@ redis_batch(PyObject *self, PyObject *args)
 }
 
 /* a lane's fixed arguments (see the opening comment), parsed under the lock */
-enum { PROTO_REDIS = 0, PROTO_PG = 1 };
+enum { PROTO_REDIS = 0, PROTO_PG = 1, PROTO_NATS = 2 };
 
 typedef struct {
     int proto;
@@ -420,6 +427,11 @@ typedef struct {
     size_t stmt_len;
     const char *sql; /* PostgreSQL: the INSERT up to its rows (Parse of a new size) */
     size_t sql_len;
+    const char *subject; /* NATS: the stream's subject */
+    size_t subject_len;
+    const char *inbox; /* NATS: the lane's reply prefix (its SUB is inbox.>) */
+    size_t inbox_len;
+    long long resend_wait_ns; /* NATS: before publishing again what no server took */
     Py_ssize_t nkeys;
     const char **prefixes;
     size_t *prefix_lens;
@@ -505,6 +517,37 @@ parse_pg_spec(PyObject *tuple, run_spec *rs)
     return 0;
 }
 
+/* NATS: (subject, inbox, pads, pool_n, magic, version, sender, resend_wait_ns) */
+static int
+parse_nats_spec(PyObject *tuple, run_spec *rs)
+{
+    const char *pads, *subject, *inbox;
+    Py_ssize_t pads_len, subject_len, inbox_len;
+    memset(rs, 0, sizeof *rs);
+    rs->proto = PROTO_NATS;
+    if (!PyArg_ParseTuple(tuple, "y#y#y#KKKKL;nats lanes: run_spec", &subject, &subject_len,
+                          &inbox, &inbox_len, &pads, &pads_len, &rs->pool_n, &rs->magic,
+                          &rs->version, &rs->sender, &rs->resend_wait_ns)) {
+        return -1;
+    }
+    if (rs->pool_n < 1 || (unsigned long long)pads_len % rs->pool_n != 0 || subject_len < 1 ||
+        subject_len > 256 || inbox_len < 1 || inbox_len > 128 || rs->resend_wait_ns < 0 ||
+        memchr(subject, ' ', (size_t)subject_len) != NULL ||
+        memchr(inbox, ' ', (size_t)inbox_len) != NULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "nats lanes: pads not pool_n paddings alike, or a subject or inbox "
+                        "empty, too long or with a space");
+        return -1;
+    }
+    rs->subject = subject;
+    rs->subject_len = (size_t)subject_len;
+    rs->inbox = inbox;
+    rs->inbox_len = (size_t)inbox_len;
+    rs->pads = pads;
+    rs->pad_len = (size_t)((unsigned long long)pads_len / rs->pool_n);
+    return 0;
+}
+
 static void
 free_run_spec(run_spec *rs)
 {
@@ -542,6 +585,16 @@ typedef struct {
     int64_t deadline; /* no bytes moved by then: a timeout */
     reader r;
     outcome o;
+    /* NATS: each batch's replies come to inbox.<batch_no>.<index>; got[k]: message k's
+     * reply (0 none yet, 1 a PubAck, 2 no responders) */
+    uint32_t batch_no;
+    unsigned char *got;
+    size_t got_cap, frame, frames_at, batch_end; /* frames at wire[frames_at ..batch_end) */
+    Py_ssize_t replies, no_resp;
+    int settled;       /* the batch's outcome is known: later replies are ignored */
+    int pongs;         /* PONGs owed to the server, not yet in the wire */
+    int64_t resend_at; /* > 0: what no server took goes again then */
+    int64_t stamp;     /* the batch's header stamp (wall-clock ns) */
 } lane;
 
 typedef struct {
@@ -763,6 +816,311 @@ pg_parse(reader *r, outcome *o)
     return 1;
 }
 
+/* NATS JetStream (PROTO_NATS). The lane's connection was set up in Python (INFO, CONNECT
+ * with verbose false and headers, SUB <inbox>.> 1, PING/PONG). A batch of n is n PUB
+ * frames "PUB <subject> <inbox>.<batch>.<index> <len>\r\n<message>\r\n" (batch: the
+ * lane's batch number, 8 hex digits; index: the message's in its batch, 6), so every
+ * reply names its batch and message: a reply of an earlier batch, or a second one, is
+ * ignored. The batch is confirmed once every message's reply is a PubAck (JSON with
+ * "stream" and "seq"); a reply with "error" (or no PubAck) fails it at once (status 1,
+ * message: the reply). A 503 status (no responders: no JetStream server took it, nothing
+ * was stored) is not a reply: once every message has its reply or its 503, those
+ * messages are published again after resend_wait_ns, as long as that is within
+ * timeout_ns of the batch's start, else the batch fails (status 6, integer: how many no
+ * server took). The reader keeps the connection's bytes across batches (a new conn_gen
+ * starts afresh): a server PING is answered with a PONG queued behind the batch's bytes,
+ * +OK, PONG and INFO pass, -ERR fails the lane (status 3, message: its text). */
+#define NATS_BATCH_HEX 8
+#define NATS_INDEX_HEX 6
+#define NATS_SIZE_MAX 0xFFFFFF
+#define NATS_PONGS_AT_ONCE 16 /* PONGs put before a batch's frames, or after them */
+
+static char *
+put_hex(char *w, uint64_t v, int digits)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = digits - 1; i >= 0; i--) {
+        w[i] = hex[v & 15];
+        v >>= 4;
+    }
+    return w + digits;
+}
+
+static int
+get_hex(const char *p, int digits, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < digits; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) {
+            return -1;
+        }
+        x = (x << 4) | (uint64_t)d;
+    }
+    *v = x;
+    return 0;
+}
+
+/* a PUB frame's length (all of a batch's frames are alike in length) */
+static size_t
+nats_frame_len(const run_spec *rs)
+{
+    char digits[24];
+    int d = snprintf(digits, sizeof digits, "%zu", 24 + rs->pad_len);
+    return 4 + rs->subject_len + 1 + rs->inbox_len + 1 + NATS_BATCH_HEX + 1 + NATS_INDEX_HEX +
+           1 + (size_t)d + 2 + 24 + rs->pad_len + 2;
+}
+
+/* message k of the batch in flight, as its PUB frame, at w; its end */
+static char *
+nats_frame(const lane *L, char *w, size_t k)
+{
+    const run_spec *rs = &L->rs;
+    const char *pad = rs->pads + (size_t)(L->seq % rs->pool_n) * rs->pad_len;
+    memcpy(w, "PUB ", 4);
+    w += 4;
+    memcpy(w, rs->subject, rs->subject_len);
+    w += rs->subject_len;
+    *w++ = ' ';
+    memcpy(w, rs->inbox, rs->inbox_len);
+    w += rs->inbox_len;
+    *w++ = '.';
+    w = put_hex(w, L->batch_no, NATS_BATCH_HEX);
+    *w++ = '.';
+    w = put_hex(w, k, NATS_INDEX_HEX);
+    w += sprintf(w, " %zu\r\n", 24 + rs->pad_len);
+    put_header((unsigned char *)w, rs->magic, rs->version, rs->sender, L->seq + k, L->stamp);
+    w += 24;
+    memcpy(w, pad, rs->pad_len);
+    w += rs->pad_len;
+    *w++ = '\r';
+    *w++ = '\n';
+    return w;
+}
+
+/* the PONGs owed (up to NATS_PONGS_AT_ONCE) at w; their end */
+static char *
+nats_pongs(lane *L, char *w)
+{
+    for (int k = 0; L->pongs > 0 && k < NATS_PONGS_AT_ONCE; k++, L->pongs--) {
+        memcpy(w, "PONG\r\n", 6);
+        w += 6;
+    }
+    return w;
+}
+
+/* The wire of the batch in flight: the PONGs owed, then its messages' frames (all, or
+ * with ``again`` those no server took, their replies awaited again). */
+static void
+nats_wire(lane *L, int again)
+{
+    size_t n = (size_t)L->sizes[L->i];
+    char *w = nats_pongs(L, L->wire);
+    L->frames_at = (size_t)(w - L->wire);
+    for (size_t k = 0; k < n; k++) {
+        if (again && L->got[k] != 2) {
+            continue;
+        }
+        L->got[k] = 0;
+        w = nats_frame(L, w, k);
+    }
+    if (again) {
+        L->replies -= L->no_resp;
+        L->no_resp = 0;
+    }
+    L->batch_end = L->wlen = (size_t)(w - L->wire);
+    L->woff = 0;
+}
+
+/* The batch in flight's messages no server took, published again (the PONGs not sent
+ * yet go first) */
+static void
+nats_resend(lane *L, int64_t now, int64_t timeout_ns)
+{
+    L->pongs += (int)((L->wlen - L->woff) / 6); /* only PONGs follow the batch's frames */
+    L->resend_at = 0;
+    nats_wire(L, 1);
+    L->deadline = now + timeout_ns;
+    lane_write(L, now, timeout_ns);
+}
+
+/* The PONGs owed, behind the bytes of the batch in flight (the lane's buffer keeps room) */
+static void
+nats_owe_pongs(lane *L)
+{
+    if (L->pongs > 0 && L->active && L->wlen + 6 * NATS_PONGS_AT_ONCE <= L->cap) {
+        L->wlen = (size_t)(nats_pongs(L, L->wire + L->wlen) - L->wire);
+    }
+}
+
+static void
+nats_failed(lane *L, int status, const char *what, const char *text, size_t len)
+{
+    L->o.status = status;
+    snprintf(L->o.message, MESSAGE_MAX, "%s%.*s", what, (int)(len < 400 ? len : 400), text);
+    L->settled = 1;
+}
+
+/* A message on the connection (subject; status: an HMSG's status code, or 0; its header
+ * line; its body): the reply of a message of the batch in flight, or ignored. */
+static void
+nats_reply(lane *L, const char *subj, size_t subj_len, int status, const char *line,
+           size_t line_len, const char *body, size_t blen)
+{
+    const run_spec *rs = &L->rs;
+    size_t at = rs->inbox_len;
+    uint64_t batch, index;
+    if (!L->active || L->settled || subj_len != at + 2 + NATS_BATCH_HEX + NATS_INDEX_HEX ||
+        memcmp(subj, rs->inbox, at) != 0 || subj[at] != '.' ||
+        subj[at + 1 + NATS_BATCH_HEX] != '.' ||
+        get_hex(subj + at + 1, NATS_BATCH_HEX, &batch) < 0 ||
+        get_hex(subj + at + 2 + NATS_BATCH_HEX, NATS_INDEX_HEX, &index) < 0 ||
+        batch != L->batch_no || index >= (uint64_t)L->sizes[L->i] || L->got[index] != 0) {
+        return; /* not ours, of an earlier batch, or a message's second reply */
+    }
+    if (status == 503) {
+        L->got[index] = 2;
+        L->no_resp++;
+    } else if (status != 0) {
+        nats_failed(L, ST_REPLY_ERROR, "", line, line_len);
+        return;
+    } else if (memmem(body, blen, "\"error\"", 7) != NULL) {
+        nats_failed(L, ST_REPLY_ERROR, "", body, blen);
+        return;
+    } else if (memmem(body, blen, "\"stream\"", 8) != NULL &&
+               memmem(body, blen, "\"seq\"", 5) != NULL) {
+        L->got[index] = 1;
+    } else {
+        nats_failed(L, ST_REPLY_ERROR, "bad PubAck ", body, blen);
+        return;
+    }
+    L->replies++;
+    if (L->replies == L->sizes[L->i]) {
+        L->settled = 1;
+    }
+}
+
+static int
+nats_is(const char *line, size_t len, const char *op)
+{
+    size_t k = strlen(op);
+    if (len < k || (len > k && line[k] != ' ' && line[k] != '\t')) {
+        return 0;
+    }
+    for (size_t i = 0; i < k; i++) {
+        char c = line[i];
+        if ((c >= 'a' && c <= 'z' ? c - 32 : c) != op[i]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int
+nats_bad(lane *L, const char *what, const char *line, size_t len)
+{
+    L->o.status = ST_PROTOCOL;
+    snprintf(L->o.message, MESSAGE_MAX, "%s: %.*s", what, (int)(len < 200 ? len : 200), line);
+    return -1;
+}
+
+/* Parses the whole frames in the lane's buffer (the rest waits for more bytes): 0, or -1
+ * when the connection is out of step or the server said -ERR (o says which). */
+static int
+nats_parse(lane *L)
+{
+    reader *r = &L->r;
+    for (;;) {
+        char *line = r->buf + r->pos;
+        size_t avail = r->have - r->pos;
+        char *lf = avail ? memchr(line, '\n', avail) : NULL;
+        if (lf == NULL) {
+            return 0;
+        }
+        size_t len = (size_t)(lf - line);
+        if (len < 1 || line[len - 1] != '\r') {
+            return nats_bad(L, "a line without CRLF", line, len);
+        }
+        len--;
+        int hmsg = nats_is(line, len, "HMSG");
+        if (hmsg || nats_is(line, len, "MSG")) {
+            const char *tok[6];
+            size_t tlen[6];
+            int ntok = 0;
+            for (size_t i = 0; i < len && ntok < 6;) {
+                while (i < len && (line[i] == ' ' || line[i] == '\t')) {
+                    i++;
+                }
+                size_t from = i;
+                while (i < len && line[i] != ' ' && line[i] != '\t') {
+                    i++;
+                }
+                if (i > from) {
+                    tok[ntok] = line + from;
+                    tlen[ntok++] = i - from;
+                }
+            }
+            /* MSG subject sid [reply] size; HMSG subject sid [reply] header_size size */
+            int sizes = hmsg ? 2 : 1;
+            if (ntok < 3 + sizes || ntok > 4 + sizes) {
+                return nats_bad(L, "a malformed message line", line, len);
+            }
+            unsigned long long size[2] = {0, 0};
+            for (int s = 0; s < sizes; s++) {
+                const char *d = tok[ntok - sizes + s];
+                size_t dl = tlen[ntok - sizes + s];
+                if (dl > 9) {
+                    return nats_bad(L, "a malformed message line", line, len);
+                }
+                for (size_t i = 0; i < dl; i++) {
+                    if (d[i] < '0' || d[i] > '9') {
+                        return nats_bad(L, "a malformed message line", line, len);
+                    }
+                    size[s] = size[s] * 10 + (unsigned long long)(d[i] - '0');
+                }
+            }
+            unsigned long long total = size[sizes - 1], head = hmsg ? size[0] : 0;
+            if (head > total || len + 2 + total + 2 > INBUF) {
+                return nats_bad(L, "a message too long or malformed", line, len);
+            }
+            if (avail < len + 2 + total + 2) {
+                return 0;
+            }
+            const char *payload = lf + 1;
+            if (payload[total] != '\r' || payload[total + 1] != '\n') {
+                return nats_bad(L, "a message without CRLF after its payload", line, len);
+            }
+            int status = 0;
+            size_t hl = 0; /* the header's first line: NATS/1.0[ status[ description]] */
+            while (hl < head && payload[hl] != '\r') {
+                hl++;
+            }
+            if (hmsg && hl >= 12 && memcmp(payload, "NATS/1.0 ", 9) == 0) {
+                for (int i = 9; i < 12 && payload[i] >= '0' && payload[i] <= '9'; i++) {
+                    status = status * 10 + (payload[i] - '0');
+                }
+            }
+            nats_reply(L, tok[1], tlen[1], status, payload, hl, payload + head,
+                       (size_t)(total - head));
+            r->pos += len + 2 + total + 2;
+            continue;
+        }
+        if (nats_is(line, len, "PING")) {
+            L->pongs++;
+        } else if (nats_is(line, len, "-ERR")) {
+            L->o.status = ST_CONNECTION;
+            snprintf(L->o.message, MESSAGE_MAX, "the server said %.*s",
+                     (int)(len < 400 ? len : 400), line);
+            return -1;
+        } else if (!nats_is(line, len, "PONG") && !nats_is(line, len, "+OK") &&
+                   !nats_is(line, len, "INFO")) {
+            return nats_bad(L, "an unexpected line", line, len);
+        }
+        r->pos += len + 2;
+    }
+}
+
 /* Starts the lane's next batch: its start is taken now, as its own bytes are written (or
  * is the run's first_start, when the sender had to connect first), and the batch goes
  * only if that start is before stop_ns. With slots, the batch goes only once its slot
@@ -800,6 +1158,15 @@ lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
         }
         L->wlen = at + pg_batch(L->wire + at, rs, n, L->seq, stamp + wall_offset_ns);
         reader_expect(&L->r, 1, &L->o); /* through ReadyForQuery */
+    } else if (rs->proto == PROTO_NATS) {
+        L->batch_no++;
+        L->replies = L->no_resp = 0;
+        L->settled = 0;
+        L->resend_at = 0;
+        L->stamp = stamp + wall_offset_ns;
+        L->o.integer = -1;
+        memset(L->got, 0, n);
+        nats_wire(L, 0); /* the reader keeps the connection's bytes */
     } else {
         Py_ssize_t k =
             (Py_ssize_t)((L->key + (unsigned long long)L->i) % (unsigned long long)rs->nkeys);
@@ -823,12 +1190,70 @@ lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
         L->wlen = (size_t)(w - L->wire);
         reader_expect(&L->r, (int)n + (rs->trailer_len > 0 ? 1 : 0), &L->o);
     }
+    if (rs->proto != PROTO_NATS) {
+        L->batch_end = L->wlen;
+    }
     L->woff = 0;
     L->records[2 * L->i] = now;
     L->active = 1;
     L->next = 0;
     L->deadline = monotonic_ns() + timeout_ns;
     lane_write(L, L->records[2 * L->i], timeout_ns);
+    return 1;
+}
+
+/* The batch in flight's replies are all in (o says whether one was an error): it is
+ * recorded (its end: now) and the lane marked to start its next one, or the lane fails. */
+static void
+lane_done(lane *L, int64_t now)
+{
+    if (L->o.status != ST_OK || L->woff < L->batch_end) {
+        if (L->o.status == ST_OK) { /* all replies before all the bytes went */
+            protocol_error(&L->o, "replies before the batch was sent", 0);
+        }
+        lane_fail(L, now);
+        return;
+    }
+    if (L->rs.proto == PROTO_PG && L->parsing) {
+        size_t n = (size_t)L->sizes[L->i];
+        L->prepared[n >> 3] |= (unsigned char)(1u << (n & 7));
+        L->parsing = 0;
+    }
+    L->records[2 * L->i + 1] = now;
+    L->seq += (unsigned long long)L->sizes[L->i];
+    L->ok++;
+    L->i++;
+    L->active = 0;
+    L->next = 1;
+}
+
+/* NATS: the frames read so far parsed; 1 when the lane's batch ended (or the lane
+ * failed), 0 while it waits for more. A batch whose every message has its reply, some
+ * with no responders, waits to publish those again (within timeout_ns of its start). */
+static int
+nats_read(lane *L, int64_t now, int64_t timeout_ns)
+{
+    if (nats_parse(L) < 0) {
+        lane_fail(L, now);
+        return 1;
+    }
+    nats_owe_pongs(L);
+    if (!L->settled) {
+        return 0;
+    }
+    if (L->o.status == ST_OK && L->no_resp > 0 && L->woff >= L->batch_end) {
+        if (now + L->rs.resend_wait_ns > L->records[2 * L->i] + timeout_ns) {
+            L->o.status = ST_NO_RESPONDERS;
+            L->o.integer = L->no_resp;
+            lane_fail(L, now);
+            return 1;
+        }
+        L->settled = 0;
+        L->resend_at = now + L->rs.resend_wait_ns;
+        L->deadline = L->resend_at + timeout_ns;
+        return 0;
+    }
+    lane_done(L, now);
     return 1;
 }
 
@@ -854,6 +1279,12 @@ lane_read(lane *L, int64_t timeout_ns)
         now = monotonic_ns();
         L->r.have += (size_t)got;
         L->deadline = now + timeout_ns;
+        if (L->rs.proto == PROTO_NATS) {
+            if (nats_read(L, now, timeout_ns) || (size_t)got < room) {
+                return;
+            }
+            continue;
+        }
         int parsed = L->rs.proto == PROTO_PG ? pg_parse(&L->r, &L->o) : reader_parse(&L->r, &L->o);
         if (parsed < 0) {
             lane_fail(L, now);
@@ -864,24 +1295,7 @@ lane_read(lane *L, int64_t timeout_ns)
                 L->o.integer < L->rs.min_acks) {
                 L->o.status = ST_WAIT_SHORT;
             }
-            if (L->o.status != ST_OK || L->woff < L->wlen) {
-                if (L->o.status == ST_OK) { /* all replies before all the bytes went */
-                    protocol_error(&L->o, "replies before the batch was sent", 0);
-                }
-                lane_fail(L, now);
-                return;
-            }
-            if (L->rs.proto == PROTO_PG && L->parsing) {
-                size_t n = (size_t)L->sizes[L->i];
-                L->prepared[n >> 3] |= (unsigned char)(1u << (n & 7));
-                L->parsing = 0;
-            }
-            L->records[2 * L->i + 1] = now;
-            L->seq += (unsigned long long)L->sizes[L->i];
-            L->ok++;
-            L->i++;
-            L->active = 0;
-            L->next = 1;
+            lane_done(L, now);
             return;
         }
         if ((size_t)got < room) {
@@ -935,6 +1349,9 @@ lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_o
             pfds[k].revents = 0;
             self->polled[k++] = L;
             first_deadline = L->deadline < first_deadline ? L->deadline : first_deadline;
+            if (L->resend_at > 0 && L->resend_at < first_deadline) {
+                first_deadline = L->resend_at; /* NATS: publishing again then */
+            }
         }
         int64_t now = monotonic_ns();
         if (now >= return_ns || (k == 0 && now >= stop_ns)) {
@@ -984,6 +1401,10 @@ lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_o
         now = monotonic_ns();
         for (nfds_t q = 0; q < k; q++) {
             lane *L = self->polled[q];
+            if (L->active && L->resend_at > 0 && now >= L->resend_at) {
+                nats_resend(L, now, timeout_ns);
+                ended |= L->failed;
+            }
             if (L->active && now >= L->deadline) {
                 L->o.status = ST_TIMEOUT;
                 lane_fail(L, now);
@@ -1015,9 +1436,9 @@ Lanes_init(LanesObject *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "inL", kwlist, &proto, &count, &timeout_ns)) {
         return -1;
     }
-    if ((proto != PROTO_REDIS && proto != PROTO_PG) || count < 1 || count > 100000 ||
-        timeout_ns <= 0 || self->lanes != NULL) {
-        PyErr_SetString(PyExc_ValueError, "Lanes: proto 0 or 1, count >= 1, timeout_ns > 0");
+    if ((proto != PROTO_REDIS && proto != PROTO_PG && proto != PROTO_NATS) || count < 1 ||
+        count > 100000 || timeout_ns <= 0 || self->lanes != NULL) {
+        PyErr_SetString(PyExc_ValueError, "Lanes: proto 0, 1 or 2, count >= 1, timeout_ns > 0");
         return -1;
     }
     self->proto = proto;
@@ -1050,6 +1471,7 @@ Lanes_dealloc(LanesObject *self)
         lane_release(&self->lanes[j]);
         PyMem_RawFree(self->lanes[j].wire);
         PyMem_RawFree(self->lanes[j].prepared);
+        PyMem_RawFree(self->lanes[j].got);
     }
     PyMem_RawFree(self->lanes);
     PyMem_RawFree(self->pfds);
@@ -1102,7 +1524,10 @@ Lanes_assign(LanesObject *self, PyObject *args)
         why = "Lanes: a batch of this lane is in flight";
         goto refused;
     }
-    if ((self->proto == PROTO_PG ? parse_pg_spec(spec, &rs) : parse_run_spec(spec, &rs)) < 0) {
+    int parsed = self->proto == PROTO_PG     ? parse_pg_spec(spec, &rs)
+                 : self->proto == PROTO_NATS ? parse_nats_spec(spec, &rs)
+                                             : parse_run_spec(spec, &rs);
+    if (parsed < 0) {
         goto fail;
     }
     Py_ssize_t batches = sizes_buf.len / (Py_ssize_t)sizeof(int64_t);
@@ -1131,6 +1556,19 @@ Lanes_assign(LanesObject *self, PyObject *args)
     if (self->proto == PROTO_PG) { /* a parameter each, and a Parse with "($NNNNN), " each */
         frame_max = 4 + 24 + rs.pad_len + 12;
         fixed = 160 + rs.sql_len;
+    } else if (self->proto == PROTO_NATS) { /* PONGs before the frames and after them */
+        frame_max = nats_frame_len(&rs);
+        fixed = 2 * 6 * NATS_PONGS_AT_ONCE;
+    }
+    if (self->proto == PROTO_NATS && n_max > L->got_cap) {
+        unsigned char *got = PyMem_RawRealloc(L->got, n_max);
+        if (got == NULL) {
+            free_run_spec(&rs);
+            PyErr_NoMemory();
+            goto fail;
+        }
+        L->got = got;
+        L->got_cap = n_max;
     }
     size_t need = n_max * frame_max + fixed;
     if (need > L->cap) {
@@ -1163,6 +1601,10 @@ Lanes_assign(LanesObject *self, PyObject *args)
     }
     if (conn_gen != L->conn_gen && L->prepared != NULL) {
         memset(L->prepared, 0, PG_SIZE_MAX / 8 + 1);
+    }
+    if (conn_gen != L->conn_gen && self->proto == PROTO_NATS) { /* a new connection */
+        L->r.have = L->r.pos = 0;
+        L->pongs = 0;
     }
     L->conn_gen = conn_gen;
     L->i = L->ok = 0;
@@ -1289,7 +1731,8 @@ PyInit__sendpath(void)
         return NULL;
     }
     if (PyModule_AddIntConstant(m, "REDIS", PROTO_REDIS) < 0 ||
-        PyModule_AddIntConstant(m, "PG", PROTO_PG) < 0) {
+        PyModule_AddIntConstant(m, "PG", PROTO_PG) < 0 ||
+        PyModule_AddIntConstant(m, "NATS", PROTO_NATS) < 0) {
         Py_DECREF(m);
         return NULL;
     }

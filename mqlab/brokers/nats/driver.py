@@ -60,6 +60,8 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
+from mqlab import envelope
+from mqlab.brokers import compiled
 from mqlab.brokers.base import (
     IDENTIFY_PREFIX_BYTES,
     Driver,
@@ -68,6 +70,7 @@ from mqlab.brokers.base import (
     Sender,
 )
 from mqlab.brokers.nats.client import Client, NatsLink, NatsSettings, close_loop
+from mqlab.brokers.nats.lane import LaneConn
 from mqlab.brokers.nats.receiver import NatsFetchReceiver, NatsReceiver
 from mqlab.errors import DriverError
 
@@ -77,19 +80,30 @@ SETUP_WAIT_S = 30.0  # how long setup asks a cluster that does not answer JetStr
 
 
 NO_RESPONDERS_WAIT_S = 0.25  # before publishing again what no server took (nats.go's default)
+_sendpath: Any = compiled.module  # None where the install did not build it
+# mqlab._sendpath.Lanes' outcomes (mqlab/_sendpath.c)
+ST_OK, ST_REPLY_ERROR, ST_TIMEOUT, ST_NO_RESPONDERS = 0, 1, 2, 6
 
 
 class NatsSender(Sender):
     def __init__(self, driver: NatsLink):
-        self.c = Client(driver)
+        self.link = driver
         self.subject = driver.subject
         self.timeout = driver.settings.publish_timeout_s
         self.republished = 0  # messages published again after no server took them
+        # nats-py's client for send(); where the sender goes in lanes, made only if asked
+        self.c: Client | None = Client(driver) if self.lane_proto is None else None
+        self.lane = LaneConn(
+            driver.endpoints, driver.settings.connect_timeout_s, f"mqlab-{driver.queue}"
+        )
+        self.lane_spec: tuple[Any, ...] | None = None  # a lane's run spec, for lane_pool
+        self.lane_pool: envelope.PayloadPool | None = None
 
     async def _send(self, batch: Sequence[bytes]) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         pending = list(batch)
+        assert self.c is not None
         while True:
             futures = [await self.c.js.publish_async(self.subject, m) for m in pending]
             left = max(0.001, deadline - loop.time())
@@ -115,10 +129,68 @@ class NatsSender(Sender):
             pending = again
 
     def send(self, batch: Sequence[bytes]) -> None:
+        if self.c is None:
+            self.c = Client(self.link)
         self.c.run(self._send(batch))
 
+    # -- lanes (mqlab._sendpath.Lanes, PROTO_NATS): each batch its PUBs with a reply
+    # subject per message on the sender's own connection (mqlab.brokers.nats.lane), done
+    # once every message's PubAck came; what no server took (503) goes again after
+    # NO_RESPONDERS_WAIT_S within publish_timeout_s, as above; a batch with no reply
+    # within publish_timeout_s fails and its connection is dropped (the next connects) --
+    lane_proto = _sendpath.NATS if _sendpath is not None else None
+
+    def lane_timeout_ns(self) -> int:
+        return int(self.timeout * 1e9)
+
+    def lane_connected(self) -> bool:
+        return self.lane.sock is not None
+
+    def lane_connect(self) -> None:
+        self.lane.connect()
+
+    def lane_args(
+        self, sender: int, pool: envelope.PayloadPool
+    ) -> tuple[int, tuple[Any, ...], int, int]:
+        if self.lane.sock is None:
+            raise DriverError("nats: send failed: not connected")
+        if self.lane_spec is None or self.lane_spec[6] != sender or self.lane_pool is not pool:
+            self.lane_pool = pool
+            self.lane_spec = (
+                self.subject.encode(),
+                b"",  # the connection's inbox, below
+                b"".join(pool._pads),
+                len(pool._pads),
+                envelope.MAGIC,
+                envelope.VERSION,
+                sender,
+                int(NO_RESPONDERS_WAIT_S * 1e9),
+            )
+        if self.lane_spec[1] != self.lane.inbox:
+            self.lane_spec = (self.lane_spec[0], self.lane.inbox, *self.lane_spec[2:])
+        return self.lane.fd, self.lane_spec, 0, self.lane.generation
+
+    def lane_outcome(self, status: int, integer: int, message: str | None) -> Exception | None:
+        if status == ST_OK:
+            return None
+        if status == ST_REPLY_ERROR:  # the connection is in step: it goes on
+            return DriverError(f"nats: send failed: {message}")
+        if status == ST_NO_RESPONDERS:
+            return DriverError(
+                f"nats: no JetStream server took {integer} messages of a batch on "
+                f"{self.subject} within publish_timeout_s = {self.timeout:g} s (no responders)"
+            )
+        self.lane.close()  # a timeout, a lost connection, a reply out of step: connect again
+        if status == ST_TIMEOUT:
+            why = f"no reply within publish_timeout_s = {self.timeout:g} s"
+        else:
+            why = message or "the connection failed"
+        return DriverError(f"nats: send failed: {why}")
+
     def close(self) -> None:
-        self.c.close()
+        self.lane.close()
+        if self.c is not None:
+            self.c.close()
 
 
 class NatsDriver(Driver):
@@ -262,6 +334,9 @@ class NatsDriver(Driver):
 
         await asyncio.gather(*(walk(i) for i in range(walks)))
         return [p for part in found for p in part][:cap]
+
+    def sends_in_lanes(self) -> bool:
+        return compiled.module is not None
 
     def sender(self) -> Sender:
         return NatsSender(self)
