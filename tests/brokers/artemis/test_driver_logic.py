@@ -320,3 +320,23 @@ def test_close_disconnects_once() -> None:
     r.close()
     r.close()
     assert [c for c, _ in driver.links[0].conn.frames].count("DISCONNECT") == 1
+
+
+def test_a_receiver_closed_without_acking_writes_no_ack_and_a_new_one_gets_the_rest() -> None:
+    """The broker returns what a DISCONNECTed subscription held (real Artemis: the
+    contract suite's redelivery tests); the driver's part is to ACK nothing of it."""
+    driver = FakeDriver(ARTEMIS)
+    r = driver.receiver()
+    for i in range(3):
+        _message(0, driver, f"a{i}")
+    held = r.receive(2, 0.05)
+    r.close()
+    assert [c for c, _ in driver.links[0].conn.frames] == ["SUBSCRIBE", "DISCONNECT"]
+    with pytest.raises(DriverError, match="came on a connection since lost"):
+        r.ack(held)
+    other = driver.receiver()  # the broker redelivers: the fake pushes them again
+    for i in range(3):
+        _message(1, driver, f"a{i}")
+    got = other.receive(10, 0.05)
+    other.ack(got)
+    assert [f["id"] for f in _frames(driver.links[1], "ACK")] == ["a0", "a1", "a2"]
