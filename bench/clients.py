@@ -87,7 +87,8 @@ the next batch. What remains is per batch: a Python thread per connection woken 
 reply (pgbench: one thread polling all 8), psycopg's call into libpq, and a Delivery per
 message with the worker's recording. The Artemis receive path went from 0.41 and 0.34 per
 core (10,672 and 13,263 msgs per CPU-second against artemis perf consumer's 26,186 and
-39,255) to 0.79 and 0.78 (30,047 and 23,783 against 38,233 and 30,384; load 15-18):
+39,255) to 0.79, 0.78 and 0.75 (30,047, 23,783 and 24,125 against 38,233, 30,384 and
+32,039; load 11-18):
 mqlab's own STOMP client in place of stomp.py (frames split in bulk per read, a read's
 messages handed over at once, a batch's ACKs in one write).
 """
