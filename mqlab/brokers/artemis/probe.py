@@ -16,9 +16,9 @@ def probe(driver: Any, token: str) -> tuple[bool, str]:
     cond = threading.Condition()
     got: list[Any] = []
 
-    def arrived(frame: Any) -> None:
+    def arrived(frames: list[Any]) -> None:
         with cond:
-            got.append(frame)
+            got.extend(frames)
             cond.notify_all()
 
     link = driver.connect(cond, arrived)
@@ -46,7 +46,7 @@ def probe(driver: Any, token: str) -> tuple[bool, str]:
             return False, "the probe did not come back"
         frame = got[0]
         rid = link.receipt_id()
-        link.frame(lambda: link.conn.ack(frame.headers["ack"], receipt=rid), "probe ack")
+        link.frame(lambda: link.conn.ack_many([frame.headers["ack"]], rid), "probe ack")
         link.wait([rid], s.receipt_timeout_s, "probe ack")
         if bytes(frame.body) != body:
             return False, "the probe came back changed"

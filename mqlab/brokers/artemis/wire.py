@@ -5,7 +5,6 @@ serves."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
@@ -16,9 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import stomp
-import stomp.exception
-
+from mqlab.brokers.artemis.conn import Connection
+from mqlab.brokers.artemis.frames import Frame
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
@@ -143,16 +141,17 @@ def management_result(headers: dict[str, str], body: bytes) -> Any:
 
 
 # -- one connection --------------------------------------------------------------------
-class Link(stomp.ConnectionListener):
-    """One STOMP 1.2 connection to whichever node of the endpoints serves, and what came
-    on it. stomp.py calls the ``on_*`` methods from its receiver thread; they notify
-    ``cond`` (which a receiver shares, so that it also wakes when the connection goes)."""
+class Link:
+    """One STOMP 1.2 connection (``mqlab.brokers.artemis.conn``) to whichever node of the
+    endpoints serves, and what came on it. The connection's reader thread calls the
+    ``on_*`` methods; they notify ``cond`` (which a receiver shares, so that it also wakes
+    when the connection goes)."""
 
     def __init__(
         self,
         conn: Any,
         cond: threading.Condition,
-        on_message: Callable[[Any], None] | None,
+        on_message: Callable[[list[Frame]], None] | None,
     ) -> None:
         self.conn = conn
         self.cond = cond
@@ -164,20 +163,20 @@ class Link(stomp.ConnectionListener):
         self.server = ""
         self.numbers = itertools.count()
 
-    # stomp.py's receiver thread
-    def on_connected(self, frame: Any) -> None:
+    # the connection's reader thread
+    def on_connected(self, frame: Frame) -> None:
         self.server = str(frame.headers.get("server", ""))
 
-    def on_message(self, frame: Any) -> None:
+    def on_messages(self, frames: list[Frame]) -> None:
         if self.on_message_cb is not None:
-            self.on_message_cb(frame)
+            self.on_message_cb(frames)
 
-    def on_receipt(self, frame: Any) -> None:
+    def on_receipt(self, frame: Frame) -> None:
         with self.cond:
             self.receipts.add(str(frame.headers.get("receipt-id")))
             self.cond.notify_all()
 
-    def on_error(self, frame: Any) -> None:
+    def on_error(self, frame: Frame) -> None:
         text = str(frame.headers.get("message", "")) or bytes(frame.body or b"")[:200].decode(
             errors="replace"
         )
@@ -207,12 +206,13 @@ class Link(stomp.ConnectionListener):
         return f"r{next(self.numbers)}"
 
     def frame(self, write: Callable[[], None], what: str) -> None:
-        """Write a frame (``write`` calls stomp.py); a closed connection is a DriverError."""
+        """Write a frame (``write`` calls the connection); a closed connection is a
+        DriverError."""
         if self.lost:
             raise DriverError(f"artemis: {what}: the connection is lost")
         try:
             write()
-        except (stomp.exception.StompException, OSError) as e:
+        except OSError as e:
             with self.cond:
                 self.lost = True
             raise DriverError(f"artemis: {what}: {type(e).__name__}: {e}") from e
@@ -249,11 +249,12 @@ class Link(stomp.ConnectionListener):
 
     def close(self) -> None:
         """DISCONNECT (the broker then returns what this connection held unacked) and wait
-        a while for the broker to close the socket; close it ourselves after that."""
+        a while for its receipt, on which the connection closes its socket; close it
+        ourselves after that."""
         if not self.lost:
             try:
-                self.conn.disconnect()  # with a receipt; stomp.py closes the socket on it
-            except (stomp.exception.StompException, OSError) as e:
+                self.conn.disconnect(f"bye-{self.receipt_id()}")
+            except OSError as e:
                 LOG.debug("artemis: DISCONNECT: %s", e)
             deadline = time.monotonic() + CLOSE_TIMEOUT_S
             with self.cond:
@@ -261,44 +262,42 @@ class Link(stomp.ConnectionListener):
                     self.cond.wait(max(0.0, deadline - time.monotonic()))
         if not self.lost:
             LOG.debug("artemis: no answer to DISCONNECT: closing the socket")
-            try:
-                self.conn.transport.disconnect_socket()
-            except (stomp.exception.StompException, OSError) as e:
-                LOG.debug("artemis: closing the socket: %s", e)
+        self.conn.close_socket()
 
 
 def connect(
     hosts: list[tuple[str, int]],
     s: Settings,
     cond: threading.Condition | None = None,
-    on_message: Callable[[Any], None] | None = None,
+    on_message: Callable[[list[Frame]], None] | None = None,
     timeout_s: float | None = None,
     text_bodies: bool = False,
+    lean: bool = False,
 ) -> Link:
     """A Link to the first node of ``hosts`` that accepts a STOMP connection, tried in turn
-    until ``timeout_s`` (``connect_timeout_s``). ``text_bodies``: frames go without an
-    automatic content-length (Artemis maps such a frame to a text message)."""
+    until ``timeout_s`` (``connect_timeout_s``). ``text_bodies``: frames go without a
+    ``content-length`` (Artemis maps such a frame to a text message). ``lean``: MESSAGE
+    frames carry only the headers a receiver needs (``frames.Parser``)."""
     deadline = time.monotonic() + (s.connect_timeout_s if timeout_s is None else timeout_s)
     heartbeat_ms = int(s.heartbeat_s * 1000)
     last: Exception | None = None
     while True:
-        conn = stomp.Connection12(
+        link = Link(None, cond or threading.Condition(), on_message)
+        conn = Connection(
             hosts,
-            auto_decode=False,
-            heartbeats=(heartbeat_ms, heartbeat_ms),
-            reconnect_attempts_max=1,
-            timeout=min(5.0, max(0.5, deadline - time.monotonic())),
-            auto_content_length=not text_bodies,
+            link,
+            heartbeat_ms=heartbeat_ms,
+            timeout_s=min(5.0, max(0.5, deadline - time.monotonic())),
+            content_length=not text_bodies,
+            lean=lean,
         )
-        link = Link(conn, cond or threading.Condition(), on_message)
-        conn.set_listener("mqlab", link)
+        link.conn = conn
         try:
-            conn.connect(wait=True)
+            conn.open()
+            link.on_connected(Frame("CONNECTED", {"server": conn.server}))
             return link
-        except (stomp.exception.StompException, OSError) as e:
+        except OSError as e:
             last = e
-            with contextlib.suppress(stomp.exception.StompException, OSError):
-                conn.disconnect()
         if time.monotonic() + CONNECT_RETRY_S > deadline:
             where = ", ".join(f"{h}:{p}" for h, p in hosts)
             raise DriverError(f"artemis: no node accepts a STOMP connection ({where}): {last!r}")

@@ -1,6 +1,7 @@
 """Pure logic of the Artemis driver (no server): the frames it writes for Artemis and for
 ActiveMQ 5, statistics and management replies, and what its sender and receiver do with
-receipts, errors, lost connections and acks. A fake connection stands in for stomp.py here.
+receipts, errors, lost connections and acks. A fake connection stands in for
+``mqlab.brokers.artemis.conn`` here (its frames and socket: tests/brokers/artemis/test_conn.py).
 The same driver runs against the real local Artemis cluster in tests/brokers/test_contract.py
 and tests/brokers/artemis/."""
 
@@ -129,12 +130,19 @@ class FakeConn:
     def subscribe(self, destination: str, id: str, ack: str, headers: dict[str, str]) -> None:
         self._write("SUBSCRIBE", destination=destination, id=id, ack=ack, headers=headers)
 
-    def ack(self, id: str, receipt: str | None = None) -> None:
-        self._write("ACK", id=id, receipt=receipt)
+    def ack_many(self, ids: list[str], receipt: str | None) -> None:
+        if self.fail_writes:
+            raise OSError("broken pipe")
+        for i in ids[:-1]:
+            self.frames.append(("ACK", {"id": i, "receipt": None}))
+        self._write("ACK", id=ids[-1], receipt=receipt)
 
-    def disconnect(self) -> None:
-        self.frames.append(("DISCONNECT", {}))
+    def disconnect(self, receipt: str) -> None:
+        self.frames.append(("DISCONNECT", {"receipt": receipt}))
         self.link.on_disconnected()
+
+    def close_socket(self) -> None:
+        pass
 
 
 class FakeDriver(ad.ArtemisDriver):
@@ -146,7 +154,13 @@ class FakeDriver(ad.ArtemisDriver):
         self.server = server
         self.links: list[ad.Link] = []
 
-    def connect(self, cond: Any = None, on_message: Any = None, text_bodies: bool = False) -> Any:
+    def connect(
+        self,
+        cond: Any = None,
+        on_message: Any = None,
+        text_bodies: bool = False,
+        lean: bool = False,
+    ) -> Any:
         conn = FakeConn()
         link = ad.Link(conn, cond or threading.Condition(), on_message)
         conn.link = link
@@ -207,7 +221,7 @@ def _message(link_index: int, driver: FakeDriver, ack_id: str, redelivered: bool
     headers = {"ack": ack_id, "subscription": "x"}
     if redelivered:
         headers["redelivered"] = "true"
-    link.on_message(Frame(headers, f"m-{ack_id}".encode()))
+    link.on_messages([Frame(headers, f"m-{ack_id}".encode())])
 
 
 @pytest.mark.parametrize("server", [ARTEMIS, CLASSIC])
@@ -306,3 +320,23 @@ def test_close_disconnects_once() -> None:
     r.close()
     r.close()
     assert [c for c, _ in driver.links[0].conn.frames].count("DISCONNECT") == 1
+
+
+def test_a_receiver_closed_without_acking_writes_no_ack_and_a_new_one_gets_the_rest() -> None:
+    """The broker returns what a DISCONNECTed subscription held (real Artemis: the
+    contract suite's redelivery tests); the driver's part is to ACK nothing of it."""
+    driver = FakeDriver(ARTEMIS)
+    r = driver.receiver()
+    for i in range(3):
+        _message(0, driver, f"a{i}")
+    held = r.receive(2, 0.05)
+    r.close()
+    assert [c for c, _ in driver.links[0].conn.frames] == ["SUBSCRIBE", "DISCONNECT"]
+    with pytest.raises(DriverError, match="came on a connection since lost"):
+        r.ack(held)
+    other = driver.receiver()  # the broker redelivers: the fake pushes them again
+    for i in range(3):
+        _message(1, driver, f"a{i}")
+    got = other.receive(10, 0.05)
+    other.ack(got)
+    assert [f["id"] for f in _frames(driver.links[1], "ACK")] == ["a0", "a1", "a2"]
