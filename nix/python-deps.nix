@@ -31,7 +31,6 @@
   boto3 = { role = "worker"; attrs = [ "boto3" ]; };
   pymongo = { role = "worker"; attrs = [ "pymongo" ]; };
   pulsar-client = { role = "worker"; attrs = [ "pulsar-client" ]; };
-  stomp-py = { role = "worker"; attrs = [ "stomp-py" ]; };
   # Apache RocketMQ's official 5.x gRPC client (import name `rocketmq`); not in nixpkgs
   rocketmq-python-client = { role = "worker"; fromLock = true; buildSystem = [ "setuptools" ];
     dependencies = [ "grpcio" "grpcio-tools" "protobuf" "opentelemetry-api" "opentelemetry-sdk" "opentelemetry-exporter-otlp" ]; };

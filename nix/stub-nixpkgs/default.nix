@@ -23,7 +23,7 @@ let
 
   pythonPackages = named [
     "click" "rich" "numpy" "pyroaring" "pyspark" "duckdb" "pyarrow" "matplotlib" "nats-py"
-    "psycopg" "redis" "hiredis" "pika" "confluent-kafka" "boto3" "pymongo" "pulsar-client" "stomp-py" "fabric" "moto"
+    "psycopg" "redis" "hiredis" "pika" "confluent-kafka" "boto3" "pymongo" "pulsar-client" "fabric" "moto"
     "hatchling" "setuptools" "pbr" "pytest"
     "grpcio" "grpcio-tools" "grpcio-status" "protobuf" "opentelemetry-api" "opentelemetry-sdk"
     "opentelemetry-exporter-otlp" "poetry-core" "googleapis-common-protos" "typing-extensions"

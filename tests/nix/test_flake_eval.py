@@ -173,7 +173,6 @@ def test_worker_closure_holds_only_the_worker_libraries(nixenv) -> None:
             "pulsar-client",
             "rocketmq-python-client",
             "kurrentdbclient",
-            "stomp-py",
         ]
     )
     lib_deps = nixenv.eval_json(
