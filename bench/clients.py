@@ -884,6 +884,7 @@ def rabbitmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
 
 # -- Kafka ---------------------------------------------------------------------------------
 PRODUCED = re.compile(r"^(\d+) records sent, ")  # ProducerPerformance's interval report
+KAFKA_PRELOAD = 1_000_000  # messages in each receive topic (--preload-rows)
 
 
 def windowed_tool(
@@ -942,6 +943,42 @@ def consumed_counter() -> Any:
     return count
 
 
+def kafka_preload(driver: Any, rows: int, message_bytes: int) -> None:
+    """``rows`` mqlab messages (sender 0, seqs 0..) into the driver's topic, produced in
+    bulk (large linger and batches, acks=all) and all confirmed before it returns."""
+    from confluent_kafka import Producer
+
+    bootstrap = ",".join(f"{n.host}:{n.port}" for n in driver.endpoints.nodes)
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 200_000,
+        }
+    )
+    failed: list[Any] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    pool = envelope.PayloadPool(message_bytes, seed=7)
+    now = clock.wall_ns()
+    for first in range(0, rows, 1000):
+        for m in envelope.encode_batch(0, first, min(1000, rows - first), now, pool):
+            while True:
+                try:
+                    p.produce(driver.topic, m, on_delivery=report)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        p.poll(0)
+    if p.flush(120) or failed:
+        raise BenchError(f"kafka preload of {driver.topic}: {failed[:3] or 'not all confirmed'}")
+
+
 def kafka_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
     from mqlab.brokers import servers
 
@@ -950,8 +987,14 @@ def kafka_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compa
     tag = uuid.uuid4().hex[:8]
     ours = cls(settings, cluster.endpoints(), f"bench-mqlab-{tag}")
     native: Any = cls(settings, cluster.endpoints(), f"bench-native-{tag}")
-    for d in (ours, native):
-        d.setup()  # both topics, with the profile's partitions, replicas and min ISR
+    # both receive paths read one preloaded topic from its start, each in its own group
+    # (not what each side's sender wrote: ConsumerPerformance reads tens of thousands of
+    # messages a second and reports only while records come, so the topic of one 8 s
+    # send run was drained before its second report and its window stayed empty)
+    recv: Any = cls(settings, cluster.endpoints(), f"bench-recv-{tag}")
+    drivers = (ours, native, recv)
+    for d in drivers:
+        d.setup()  # the topics, with the profile's partitions, replicas and min ISR
     bootstrap = ",".join(f"{n.host}:{n.port}" for n in cluster.endpoints().nodes)
     java = [str(servers.java(17)), "-Xmx512m", "-cp", servers.classpath("kafka")]
     props = [
@@ -973,15 +1016,28 @@ def kafka_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compa
         label = f"ProducerPerformance (1 producer, acks={settings.acks})"
         nat_s = windowed_tool(perf, s.duration_s, produced, label)
         print(f"kafka: {label}: {nat_s.messages} messages in {nat_s.seconds:.1f} s", flush=True)
-        mq_r = run_mqlab("receiver", ours, profile, s)
-        cons = [*java, "org.apache.kafka.tools.ConsumerPerformance", "--topic", native.queue]
-        # every record it wrote (more than its window counted); it stops once none comes
+        rows = s.preload_rows or KAFKA_PRELOAD
+        t = time.monotonic()
+        kafka_preload(recv, rows, s.message_bytes)
+        print(f"kafka: preloaded {rows} messages in {time.monotonic() - t:.0f} s", flush=True)
+        mq_r = run_mqlab("receiver", recv, profile, s)
+        if recv.remaining().count == 0:
+            print("warning: the mqlab receiver drained its topic: its rate is understated")
+        cons = [*java, "org.apache.kafka.tools.ConsumerPerformance", "--topic", recv.queue]
+        # every record of the topic from its start; it stops 10 s after the last one came
+        # (its clock starts before it joins the group, which takes a few seconds here)
         cons += ["--num-records", "100000000", "--bootstrap-server", bootstrap]
-        cons += ["--reporting-interval", "1000", "--show-detailed-stats", "--timeout", "20000"]
+        cons += ["--reporting-interval", "1000", "--show-detailed-stats", "--timeout", "10000"]
         cons += ["--group", f"bench-native-{tag}"]
-        nat_r = windowed_tool(cons, s.duration_s, consumed_counter(), "ConsumerPerformance")
+        label = "ConsumerPerformance (1 consumer)"
+        nat_r = windowed_tool(cons, s.duration_s, consumed_counter(), label)
+        if nat_r.seconds < s.duration_s - 1:
+            print(
+                f"warning: ConsumerPerformance drained its topic after {nat_r.seconds:.0f} s of "
+                "its window (raise --preload-rows)"
+            )
     finally:
-        for d in (ours, native):
+        for d in drivers:
             d.teardown()
             d.close()
     return [

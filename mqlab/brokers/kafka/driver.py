@@ -185,6 +185,7 @@ class KafkaReceiver(Receiver):
         self.prefetch = s.prefetch
         self.assigned = False
         self.owned: set[int] = set()  # partitions assigned to this consumer right now
+        self.paused: bool | None = False  # fetching paused (the buffer is full); None: unknown
         self.gap_tries: dict[tuple[int, int], int] = {}  # (partition, offset) -> seeks back
         self.lock = threading.Lock()
         self.closing = threading.Event()
@@ -224,15 +225,31 @@ class KafkaReceiver(Receiver):
     def _background(self) -> None:
         """Serve group events and prefetch while the worker is busy elsewhere."""
         while not self.closing.wait(self.HELPER_PERIOD_S):
-            room = self.prefetch - len(self.buffer)
-            if room <= 0 or not self.lock.acquire(timeout=0.05):
-                continue  # a full buffer waits for the worker; a busy lock: it is polling
+            if not self.lock.acquire(timeout=0.05):
+                continue  # a busy lock: the worker is polling
             try:
-                self._keep(self.c.consume(room, 0))
+                # a full buffer pauses fetching but the consumer is still polled: a member
+                # that stops polling holds up every rebalance of its group (8 receivers
+                # joining one by one onto a topic with a backlog never all got partitions)
+                self._keep(self.c.consume(max(1, self._flow()), 0))
             except (DriverError, KafkaException) as e:
                 LOG.warning("kafka: %s", e)
             finally:
                 self.lock.release()
+
+    def _flow(self) -> int:
+        """Room left in the buffer; fetching paused while there is none, resumed when there
+        is (librdkafka drops what it fetched ahead for a paused partition and fetches again
+        from the position handed out, so nothing is skipped)."""
+        room = self.prefetch - len(self.buffer)
+        if self.owned and (self.paused is None or (room <= 0) != self.paused):
+            tps = [TopicPartition(self.topic, p) for p in sorted(self.owned)]
+            try:
+                (self.c.pause if room <= 0 else self.c.resume)(tps)
+                self.paused = room <= 0
+            except KafkaException as e:
+                LOG.warning("kafka: pause/resume failed: %s", e)
+        return room
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         try:  # where each partition starts, and the delivered marks earlier owners committed
@@ -242,6 +259,7 @@ class KafkaReceiver(Receiver):
         except KafkaException as e:
             LOG.warning("kafka: no committed offsets at assignment (%s): not marking", e)
         self.owned |= {tp.partition for tp in partitions}
+        self.paused = None  # the next _flow pauses or resumes every partition owned now
         self.assigned = True
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -272,6 +290,7 @@ class KafkaReceiver(Receiver):
         deadline = time.monotonic() + timeout_s
         with self.lock:
             self._maybe_commit()
+            self._flow()
             while not self.buffer:
                 left = deadline - time.monotonic()
                 if left <= 0:
