@@ -31,14 +31,17 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   out) and the JVM's CPU read as each arrives.
 
 - Kafka, profile ``kafka-isr`` (acks=all with idempotence, replication 3, min ISR 2, no
-  linger): Kafka's own ``org.apache.kafka.tools.ProducerPerformance`` (kafka-tools, the
-  pinned server's class path; one producer, pipelined, the same acks, idempotence, linger
-  and message size) against mqlab's sender, and ``ConsumerPerformance`` (one consumer)
-  reading what it wrote against mqlab's receiver reading what mqlab's sender wrote. Both
-  JVM tools run with ``--reporting-interval 1000``: their window starts at their first
+  linger; ``--kafka-linger-ms X`` gives both producers linger X instead, and the profile
+  column says so): Kafka's own ``org.apache.kafka.tools.ProducerPerformance`` (kafka-tools,
+  the pinned server's class path; one producer, pipelined, the same acks, idempotence,
+  linger and message size) against mqlab's sender, and ``ConsumerPerformance`` (one
+  consumer) against mqlab's receiver, both reading one topic preloaded with mqlab
+  messages (``--preload-rows``, default 1,000,000) from its start, each in its own group.
+  Both JVM tools run with ``--reporting-interval 1000``: their window starts at their first
   report (after the JVM's start) and counts the whole reported seconds that follow, their
-  CPU over the same window. mqlab's receiver may drain its topic before its window ends
-  (then its rate is understated: the table says what it read).
+  CPU over the same window. ``ConsumerPerformance`` reports only while records come: a
+  side that drains the topic before its window ends is named in a warning (its window is
+  then shorter, or its rate understated).
 - ActiveMQ Artemis, profile ``artemis-local`` (persistent sends confirmed once the
   primary's synced journal and its backup have them): the distribution's own ``artemis
   perf producer`` (JMS 2 over Core, C producers, at most B sends unconfirmed, confirmations
@@ -77,6 +80,11 @@ samples the mqlab worker while it runs (only the thread holding the GIL) and pri
 where its time goes.
 
 Goal (issue 13): the send path's ratio >= 0.8 per core.
+Issue 26/28, Kafka (2026-11-27, load average 13-21 on 2 cores, figures in
+docs/development.md): send 0.15 and 0.28 per core before, 0.17 and 0.22 after with the profile's
+linger 0 (librdkafka's idempotent producer sends a batch as small requests and spins
+behind its 5 in flight), 1.22 and 0.31 with both producers at a 1 ms linger (one producer
+shared by a worker's senders); receive 0.37-0.48 per core.
 Issue 28 (2026-11-27, a loaded 2-core machine, two runs each): the PostgreSQL receive
 path went from 0.17 and 0.19 per core (27,177 and 25,998 msgs per CPU-second against
 pgbench's 157,914 and 137,053) to 0.33 and 0.48 (46,080 and 56,034 against 141,508 and
@@ -484,6 +492,7 @@ class Setup:
     py_spy: Path | None
     workdir: Path
     preload_rows: int = 0  # receive paths: rows in the table first (0: 3 x the send rate's)
+    kafka_linger_ms: float | None = None  # both Kafka producers' linger.ms (None: the profile's)
 
     @property
     def spy_seconds(self) -> int:
@@ -982,6 +991,10 @@ def kafka_preload(driver: Any, rows: int, message_bytes: int) -> None:
 def kafka_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
     from mqlab.brokers import servers
 
+    if s.kafka_linger_ms is not None:  # both sides, and the table says so
+        settings = dataclasses.replace(profile.settings, linger_ms=s.kafka_linger_ms)
+        name = f"{profile.name} l={s.kafka_linger_ms:g}ms"
+        profile = dataclasses.replace(profile, settings=settings, name=name)
     settings = profile.settings
     cls = registry.driver_class("kafka")
     tag = uuid.uuid4().hex[:8]
@@ -1000,7 +1013,7 @@ def kafka_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compa
     props = [
         f"acks={settings.acks}",
         f"enable.idempotence={str(settings.idempotence).lower()}",
-        f"linger.ms={int(settings.linger_ms)}",
+        f"linger.ms={settings.linger_ms:g}",
     ]
     try:
         mq_s = run_mqlab("sender", ours, profile, s)
@@ -1216,6 +1229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--preload-rows", type=int, default=0, help="receive: rows first (0: 3x what was sent)"
     )
     ap.add_argument("--py-spy", type=Path, default=None, help="py-spy binary: profile mqlab")
+    ap.add_argument(
+        "--kafka-linger-ms",
+        type=float,
+        default=None,
+        help="Kafka: linger.ms of both producers (mqlab's and ProducerPerformance's) "
+        "instead of the profile's",
+    )
     args = ap.parse_args(argv)
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     try:
@@ -1257,6 +1277,7 @@ def run_all(brokers: Sequence[str], args: argparse.Namespace) -> list[Comparison
         args.py_spy,
         workdir,
         args.preload_rows,
+        args.kafka_linger_ms,
     )
     results: list[Comparison] = []
     try:
