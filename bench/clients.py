@@ -80,11 +80,11 @@ samples the mqlab worker while it runs (only the thread holding the GIL) and pri
 where its time goes.
 
 Goal (issue 13): the send path's ratio >= 0.8 per core.
-Issue 26/28, Kafka (2026-11-27, load average 13-21 on 2 cores, figures in
-docs/development.md): send 0.15 and 0.28 per core before, 0.17 and 0.22 after with the profile's
-linger 0 (librdkafka's idempotent producer sends a batch as small requests and spins
-behind its 5 in flight), 1.22 and 0.31 with both producers at a 1 ms linger (one producer
-shared by a worker's senders); receive 0.37-0.48 per core.
+Issue 26/28, Kafka (2026-11-27, load average 3-21 on 2 cores, figures in
+docs/development.md): send 0.15 and 0.28 per core before, 0.17, 0.22 and 0.24 after
+with the profile's linger 0 (librdkafka's idempotent producer sends a batch as small
+requests and spins behind its 5 in flight), 1.22, 0.31 and 0.69 with both producers at a
+1 ms linger (one producer shared by a worker's senders); receive 0.29-0.48 per core.
 Issue 28 (2026-11-27, a loaded 2-core machine, two runs each): the PostgreSQL receive
 path went from 0.17 and 0.19 per core (27,177 and 25,998 msgs per CPU-second against
 pgbench's 157,914 and 137,053) to 0.33 and 0.48 (46,080 and 56,034 against 141,508 and
