@@ -33,14 +33,17 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   out) and the JVM's CPU read as each arrives.
 
 - Kafka, profile ``kafka-isr`` (acks=all with idempotence, replication 3, min ISR 2, no
-  linger): Kafka's own ``org.apache.kafka.tools.ProducerPerformance`` (kafka-tools, the
-  pinned server's class path; one producer, pipelined, the same acks, idempotence, linger
-  and message size) against mqlab's sender, and ``ConsumerPerformance`` (one consumer)
-  reading what it wrote against mqlab's receiver reading what mqlab's sender wrote. Both
-  JVM tools run with ``--reporting-interval 1000``: their window starts at their first
+  linger; ``--kafka-linger-ms X`` gives both producers linger X instead, and the profile
+  column says so): Kafka's own ``org.apache.kafka.tools.ProducerPerformance`` (kafka-tools,
+  the pinned server's class path; one producer, pipelined, the same acks, idempotence,
+  linger and message size) against mqlab's sender, and ``ConsumerPerformance`` (one
+  consumer) against mqlab's receiver, both reading one topic preloaded with mqlab
+  messages (``--preload-rows``, default 1,000,000) from its start, each in its own group.
+  Both JVM tools run with ``--reporting-interval 1000``: their window starts at their first
   report (after the JVM's start) and counts the whole reported seconds that follow, their
-  CPU over the same window. mqlab's receiver may drain its topic before its window ends
-  (then its rate is understated: the table says what it read).
+  CPU over the same window. ``ConsumerPerformance`` reports only while records come: a
+  side that drains the topic before its window ends is named in a warning (its window is
+  then shorter, or its rate understated).
 - ActiveMQ Artemis, profile ``artemis-local`` (persistent sends confirmed once the
   primary's synced journal and its backup have them): the distribution's own ``artemis
   perf producer`` (JMS 2 over Core, C producers, at most B sends unconfirmed, confirmations
@@ -81,6 +84,11 @@ samples the mqlab worker while it runs (only the thread holding the GIL) and pri
 where its time goes.
 
 Goal (issue 13): the send path's ratio >= 0.8 per core.
+Issue 26/28, Kafka (2026-11-27, load average 3-21 on 2 cores, figures in
+docs/development.md): send 0.15 and 0.28 per core before, 0.17, 0.22 and 0.24 after
+with the profile's linger 0 (librdkafka's idempotent producer sends a batch as small
+requests and spins behind its 5 in flight), 1.22, 0.31 and 0.69 with both producers at a
+1 ms linger (one producer shared by a worker's senders); receive 0.29-0.48 per core.
 Issue 28 (2026-11-27, a loaded 2-core machine, two runs each): the PostgreSQL receive
 path went from 0.17 and 0.19 per core (27,177 and 25,998 msgs per CPU-second against
 pgbench's 157,914 and 137,053) to 0.33 and 0.48 (46,080 and 56,034 against 141,508 and
@@ -493,6 +501,7 @@ class Setup:
     py_spy: Path | None
     workdir: Path
     preload_rows: int = 0  # receive paths: rows in the table first (0: 3 x the send rate's)
+    kafka_linger_ms: float | None = None  # both Kafka producers' linger.ms (None: the profile's)
 
     @property
     def spy_seconds(self) -> int:
@@ -893,6 +902,7 @@ def rabbitmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
 
 # -- Kafka ---------------------------------------------------------------------------------
 PRODUCED = re.compile(r"^(\d+) records sent, ")  # ProducerPerformance's interval report
+KAFKA_PRELOAD = 1_000_000  # messages in each receive topic (--preload-rows)
 
 
 def windowed_tool(
@@ -951,22 +961,68 @@ def consumed_counter() -> Any:
     return count
 
 
+def kafka_preload(driver: Any, rows: int, message_bytes: int) -> None:
+    """``rows`` mqlab messages (sender 0, seqs 0..) into the driver's topic, produced in
+    bulk (large linger and batches, acks=all) and all confirmed before it returns."""
+    from confluent_kafka import Producer
+
+    bootstrap = ",".join(f"{n.host}:{n.port}" for n in driver.endpoints.nodes)
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 200_000,
+        }
+    )
+    failed: list[Any] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    pool = envelope.PayloadPool(message_bytes, seed=7)
+    now = clock.wall_ns()
+    for first in range(0, rows, 1000):
+        for m in envelope.encode_batch(0, first, min(1000, rows - first), now, pool):
+            while True:
+                try:
+                    p.produce(driver.topic, m, on_delivery=report)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        p.poll(0)
+    if p.flush(120) or failed:
+        raise BenchError(f"kafka preload of {driver.topic}: {failed[:3] or 'not all confirmed'}")
+
+
 def kafka_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
     from mqlab.brokers import servers
 
+    if s.kafka_linger_ms is not None:  # both sides, and the table says so
+        settings = dataclasses.replace(profile.settings, linger_ms=s.kafka_linger_ms)
+        name = f"{profile.name} l={s.kafka_linger_ms:g}ms"
+        profile = dataclasses.replace(profile, settings=settings, name=name)
     settings = profile.settings
     cls = registry.driver_class("kafka")
     tag = uuid.uuid4().hex[:8]
     ours = cls(settings, cluster.endpoints(), f"bench-mqlab-{tag}")
     native: Any = cls(settings, cluster.endpoints(), f"bench-native-{tag}")
-    for d in (ours, native):
-        d.setup()  # both topics, with the profile's partitions, replicas and min ISR
+    # both receive paths read one preloaded topic from its start, each in its own group
+    # (not what each side's sender wrote: ConsumerPerformance reads tens of thousands of
+    # messages a second and reports only while records come, so the topic of one 8 s
+    # send run was drained before its second report and its window stayed empty)
+    recv: Any = cls(settings, cluster.endpoints(), f"bench-recv-{tag}")
+    drivers = (ours, native, recv)
+    for d in drivers:
+        d.setup()  # the topics, with the profile's partitions, replicas and min ISR
     bootstrap = ",".join(f"{n.host}:{n.port}" for n in cluster.endpoints().nodes)
     java = [str(servers.java(17)), "-Xmx512m", "-cp", servers.classpath("kafka")]
     props = [
         f"acks={settings.acks}",
         f"enable.idempotence={str(settings.idempotence).lower()}",
-        f"linger.ms={int(settings.linger_ms)}",
+        f"linger.ms={settings.linger_ms:g}",
     ]
     try:
         mq_s = run_mqlab("sender", ours, profile, s)
@@ -982,15 +1038,28 @@ def kafka_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compa
         label = f"ProducerPerformance (1 producer, acks={settings.acks})"
         nat_s = windowed_tool(perf, s.duration_s, produced, label)
         print(f"kafka: {label}: {nat_s.messages} messages in {nat_s.seconds:.1f} s", flush=True)
-        mq_r = run_mqlab("receiver", ours, profile, s)
-        cons = [*java, "org.apache.kafka.tools.ConsumerPerformance", "--topic", native.queue]
-        # every record it wrote (more than its window counted); it stops once none comes
+        rows = s.preload_rows or KAFKA_PRELOAD
+        t = time.monotonic()
+        kafka_preload(recv, rows, s.message_bytes)
+        print(f"kafka: preloaded {rows} messages in {time.monotonic() - t:.0f} s", flush=True)
+        mq_r = run_mqlab("receiver", recv, profile, s)
+        if recv.remaining().count == 0:
+            print("warning: the mqlab receiver drained its topic: its rate is understated")
+        cons = [*java, "org.apache.kafka.tools.ConsumerPerformance", "--topic", recv.queue]
+        # every record of the topic from its start; it stops 10 s after the last one came
+        # (its clock starts before it joins the group, which takes a few seconds here)
         cons += ["--num-records", "100000000", "--bootstrap-server", bootstrap]
-        cons += ["--reporting-interval", "1000", "--show-detailed-stats", "--timeout", "20000"]
+        cons += ["--reporting-interval", "1000", "--show-detailed-stats", "--timeout", "10000"]
         cons += ["--group", f"bench-native-{tag}"]
-        nat_r = windowed_tool(cons, s.duration_s, consumed_counter(), "ConsumerPerformance")
+        label = "ConsumerPerformance (1 consumer)"
+        nat_r = windowed_tool(cons, s.duration_s, consumed_counter(), label)
+        if nat_r.seconds < s.duration_s - 1:
+            print(
+                f"warning: ConsumerPerformance drained its topic after {nat_r.seconds:.0f} s of "
+                "its window (raise --preload-rows)"
+            )
     finally:
-        for d in (ours, native):
+        for d in drivers:
             d.teardown()
             d.close()
     return [
@@ -1201,6 +1270,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--preload-rows", type=int, default=0, help="receive: rows first (0: 3x what was sent)"
     )
     ap.add_argument("--py-spy", type=Path, default=None, help="py-spy binary: profile mqlab")
+    ap.add_argument(
+        "--kafka-linger-ms",
+        type=float,
+        default=None,
+        help="Kafka: linger.ms of both producers (mqlab's and ProducerPerformance's) "
+        "instead of the profile's",
+    )
     args = ap.parse_args(argv)
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     try:
@@ -1242,6 +1318,7 @@ def run_all(brokers: Sequence[str], args: argparse.Namespace) -> list[Comparison
         args.py_spy,
         workdir,
         args.preload_rows,
+        args.kafka_linger_ms,
     )
     results: list[Comparison] = []
     try:

@@ -4,11 +4,14 @@
   and ``min.insync.replicas``; with ``flush_messages`` N > 0 also the topic's
   ``flush.messages`` N (every replica fsyncs its log after N messages: 1 is a flush
   per message), else Kafka's default (no fsync of its own: the OS flushes).
-- send: produce the batch (``acks=all``, idempotence on, ``compression`` as the
-  producer's ``compression.type``), then flush: a send
-  returns once every message's delivery report arrived without error. Reports
-  carry their batch's number: a late report of an earlier batch (one whose send
-  timed out) is logged and never counts for or against the current batch.
+- send: produce the batch (``acks=all``, idempotence on, ``linger_ms`` and
+  ``compression`` as the producer's ``linger.ms`` and ``compression.type``, Nagle off),
+  then wait for its delivery reports: a send returns once every message's report arrived
+  without error. Each batch counts only its own reports: a late report of an earlier
+  batch (one whose send timed out) is logged and never counts for or against another.
+  With a linger, the senders of a driver (a worker process) share one producer whose
+  reports one thread serves; without, each sender has its own and serves its own reports
+  (``mqlab.brokers.kafka.producer`` says why).
 - receive: poll the group's consumer; each receiver joins the group when made
   and waits for its partition assignment, so partitions (and hence messages)
   belong to one receiver at a time.
@@ -63,6 +66,7 @@ from mqlab.brokers.base import (
     Sender,
 )
 from mqlab.brokers.kafka.offsets import GAP_RETRIES, OffsetTracker, mark_metadata, parse_mark
+from mqlab.brokers.kafka.producer import SharedProducer
 from mqlab.errors import DriverError
 from mqlab.typed import spec
 
@@ -107,60 +111,44 @@ def _bootstrap(endpoints: Any) -> str:
     return ",".join(f"{n.host}:{n.port}" for n in endpoints.nodes)
 
 
-class KafkaSender(Sender):
-    def __init__(self, driver: KafkaDriver):
-        s: Settings = driver.settings
-        self.topic = driver.topic
-        self.timeout = s.send_timeout_s
-        self.batch = 0  # number of the batch being sent
-        self.waiting = 0  # its delivery reports still to come
-        self.errors: list[Any] = []  # its failed deliveries
-        self.p = Producer(
-            {
-                "bootstrap.servers": _bootstrap(driver.endpoints),
-                "acks": s.acks,
-                "enable.idempotence": s.idempotence,
-                "linger.ms": s.linger_ms,
-                "compression.type": s.compression,
-                "message.timeout.ms": int(s.send_timeout_s * 1000),
-            }
-        )
+def producer_config(s: Settings, endpoints: Any) -> dict[str, Any]:
+    """The senders' producer: the profile's acks, idempotence, linger and compression;
+    Nagle off, as the Java client's sockets (TCP_NODELAY)."""
+    return {
+        "bootstrap.servers": _bootstrap(endpoints),
+        "acks": s.acks,
+        "enable.idempotence": s.idempotence,
+        "linger.ms": s.linger_ms,
+        "compression.type": s.compression,
+        "message.timeout.ms": int(s.send_timeout_s * 1000),
+        "socket.nagle.disable": True,
+    }
 
-    def _report(self, batch: int, err: Any, _msg: Any) -> None:
-        if batch != self.batch:  # that send already failed (timed out)
-            if err is not None:
-                LOG.warning("kafka: late delivery error of batch %d: %s", batch, err)
-            else:
-                LOG.debug("kafka: late delivery report of batch %d", batch)
-            return
-        self.waiting -= 1
-        if err is not None:
-            self.errors.append(err)
+
+class KafkaSender(Sender):
+    """A sender on the driver's shared producer when the profile lingers, else on a
+    producer of its own (``mqlab.brokers.kafka.producer`` says why)."""
+
+    def __init__(self, driver: KafkaDriver):
+        self.topic = driver.topic
+        self.timeout = driver.settings.send_timeout_s
+        self.shared = driver.producer if driver.producer.shared else driver.own()
+        self.shared.open()
 
     def send(self, batch: Sequence[bytes]) -> None:
-        self.batch += 1
-        self.waiting, self.errors = 0, []
-        report = functools.partial(self._report, self.batch)
         try:
-            for m in batch:
-                self.p.produce(self.topic, m, on_delivery=report)
-                self.waiting += 1
+            pending = self.shared.produce(self.topic, batch)
         except (BufferError, KafkaException) as e:
             raise DriverError(f"kafka: produce failed: {e}") from e
-        deadline = time.monotonic() + self.timeout
-        while self.waiting and not self.errors:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self.p.flush(min(left, 0.1))  # serves delivery reports; no linger while flushing
-        if self.waiting or self.errors:
+        if not self.shared.wait(pending, self.timeout) or pending.errors:
+            pending.abandoned = True  # its late reports count for no other batch
             raise DriverError(
-                f"kafka: {self.waiting} messages unconfirmed after {self.timeout} s, "
-                f"errors: {self.errors[:3]}"
+                f"kafka: {pending.waiting} messages unconfirmed after {self.timeout} s, "
+                f"errors: {pending.errors[:3]}"
             )
 
     def close(self) -> None:
-        self.p.flush(self.timeout)
+        self.shared.close(self.timeout)
 
 
 class KafkaReceiver(Receiver):
@@ -185,6 +173,7 @@ class KafkaReceiver(Receiver):
         self.prefetch = s.prefetch
         self.assigned = False
         self.owned: set[int] = set()  # partitions assigned to this consumer right now
+        self.paused: bool | None = False  # fetching paused (the buffer is full); None: unknown
         self.gap_tries: dict[tuple[int, int], int] = {}  # (partition, offset) -> seeks back
         self.lock = threading.Lock()
         self.closing = threading.Event()
@@ -224,15 +213,31 @@ class KafkaReceiver(Receiver):
     def _background(self) -> None:
         """Serve group events and prefetch while the worker is busy elsewhere."""
         while not self.closing.wait(self.HELPER_PERIOD_S):
-            room = self.prefetch - len(self.buffer)
-            if room <= 0 or not self.lock.acquire(timeout=0.05):
-                continue  # a full buffer waits for the worker; a busy lock: it is polling
+            if not self.lock.acquire(timeout=0.05):
+                continue  # a busy lock: the worker is polling
             try:
-                self._keep(self.c.consume(room, 0))
+                # a full buffer pauses fetching but the consumer is still polled: a member
+                # that stops polling holds up every rebalance of its group (8 receivers
+                # joining one by one onto a topic with a backlog never all got partitions)
+                self._keep(self.c.consume(max(1, self._flow()), 0))
             except (DriverError, KafkaException) as e:
                 LOG.warning("kafka: %s", e)
             finally:
                 self.lock.release()
+
+    def _flow(self) -> int:
+        """Room left in the buffer; fetching paused while there is none, resumed when there
+        is (librdkafka drops what it fetched ahead for a paused partition and fetches again
+        from the position handed out, so nothing is skipped)."""
+        room = self.prefetch - len(self.buffer)
+        if self.owned and (self.paused is None or (room <= 0) != self.paused):
+            tps = [TopicPartition(self.topic, p) for p in sorted(self.owned)]
+            try:
+                (self.c.pause if room <= 0 else self.c.resume)(tps)
+                self.paused = room <= 0
+            except KafkaException as e:
+                LOG.warning("kafka: pause/resume failed: %s", e)
+        return room
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         try:  # where each partition starts, and the delivered marks earlier owners committed
@@ -242,6 +247,7 @@ class KafkaReceiver(Receiver):
         except KafkaException as e:
             LOG.warning("kafka: no committed offsets at assignment (%s): not marking", e)
         self.owned |= {tp.partition for tp in partitions}
+        self.paused = None  # the next _flow pauses or resumes every partition owned now
         self.assigned = True
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -272,6 +278,7 @@ class KafkaReceiver(Receiver):
         deadline = time.monotonic() + timeout_s
         with self.lock:
             self._maybe_commit()
+            self._flow()
             while not self.buffer:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -359,6 +366,12 @@ class KafkaDriver(Driver):
         super().__init__(settings, endpoints, queue)
         self.topic = queue
         self.group = f"{queue}-workers"
+        make = functools.partial(Producer, producer_config(self.settings, endpoints))
+        self.producer = SharedProducer(make, shared=self.settings.linger_ms > 0)
+
+    def own(self) -> SharedProducer:
+        """A producer for one sender alone (it serves its own delivery reports)."""
+        return SharedProducer(self.producer.make, shared=False)
 
     def _admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": _bootstrap(self.endpoints)})

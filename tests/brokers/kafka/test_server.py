@@ -7,6 +7,7 @@ tests move partitions between two receivers by rebalancing and check the flags.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
@@ -119,3 +120,28 @@ def test_a_prefetched_message_is_handed_out_at_once(driver: KafkaDriver) -> None
         s.close()
         r.close()
     assert max(took) < 0.03, [round(t, 4) for t in took]
+
+
+def test_receivers_join_one_by_one_onto_a_backlog(driver: KafkaDriver) -> None:
+    """A receiver whose prefetch buffer is full still serves its group's rebalances: with a
+    backlog, a first receiver fills its buffer at once and used to stop polling, so a second
+    one never got a partition (the bench's 8 receiver threads on a preloaded topic). Every
+    message still comes once to one of them."""
+    settings = dataclasses.replace(driver.settings, prefetch=20, assignment_timeout_s=30)
+    small = KafkaDriver(settings, driver.endpoints, driver.topic)
+    n = 200
+    _spread(driver, _messages(n))
+    a = small.receiver()
+    b: Any = None
+    try:
+        time.sleep(0.5)  # a's helper fills its buffer meanwhile
+        assert len(a.buffer) >= 20
+        b = small.receiver()  # raised "no partition assignment" after 30 s before
+        got = _take([a, b], set(range(n)))
+        seqs = [_seq(d) for batch in got for d in batch]
+        assert sorted(seqs) == list(range(n))  # none skipped by the pauses, none twice
+        assert got[0] and got[1]
+    finally:
+        for r in (b, a):
+            if r is not None:
+                r.close()
