@@ -9,11 +9,12 @@ locals {
   tags       = merge({ Project = "mqlab" }, var.tags, { "mqlab:lab" = var.lab_id, "mqlab:role" = "network" })
 }
 
+# The lab addresses its hosts by IP only (inventory, peers, SSH), so the VPC keeps AWS's
+# DNS defaults (resolution on, public DNS hostnames off): turning hostnames on after the
+# VPC's creation makes the AWS provider wait 10 s for the attribute to propagate.
 resource "aws_vpc" "lab" {
-  cidr_block           = var.vpc_cidr
-  enable_dns_support   = true
-  enable_dns_hostnames = true
-  tags                 = merge(local.tags, { Name = "${var.lab_id}-vpc" })
+  cidr_block = var.vpc_cidr
+  tags       = merge(local.tags, { Name = "${var.lab_id}-vpc" })
 }
 
 resource "aws_internet_gateway" "lab" {
