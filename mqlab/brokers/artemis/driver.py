@@ -35,13 +35,20 @@ MESSAGE frames to the receiver at once; a batch's ACK frames go in one write.
   the queue when its connection goes. The first message of a ``receive`` waits up to the
   timeout; the rest of the batch takes only what is already buffered.
 - ack: one ACK frame per delivery (its ``ack`` header), the call's frames written
-  together. With ``ack_receipts`` (the
-  default), the last ACK of the call carries a receipt, and ``ack()`` waits for it: a
-  broker handles one connection's frames in order, so that receipt says it has handled
-  every ACK of the call. An ack of a delivery this receiver did not hand out, or has
-  acked already, or got on a connection since lost, is refused with DriverError. (The
-  message of a lost connection comes again.) Not STOMP's ``client`` mode: Artemis 2.40.0
-  takes its ACK as cumulative (``ServerSession.acknowledge`` on every delivery of the
+  together. With ``ack_receipts`` (the default), the last ACK of the call carries a
+  receipt: a broker handles one connection's frames in order, so that receipt says it
+  has handled every ACK of the call. ``ack_receipt_wait`` says which call waits for it:
+  ``call``, the ``ack()`` that wrote it; ``next`` (the default), the receiver's next
+  ``ack()``, once that call's own ACKs are written, so that the broker journals (and
+  replicates) one batch's acks while the receiver takes the next batch from its buffer,
+  as a Core consumer's asynchronous acks (``artemis perf consumer``) go. An ERROR for
+  those acks, or their connection lost before the receipt, fails that next call (the
+  messages of a lost connection come again); ``close()``'s DISCONNECT comes after the
+  last ACKs on the same connection, so the broker handles them before it lets the
+  connection go. An ack of a delivery this receiver did not hand out, or has acked
+  already, or got on a connection since lost, is refused with DriverError. (The message
+  of a lost connection comes again.) Not STOMP's ``client`` mode: Artemis 2.40.0 takes
+  its ACK as cumulative (``ServerSession.acknowledge`` on every delivery of the
   subscription up to it, where ``client-individual`` calls ``individualAcknowledge``),
   which would be one ACK per batch, but an ack that leaves a gap (a delivery handed out
   earlier and not acked, as the contract suite does) cannot be said in it.
@@ -152,6 +159,7 @@ class StompReceiver(Receiver):
         self.generation = 0  # which connection deliveries came on (part of their handle)
         self.sub_id = f"mqlab-{uuid.uuid4().hex[:10]}"
         self.closed = False
+        self.unconfirmed: tuple[Link, str] | None = None  # the last ack's link and receipt
         self.link = self._subscribe()
 
     def _arrived(self, generation: int, frames: list[Frame]) -> None:
@@ -213,13 +221,18 @@ class StompReceiver(Receiver):
         # a lost connection's deliveries cannot be acked (the next receive connects anew)
         current = [d for d in ok if d.handle[0] == generation and not link.lost]
         stale = len(ok) - len(current)
+        s = self.driver.settings
+        previous, self.unconfirmed = self.unconfirmed, None
         if current:
-            s = self.driver.settings
             last_rid = link.receipt_id() if s.ack_receipts else None
             ids = [d.handle[1] for d in current]
             link.frame(functools.partial(link.conn.ack_many, ids, last_rid), "ack")
-            if last_rid is not None:
+            if last_rid is not None and s.ack_receipt_wait == "call":
                 link.wait([last_rid], s.receipt_timeout_s, "ack")
+            elif last_rid is not None:
+                self.unconfirmed = (link, last_rid)
+        if previous is not None:  # the last call's acks (ack_receipt_wait "next")
+            previous[0].wait([previous[1]], s.receipt_timeout_s, "the previous ack")
         if refused or stale:
             raise DriverError(
                 f"artemis: {refused} of {len(deliveries)} deliveries were not handed out by "

@@ -55,8 +55,17 @@ class Settings:
     )
     ack_receipts: bool = spec(
         True,
-        help="ack() waits for the receipt of the call's last ACK (the broker handled "
-        "them all); False: ack() returns once the ACK frames are written",
+        help="the last ACK of each ack() call carries a receipt, awaited as "
+        "ack_receipt_wait says (the broker handled them all); False: no receipts, "
+        "ack() returns once the ACK frames are written",
+    )
+    ack_receipt_wait: str = spec(
+        "next",
+        choices=("next", "call"),
+        help="when an ack's receipt is awaited: 'call' in the ack() that wrote it; "
+        "'next' in the receiver's next ack(), after that one's ACKs are written (the "
+        "broker journals the acks of one batch while the next is received, as a Core "
+        "consumer's asynchronous acks; an ERROR for them fails the next ack())",
     )
     heartbeat_s: float = spec(
         10.0,
@@ -157,6 +166,7 @@ class Link:
         self.cond = cond
         self.on_message_cb = on_message
         self.receipts: set[str] = set()  # receipt ids answered, not yet waited for
+        self.waiting: list[set[str]] = []  # what each thread in wait() still misses
         self.failed: dict[str, str] = {}  # receipt id -> the ERROR frame's message
         self.errors: list[str] = []  # ERROR frames without a receipt id
         self.lost = False
@@ -172,9 +182,19 @@ class Link:
             self.on_message_cb(frames)
 
     def on_receipt(self, frame: Frame) -> None:
+        """Noted; a waiter is woken only by the last receipt it misses (a send of n
+        messages waits for n receipts: one wake-up, not n), and a receiver waiting for
+        messages on the shared ``cond`` not at all."""
+        rid = str(frame.headers.get("receipt-id"))
         with self.cond:
-            self.receipts.add(str(frame.headers.get("receipt-id")))
-            self.cond.notify_all()
+            self.receipts.add(rid)
+            wake = False
+            for want in self.waiting:
+                if rid in want:
+                    want.discard(rid)
+                    wake = wake or not want
+            if wake:
+                self.cond.notify_all()
 
     def on_error(self, frame: Frame) -> None:
         text = str(frame.headers.get("message", "")) or bytes(frame.body or b"")[:200].decode(
@@ -223,29 +243,39 @@ class Link:
         deadline = time.monotonic() + timeout_s
         want = set(ids)
         with self.cond:
-            while True:
-                failed = [self.failed.pop(i) for i in list(want) if i in self.failed]
-                if failed or self.errors:
-                    errors, self.errors = self.errors, []
-                    raise DriverError(
-                        f"artemis: {what}: the broker answered ERROR: {(failed + errors)[:3]}"
-                    )
-                want -= self.receipts
-                self.receipts -= set(ids)
-                if not want:
-                    return
-                if self.lost:
-                    raise DriverError(
-                        f"artemis: {what}: connection lost with {len(want)} of "
-                        f"{len(ids)} receipts missing"
-                    )
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise DriverError(
-                        f"artemis: {what}: {len(want)} of {len(ids)} receipts missing after "
-                        f"{timeout_s} s"
-                    )
-                self.cond.wait(left)
+            self.waiting.append(want)
+            try:
+                self._wait(want, ids, deadline, timeout_s, what)
+            finally:
+                self.waiting = [w for w in self.waiting if w is not want]
+
+    def _wait(
+        self, want: set[str], ids: Sequence[str], deadline: float, timeout_s: float, what: str
+    ) -> None:
+        """``wait`` with ``cond`` held; ``want`` (in ``waiting``) shrinks in place."""
+        while True:
+            failed = [self.failed.pop(i) for i in list(want) if i in self.failed]
+            if failed or self.errors:
+                errors, self.errors = self.errors, []
+                raise DriverError(
+                    f"artemis: {what}: the broker answered ERROR: {(failed + errors)[:3]}"
+                )
+            want -= self.receipts
+            self.receipts -= set(ids)
+            if not want:
+                return
+            if self.lost:
+                raise DriverError(
+                    f"artemis: {what}: connection lost with {len(want)} of "
+                    f"{len(ids)} receipts missing"
+                )
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DriverError(
+                    f"artemis: {what}: {len(want)} of {len(ids)} receipts missing after "
+                    f"{timeout_s} s"
+                )
+            self.cond.wait(left)
 
     def close(self) -> None:
         """DISCONNECT (the broker then returns what this connection held unacked) and wait

@@ -158,6 +158,14 @@ class Broker:
         while chunk := peer.recv(4096):
             self.got += chunk
 
+    def received(self, needle: bytes) -> None:
+        """Until the client's bytes read so far hold ``needle`` (at most 10 s): the broker's
+        thread reads them at its own pace, whatever the client got from it meanwhile."""
+        deadline = time.monotonic() + 10
+        while needle not in self.got:
+            assert time.monotonic() < deadline, f"the broker never read {needle!r}"
+            time.sleep(0.005)
+
     def push(self, data: bytes) -> None:
         assert self.ready.wait(10) and self.peer is not None
         self.peer.sendall(data)
@@ -189,6 +197,9 @@ def test_a_connection_hands_over_a_reads_messages_together_and_writes_acks_at_on
         c.ack_many(["1", "2"], "r1")
         broker.push(fr.encode("RECEIPT", {"receipt-id": "r1"}))
         rec.until(lambda: rec.receipts == ["r1"])
+        broker.received(
+            b"receipt:r1\n\n\x00"
+        )  # the RECEIPT came; the broker's read of the ACKs may lag
         acks = [f for f in fr.Parser().feed(broker.got.split(b"\x00", 1)[1]) if f.command == "ACK"]
         assert [f.headers for f in acks] == [{"id": "1"}, {"id": "2", "receipt": "r1"}]
         broker.push(fr.encode("ERROR", {"message": "no such id"}, b"details"))

@@ -340,3 +340,82 @@ def test_a_receiver_closed_without_acking_writes_no_ack_and_a_new_one_gets_the_r
     got = other.receive(10, 0.05)
     other.ack(got)
     assert [f["id"] for f in _frames(driver.links[1], "ACK")] == ["a0", "a1", "a2"]
+
+
+def _handed(driver: FakeDriver, r: Any, ack_id: str) -> list[Delivery]:
+    _message(len(driver.links) - 1, driver, ack_id)
+    got: list[Delivery] = r.receive(1, 0.05)
+    assert [d.payload for d in got] == [f"m-{ack_id}".encode()]
+    return got
+
+
+def test_an_acks_receipt_is_awaited_by_the_next_ack_after_its_own_acks_are_written() -> None:
+    driver = FakeDriver(ARTEMIS)  # ack_receipt_wait "next", the default
+    r = driver.receiver()
+    conn = driver.links[0].conn
+    conn.silent = True  # no receipt comes: the ack that wrote it does not wait for it
+    r.ack(_handed(driver, r, "a0"))
+    conn.silent = False
+    with pytest.raises(DriverError, match="the previous ack: 1 of 1 receipts missing after"):
+        r.ack(_handed(driver, r, "a1"))
+    assert [f["id"] for f in _frames(driver.links[0], "ACK")] == ["a0", "a1"]
+    r.ack(_handed(driver, r, "a2"))  # a1's receipt came (the fake answers at once)
+    conn.refuse = "ACK"  # an ERROR frame for a3's receipt
+    r.ack(_handed(driver, r, "a3"))
+    conn.refuse = None
+    with pytest.raises(DriverError, match="previous ack: the broker answered ERROR.*ACK refused"):
+        r.ack(_handed(driver, r, "a4"))
+    assert [f["id"] for f in _frames(driver.links[0], "ACK")] == ["a0", "a1", "a2", "a3", "a4"]
+
+
+def test_the_previous_acks_connection_lost_before_their_receipt_fails_the_next_ack() -> None:
+    driver = FakeDriver(ARTEMIS)
+    r = driver.receiver()
+    driver.links[0].conn.silent = True
+    r.ack(_handed(driver, r, "a0"))
+    driver.links[0].on_disconnected()  # a0's ACK may not have been handled: it comes again
+    assert r.receive(10, 0.05) == []  # subscribes again
+    with pytest.raises(DriverError, match="previous ack: connection lost with 1 of 1 receipts"):
+        r.ack(_handed(driver, r, "b0"))
+    assert [f["id"] for f in _frames(driver.links[1], "ACK")] == ["b0"]
+
+
+def test_with_ack_receipt_wait_call_the_ack_waits_for_its_own_receipt() -> None:
+    driver = FakeDriver(ARTEMIS, ad.Settings(receipt_timeout_s=0.2, ack_receipt_wait="call"))
+    r = driver.receiver()
+    driver.links[0].conn.silent = True
+    with pytest.raises(DriverError, match="ack: 1 of 1 receipts missing after 0.2 s"):
+        r.ack(_handed(driver, r, "a0"))
+    with pytest.raises(ScenarioError, match="ack_receipt_wait"):
+        typed.build(ad.Settings, {"ack_receipt_wait": "never"}, Path("p.toml"), "settings")
+
+
+class CountingCondition(threading.Condition):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakeups = 0
+
+    def notify_all(self) -> None:
+        self.wakeups += 1
+        super().notify_all()
+
+
+def test_a_waiter_is_woken_by_the_last_receipt_it_misses_only() -> None:
+    cond = CountingCondition()
+    link = wire.Link(FakeConn(), cond, None)
+    link.on_receipt(Frame({"receipt-id": "early"}))  # nobody waits for it: no wake-up
+    assert cond.wakeups == 0
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (link.wait(["r1", "r2", "r3"], 30, "send"), done.set()))
+    t.start()
+    for _ in range(1000):
+        with cond:
+            if link.waiting:
+                break
+        threading.Event().wait(0.01)
+    for rid in ("r1", "other", "r2", "r3"):
+        link.on_receipt(Frame({"receipt-id": rid}))
+    assert done.wait(10)
+    t.join()
+    assert cond.wakeups == 1 and link.waiting == []
+    link.wait(["early"], 0.05, "send")  # answered before it was waited for: counts
