@@ -340,7 +340,8 @@ class Driver(ABC):
         wall_offset_ns: int,
         wake_fd: int,
     ) -> list[LaneReceipt]:
-        """Receive and ack on every one of ``receivers`` (this driver's) until ``until_ns``
+        """Receive and ack on every one of ``receivers`` (of drivers of this class and
+        settings, each on its own queue) until ``until_ns``
         (monotonic) or ``wake_fd`` is readable, every batch acked by the time it returns
         unless its receiver failed: for each, what it got (:class:`LaneReceipt`)."""
         raise NotImplementedError(f"{type(self).__name__} does not receive in lanes")

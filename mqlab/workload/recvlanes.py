@@ -37,9 +37,9 @@ def run_receiver_lanes(
     ready: threading.Barrier,
     cuts: Cuts | None = None,
 ) -> None:
-    """Receivers (one per driver and stats) driven from this thread until ``stop``; the
-    drivers are all of one class (a worker's), and each group of receivers of one driver
-    (one queue) is driven in its own turn."""
+    """Receivers (one per driver and stats) driven from this thread until ``stop``, all in
+    one call of the first driver's ``receive_lanes`` (the drivers are a worker's: one
+    class, one profile, a queue each)."""
     cuts = cuts or Cuts()
     receivers: list[Receiver] = []
     waker = _Waker()
@@ -51,38 +51,27 @@ def run_receiver_lanes(
         watcher.start()
         retries = [Retry() for _ in receivers]
         resume_ns = [0] * len(receivers)
-        groups: dict[int, list[int]] = {}
-        for i, d in enumerate(drivers):
-            groups.setdefault(id(d), []).append(i)
+        driver = drivers[0]  # each receiver's connection runs its own queue's statement
         while not stop.is_set():
             now = time.monotonic_ns()
             offset = clock.wall_ns() - now
             until = min(now + RETURN_NS, cuts.next_ns(now + offset) - offset)
-            if len(groups) > 1:  # several queues: each its share of the time
-                until = min(until, now + RETURN_NS // (10 * len(groups)))
-            going_any = False
-            for members in groups.values():
-                going = [i for i in members if resume_ns[i] <= now]
-                if not going:
-                    continue
-                going_any = True
-                driver = drivers[going[0]]
-                got = driver.receive_lanes(
-                    [receivers[i] for i in going], w.receive_batch_max, until, offset, waker.rfd
-                )
-                for i, r in zip(going, got, strict=True):
-                    st = stats[i]
-                    st.received_headers(
-                        r.headers, r.recv_ns, r.lens, r.flagged, r.received, r.short
-                    )
-                    st.acked(r.acked)
-                    if r.error is None:
-                        retries[i].ok()
-                    else:
-                        delay = retries[i].backoff(r.error, "receive")  # raises past the budget
-                        resume_ns[i] = time.monotonic_ns() + int(delay * 1e9)
-            if not going_any:
+            going = [i for i in range(len(receivers)) if resume_ns[i] <= now]
+            if not going:  # all backing off: until the first may go again
                 stop.wait(max(0.0, (min(resume_ns) - now) / 1e9))
+                continue
+            got = driver.receive_lanes(
+                [receivers[i] for i in going], w.receive_batch_max, until, offset, waker.rfd
+            )
+            for i, r in zip(going, got, strict=True):
+                st = stats[i]
+                st.received_headers(r.headers, r.recv_ns, r.lens, r.flagged, r.received, r.short)
+                st.acked(r.acked)
+                if r.error is None:
+                    retries[i].ok()
+                else:
+                    delay = retries[i].backoff(r.error, "receive")  # raises past the budget
+                    resume_ns[i] = time.monotonic_ns() + int(delay * 1e9)
     finally:
         finished.set()
         waker.close()

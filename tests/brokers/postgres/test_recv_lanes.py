@@ -216,3 +216,28 @@ def test_the_worker_loop_records_and_acks_every_message(cluster: PostgresCluster
         stop.set()
         s.close()
         d.teardown()
+
+
+def test_receivers_of_two_queues_in_one_call_each_read_their_own(
+    cluster: PostgresCluster, wake: tuple[int, int]
+) -> None:
+    a, b = _driver(cluster, "lanes_qa"), _driver(cluster, "lanes_qb")
+    sa, sb, ra, rb = a.sender(), b.sender(), a.receiver(), b.receiver()
+    try:
+        sa.send(_messages(3))
+        sb.send([envelope.encode(9, i, 5, b"y") for i in range(4)])
+        got_a: list[LaneReceipt] = []
+        got_b: list[LaneReceipt] = []
+        give_up = time.monotonic_ns() + PATIENCE_NS
+        while (a.remaining().count or b.remaining().count) and time.monotonic_ns() < give_up:
+            one, two = a.receive_lanes([ra, rb], 10, time.monotonic_ns() + 200_000_000, 0, wake[0])
+            got_a.append(one)
+            got_b.append(two)
+        assert _seqs(got_a) == [0, 1, 2] and _seqs(got_b) == [0, 1, 2, 3]
+        senders = {envelope.HEADER.unpack_from(g.headers, 0)[2] for g in got_b if g.headers}
+        assert senders == {9}
+    finally:
+        for c in (sa, sb, ra, rb):
+            c.close()
+        a.teardown()
+        b.teardown()
