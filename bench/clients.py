@@ -101,7 +101,8 @@ worker's receivers run in lanes (mqlab/_recvpath.c: all connections from one thr
 without the GIL, each reply parsed in C and the next ack-and-claim written at once, only
 the headers kept and recorded in bulk): 1.64, 1.22 and 1.40 per core (307,238, 226,822 and
 257,075 msgs per CPU-second against pgbench's 186,784, 185,785 and 183,603; wall clock
-1.24, 0.99 and 0.56; load average 20-36 on 2 cores).
+1.24, 0.99 and 0.56; load average 20-36 on 2 cores); with py-spy attached 1.13 (250,377
+against 221,281, load 18), the worker holding the GIL in 3 samples over 7 s (88 before).
 The Artemis receive path went from 0.41 and 0.34 per core (10,672 and 13,263 msgs per
 CPU-second against artemis perf consumer's 26,186 and 39,255) to 0.79, 0.78 and 0.75
 (30,047, 23,783 and 24,125 against 38,233, 30,384 and 32,039; load 11-18): mqlab's own
