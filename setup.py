@@ -1,4 +1,4 @@
-"""Builds mqlab's one compiled module (everything else is in pyproject.toml).
+"""Builds mqlab's compiled modules (everything else is in pyproject.toml).
 
 ``mqlab._sendpath`` (mqlab/_sendpath.c) is the workers' send path for Redis,
 PostgreSQL and NATS JetStream: a worker's closed-loop senders driven from one thread,
@@ -7,6 +7,9 @@ bench/clients.py).
 ``uv sync`` (scripts/bootstrap) and ``uv build`` (the fleet's worker bundle) build it with
 the machine's C compiler; where that fails, mqlab installs without it and the drivers
 send through Python.
+
+``mqlab._recvpath`` (mqlab/_recvpath.c) is the PostgreSQL receive path: a worker's
+receivers driven from one thread in the same way (issue 28); built and missed alike.
 """
 
 from setuptools import Extension, setup
@@ -18,6 +21,12 @@ setup(
             ["mqlab/_sendpath.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror"],
             optional=True,  # no compiler: installed without it (the Python path)
-        )
+        ),
+        Extension(
+            "mqlab._recvpath",
+            ["mqlab/_recvpath.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror"],
+            optional=True,  # no compiler: the receivers run through Python, a thread each
+        ),
     ]
 )

@@ -93,13 +93,20 @@ Issue 28 (2026-11-27, a loaded 2-core machine, two runs each): the PostgreSQL re
 path went from 0.17 and 0.19 per core (27,177 and 25,998 msgs per CPU-second against
 pgbench's 157,914 and 137,053) to 0.33 and 0.48 (46,080 and 56,034 against 141,508 and
 115,684): claim and ack through libpq itself (0.34 in one run), then the ack that claims
-the next batch. What remains is per batch: a Python thread per connection woken for each
-reply (pgbench: one thread polling all 8), psycopg's call into libpq, and a Delivery per
-message with the worker's recording. The Artemis receive path went from 0.41 and 0.34 per
-core (10,672 and 13,263 msgs per CPU-second against artemis perf consumer's 26,186 and
-39,255) to 0.79, 0.78 and 0.75 (30,047, 23,783 and 24,125 against 38,233, 30,384 and
-32,039; load 11-18):
-mqlab's own STOMP client in place of stomp.py (frames split in bulk per read, a read's
+the next batch. What remained was per batch (py-spy, 2026-11-28: ``deliveries_of``,
+``Client.exec`` and ``ack`` over half the GIL-holding samples): a Python thread per
+connection woken for each reply (pgbench: one thread polling all 8), psycopg's call into
+libpq, and a Delivery per message with the worker's recording. Since 2026-11-28 a
+worker's receivers run in lanes (mqlab/_recvpath.c: all connections from one thread
+without the GIL, each reply parsed in C and the next ack-and-claim written at once, only
+the headers kept and recorded in bulk): 1.64, 1.22 and 1.40 per core (307,238, 226,822 and
+257,075 msgs per CPU-second against pgbench's 186,784, 185,785 and 183,603; wall clock
+1.24, 0.99 and 0.56; load average 20-36 on 2 cores); with py-spy attached 1.13 (250,377
+against 221,281, load 18), the worker holding the GIL in 3 samples over 7 s (88 before).
+The Artemis receive path went from 0.41 and 0.34 per core (10,672 and 13,263 msgs per
+CPU-second against artemis perf consumer's 26,186 and 39,255) to 0.79, 0.78 and 0.75
+(30,047, 23,783 and 24,125 against 38,233, 30,384 and 32,039; load 11-18): mqlab's own
+STOMP client in place of stomp.py (frames split in bulk per read, a read's
 messages handed over at once, a batch's ACKs in one write); 2026-11-28 (load 6-9): from 0.61
 (39,755 msgs per CPU-second against 65,462) to 0.94 and 0.80 (50,863 and 47,452 against
 54,356 and 59,295): a batch's ack receipt awaited at the next batch's ack, a receipt waking
@@ -564,8 +571,10 @@ def run_mqlab(role: str, driver: Driver, profile: Profile, s: Setup) -> Measured
     rate = messages / seconds
     wall = t1 - t0
     what = "sender" if role == "sender" else "receiver"
+    if role == "receiver" and driver.receives_in_lanes():  # the worker's own test
+        send_path = "compiled-lanes"
     path = f", {send_path}" if send_path else ""
-    each = "senders" if role == "sender" else "threads"
+    each = "senders" if role == "sender" else "receivers"
     label = f"mqlab {what} ({s.connections} {each}, batch {s.batch}{path})"
     if s.py_spy is not None:
         label += " *"

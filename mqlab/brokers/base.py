@@ -256,6 +256,24 @@ class Sender(ABC):
         """Release the connection."""
 
 
+class LaneReceipt(NamedTuple):
+    """What one receiver got in :meth:`Driver.receive_lanes`: the first
+    ``envelope.HEADER_BYTES`` of each message long enough (in order), each batch's wall
+    clock receive time (ns) and length (messages kept) as native i64 arrays, the indices
+    (among the headers) of those flagged redelivered, as i64; the messages received, those
+    shorter than a header, those acked; the failure that ended it, if any (its
+    connection is dropped: its last batch comes again after its lease)."""
+
+    headers: bytes
+    recv_ns: bytes
+    lens: bytes
+    flagged: bytes
+    received: int
+    short: int
+    acked: int
+    error: Exception | None
+
+
 class Receiver(ABC):
     @abstractmethod
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
@@ -308,6 +326,25 @@ class Driver(ABC):
         """How its senders' batches are written and sent: "python", or "compiled" where
         the driver has a compiled send path and it is built."""
         return "python"
+
+    def receives_in_lanes(self) -> bool:
+        """Whether a worker's receivers of this driver are driven from one thread, all
+        together, through :meth:`receive_lanes` (else: a thread each)."""
+        return False
+
+    def receive_lanes(
+        self,
+        receivers: Sequence[Receiver],
+        max_messages: int,
+        until_ns: int,
+        wall_offset_ns: int,
+        wake_fd: int,
+    ) -> list[LaneReceipt]:
+        """Receive and ack on every one of ``receivers`` (of drivers of this class and
+        settings, each on its own queue) until ``until_ns``
+        (monotonic) or ``wake_fd`` is readable, every batch acked by the time it returns
+        unless its receiver failed: for each, what it got (:class:`LaneReceipt`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not receive in lanes")
 
     def sends_in_lanes(self) -> bool:
         """Whether senders of this driver (closed loop or fixed rate) are driven from one

@@ -88,6 +88,37 @@ class ReceiverStats:
         if redelivered:
             self.redelivered_total += len(redelivered)
 
+    def received_headers(
+        self,
+        headers: bytes,
+        recv_ns: bytes,
+        lens: bytes,
+        flagged: bytes,
+        received: int,
+        short: int,
+    ) -> None:
+        """Batches received in bulk (a compiled receive path): their messages' headers
+        already cut (``short`` messages had none), each batch's receive time and length,
+        and the indices (into ``headers``) of those flagged redelivered, all as native i64
+        arrays (bytes)."""
+        if not received:
+            return
+        at = array.array("q", flagged)
+        stamps = array.array("q", recv_ns)
+        with self.lock:
+            base = self._buffered
+            self.headers += headers
+            if at:
+                self.flagged.extend(base + i for i in at)
+            self.recv_ns.extend(stamps)
+            self.batch_lens.frombytes(lens)
+            self._buffered = base + len(headers) // envelope.HEADER_BYTES
+        if stamps:
+            self.last_recv_ns = stamps[-1]
+        self.received_total += received
+        self.short_total += short
+        self.redelivered_total += len(at)
+
     def acked(self, n: int) -> None:
         self.acked_total += n
 

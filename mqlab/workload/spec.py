@@ -63,7 +63,8 @@ class WorkerSpec:
     first_receiver_index: int = 0  # receivers: thread t is receiver first_receiver_index + t
     # senders of a driver that sends in lanes: all in one thread (False: a thread per
     # sender, closed-loop ones each its own set of one, fixed-rate ones each sending a
-    # batch at a time; bench/lanes.py and bench/fixedrate.py compare the two)
+    # batch at a time; bench/lanes.py and bench/fixedrate.py compare the two); receivers
+    # of a driver that receives in lanes likewise (False: a thread per receiver)
     lanes: bool = True
     format_version: int = FORMAT_VERSION
 

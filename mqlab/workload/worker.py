@@ -30,6 +30,7 @@ from mqlab.brokers.base import Driver, Endpoints
 from mqlab.scenario.model import Workload
 from mqlab.workload import protocol
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, now_ms
+from mqlab.workload.recvlanes import run_receiver_lanes
 from mqlab.workload.senderstats import Cuts, SenderStats
 from mqlab.workload.spec import WorkerSpec, queue_of
 from mqlab.workload.threads import (
@@ -73,6 +74,13 @@ class Worker:
             and spec.threads > 0
             and spec.lanes
             and all(d.sends_in_lanes() for d in self.drivers.values())
+        )
+        # receivers of a driver that drives them together: one thread for all
+        self.recv_in_lanes = (
+            spec.role != "sender"
+            and spec.threads > 0
+            and spec.lanes
+            and all(d.receives_in_lanes() for d in self.drivers.values())
         )
         self.send_path: str | None = None
         if spec.role == "sender":  # lanes are always compiled (mqlab._sendpath)
@@ -138,10 +146,22 @@ class Worker:
         else:
             # end-to-end latencies of senders on other hosts: minus the clocks' difference
             self.recorder.correct_clocks(spec.clock_corrections_us)
-            for t in range(spec.threads):
-                rstats = ReceiverStats()
-                self.recorder.receivers.append(rstats)
-                driver = self.drivers[self.thread_queues[t]]
+            rstats_all = [ReceiverStats() for _ in range(spec.threads)]
+            self.recorder.receivers += rstats_all
+            rdrivers = [self.drivers[q] for q in self.thread_queues]
+            if self.recv_in_lanes:
+                rargs: tuple[Any, ...] = (
+                    run_receiver_lanes,
+                    rdrivers,
+                    w,
+                    rstats_all,
+                    self.stop,
+                    ready,
+                    self.cuts,
+                )
+                threads.append(threading.Thread(target=self._guard, args=rargs, name="recv-lanes"))
+            for t in range(0 if self.recv_in_lanes else spec.threads):
+                rstats, driver = rstats_all[t], rdrivers[t]
                 rargs = (run_receiver, driver, w, rstats, self.stop, ready)
                 threads.append(threading.Thread(target=self._guard, args=rargs, name=f"recv-{t}"))
         for th in threads:
@@ -226,7 +246,8 @@ class Worker:
 
     def run(self) -> int:
         spec = self.spec
-        ready = threading.Barrier((1 if self.in_lanes else spec.threads) + 1)
+        together = self.in_lanes or self.recv_in_lanes
+        ready = threading.Barrier((1 if together else spec.threads) + 1)
         threading.Thread(target=self._commands, name="commands", daemon=True).start()
         threads = self._start_threads(ready)
         try:

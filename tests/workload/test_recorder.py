@@ -234,3 +234,30 @@ def test_cpu_csv_has_this_process_s_cpu_on_the_counts_intervals(tmp_path: Path) 
     )
     assert rows[0].cpu_us >= 150_000 and rows[1].cpu_us < rows[0].cpu_us
     assert sum(r.cpu_us for r in rows) <= after - before + 20_000  # no more than was used
+
+
+def test_headers_received_in_bulk_swap_as_the_same_messages_one_by_one() -> None:
+    """ReceiverStats.received_headers (a compiled receive path: headers cut, batches and
+    flags as i64 arrays) buffers what received() buffers for the same batches."""
+    import array
+
+    msgs = [envelope.encode(4, s, 1_000 + s, b"p" * 10) for s in range(5)]
+    one, bulk = ReceiverStats(), ReceiverStats()
+    one.received(msgs[:2] + [b"x"], 7_000, [1])
+    one.received(msgs[2:], 9_000, [0, 2])
+    one.acked(6)
+    bulk.received_headers(
+        envelope.headers_of(msgs),
+        array.array("q", [7_000, 9_000]).tobytes(),
+        array.array("q", [2, 3]).tobytes(),
+        array.array("q", [1, 2, 4]).tobytes(),
+        6,
+        1,
+    )
+    bulk.acked(6)
+    a, b = one.swap(), bulk.swap()
+    assert a[0] == b[0] and a[4] == b[4]
+    for x, y in zip(a[1:4], b[1:4], strict=True):
+        assert list(x) == list(y)
+    assert b[4]["redelivered"] == 3 and b[4]["foreign"] == 1 and b[4]["received"] == 6
+    assert bulk.last_recv_ns == 9_000

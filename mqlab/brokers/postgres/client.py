@@ -169,14 +169,24 @@ class Client:
         as ``name``, executed with ``params`` in binary, its rows in binary (``psycopg.pq``:
         no cursor layer, the interpreter lock let go while libpq waits). Failures as
         ``run``."""
-        self._cursor()
+        pg = self.prepare(name, query, what)
+        formats = [1] * len(params)
+        return self._watched(what, lambda: returned(pg.exec_prepared(name, params, formats, 1)))
+
+    def prepare(self, name: bytes, query: bytes, what: str) -> Any:
+        """The connection's libpq handle (connecting first if needed), ``query`` prepared
+        on it as ``name`` once per connection. Failures as ``run``."""
+        try:
+            self._cursor()
+        except psycopg.Error as e:
+            self._drop()
+            raise DriverError(f"postgres: {what} failed: {e}") from e
         assert self.conn is not None
         pg = self.conn.pgconn
         if name not in self.statements:
             self._watched(what, lambda: succeeded(pg.prepare(name, query)))
             self.statements.add(name)
-        formats = [1] * len(params)
-        return self._watched(what, lambda: returned(pg.exec_prepared(name, params, formats, 1)))
+        return pg
 
     def _prepared(self, sizes: Iterable[int]) -> Any:
         """The connection's libpq handle, the INSERT prepared for each batch size."""

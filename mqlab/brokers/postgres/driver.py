@@ -16,6 +16,12 @@
   ahead, or before any receive, only deletes.
 - all through libpq itself (``receiver.py``): prepared once per connection, binary
   parameters and rows, no cursor layer; the sender's INSERT likewise (``client.py``).
+- a worker's receivers in lanes (``receive_lanes``, where ``mqlab._recvpath`` is built and
+  connections are not TLS): all driven from one thread in C (mqlab/_recvpath.c), each
+  batch the same ack-and-claim statement written on its connection's socket as soon as
+  the last batch's reply is read (that batch's rows are recorded by then); only each
+  row's header is kept. Every call ends with each connection's last batch acked (the
+  statement with limit 0); a connection that fails is dropped, its last batch unacked.
 - redelivery: a row handed out before (``deliveries > 1``) is flagged
   redelivered; ``redelivery_timeout_s`` is ``visibility_timeout_s``.
 - remaining: ``count(*)`` of the table (acked rows are deleted), ``in_flight``
@@ -62,6 +68,7 @@ from mqlab.brokers import compiled
 from mqlab.brokers.base import (
     Driver,
     Endpoints,
+    LaneReceipt,
     Receiver,
     Remaining,
     Sender,
@@ -198,6 +205,41 @@ class PostgresDriver(Driver):
             conn.close()
         assert row is not None
         return Remaining(int(row[0]), heads, int(row[1]))
+
+    def receives_in_lanes(self) -> bool:
+        """Where ``mqlab._recvpath`` is built and the connections are not TLS."""
+        return compiled.recv_module is not None and self.sends_in_lanes()
+
+    def receive_lanes(
+        self,
+        receivers: Sequence[Receiver],
+        max_messages: int,
+        until_ns: int,
+        wall_offset_ns: int,
+        wake_fd: int,
+    ) -> list[LaneReceipt]:
+        """Every receiver connected and its statement prepared, then all driven by
+        ``mqlab._recvpath.pg_receive`` (mqlab/_recvpath.c) until ``until_ns``; a receiver
+        that cannot connect gets nothing and its error."""
+        assert compiled.recv_module is not None
+        out: list[LaneReceipt | None] = [None] * len(receivers)
+        going: list[tuple[int, PostgresReceiver]] = []
+        fds = []
+        for i, r in enumerate(receivers):
+            assert isinstance(r, PostgresReceiver)
+            try:
+                fds.append(r.lane_socket())
+                going.append((i, r))
+            except DriverError as e:
+                out[i] = LaneReceipt(b"", b"", b"", b"", 0, 0, 0, e)
+        if going:
+            spec = going[0][1].lane_spec(max_messages)
+            got = compiled.recv_module.pg_receive(fds, spec, until_ns, wall_offset_ns, wake_fd)
+            for (i, r), row in zip(going, got, strict=True):
+                headers, recv_ns, lens, flagged, received, short, acked, status, msg = row
+                error = r.lane_failure(status, msg) if status else None
+                out[i] = LaneReceipt(headers, recv_ns, lens, flagged, received, short, acked, error)
+        return [o for o in out if o is not None]
 
     def sends_in_lanes(self) -> bool:
         """Where ``mqlab._sendpath`` is built and the primary's connections are not TLS

@@ -18,8 +18,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg import sql
+from psycopg import pq, sql
 
+from mqlab import envelope
 from mqlab.brokers.base import Delivery, Endpoints, Receiver
 from mqlab.brokers.postgres.client import Client
 from mqlab.brokers.postgres.database import Settings, backoff, claim_sql
@@ -165,6 +166,39 @@ class PostgresReceiver(Receiver):
         self.ahead = deliveries_of(result)
         self.ahead_counts = [result.get_value(i, 2) for i in range(result.ntuples)]
         self.ahead_at = sent_at
+
+    # -- in lanes (mqlab/_recvpath.c, the driver's receive_lanes): every receiver of a
+    # worker driven from one thread; each batch the ack-and-claim statement written on the
+    # connection's socket, acking the last batch and claiming the next --
+    def lane_socket(self) -> int:
+        """The connection's socket, connected, idle, the ack-and-claim prepared on it;
+        rows held ahead released first (DriverError if any of that fails)."""
+        if self.ahead:
+            self._release()
+        pg = self.c.prepare(ACK_CLAIM_NAME, self.ack_claim, "receive")
+        if pg.ssl_in_use or pg.transaction_status != pq.TransactionStatus.IDLE:
+            self.c._drop()
+            raise DriverError("postgres: receive failed: the connection is not plain and idle")
+        return int(pg.socket)
+
+    def lane_spec(self, max_messages: int) -> tuple[bytes, int, float, int, int, int]:
+        s = self.c.settings
+        return (
+            ACK_CLAIM_NAME,
+            max_messages,
+            float(s.visibility_timeout_s),
+            int(s.poll_interval_s * 1e9),
+            int(s.commit_timeout_s * 1e9),
+            envelope.HEADER_BYTES,
+        )
+
+    def lane_failure(self, status: int, message: str | None) -> DriverError:
+        """The error a lane ended with (mqlab/_recvpath.c); the connection is dropped."""
+        self.c._drop()
+        if status == 2:
+            timeout = self.c.settings.commit_timeout_s
+            return DriverError(f"postgres: receive not done within commit_timeout_s={timeout} s")
+        return DriverError(f"postgres: receive failed: {message}")
 
     def _release(self) -> None:
         """Give back the rows claimed ahead (a failure raises DriverError: they are then

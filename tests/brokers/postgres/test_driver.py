@@ -466,3 +466,13 @@ def test_the_combined_ack_claims_as_the_claim_does() -> None:
     assert combined.startswith(gone)
     plain = "WITH picked AS (" + combined.removeprefix(gone).replace(" AND id <> ALL($1)", "")
     assert plain == claim.replace("$1", "$2").replace("secs => $2", "secs => $3")
+
+
+def test_receivers_run_a_thread_each_where_the_receive_extension_is_not_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mqlab.brokers import compiled
+
+    monkeypatch.setattr(compiled, "recv_module", None)
+    d = PostgresDriver(Settings(), Endpoints("postgres", (NodeEndpoint(0, "127.0.0.1", 1),)), "q")
+    assert d.receives_in_lanes() is False  # asked nothing of the server
