@@ -89,6 +89,14 @@ docs/development.md): send 0.15 and 0.28 per core before, 0.17, 0.22 and 0.24 af
 with the profile's linger 0 (librdkafka's idempotent producer sends a batch as small
 requests and spins behind its 5 in flight), 1.22, 0.31 and 0.69 with both producers at a
 1 ms linger (one producer shared by a worker's senders); receive 0.29-0.48 per core.
+Kafka receive (2026-11-28, load average 27-47 on 2 cores): 146,721 msgs per CPU-second
+against ConsumerPerformance's 268,581 before (0.55 per core, profiled), then 294,887
+against 369,134 (0.80, profiled), 305,202 against 178,407 (1.71) and 338,142 against
+307,578 (1.10; the tool's figure varies most under load): the helper thread now stays
+out while the worker receives, so a busy receiver's partitions are no longer paused and
+resumed every few receives (each resume fetched again what the pause dropped); send not
+worked on (0.24, 0.06 and 0.16 in the same runs, the machine too loaded for the send
+figures to mean much).
 Issue 28 (2026-11-27, a loaded 2-core machine, two runs each): the PostgreSQL receive
 path went from 0.17 and 0.19 per core (27,177 and 25,998 msgs per CPU-second against
 pgbench's 157,914 and 137,053) to 0.33 and 0.48 (46,080 and 56,034 against 141,508 and

@@ -47,6 +47,22 @@ def test_kafka_commits_only_the_contiguous_acked_prefix() -> None:
     assert t.to_commit() == {}  # nothing new
 
 
+def test_kafka_acks_in_order_and_out_of_order_commit_alike() -> None:
+    """In-order acks take a short path; mixed with out-of-order ones the commit is the same."""
+    commits = []
+    for order in ([0, 1, 2, 3, 4, 5], [1, 0, 2, 4, 3, 5], [5, 4, 3, 2, 1, 0]):
+        t = kafka.OffsetTracker()
+        t.start(0, 10)
+        assert [t.delivered(0, 10 + i) for i in range(6)] == [False] * 6
+        seen = []
+        for i in order:
+            t.ack(0, 10 + i)
+            seen.append(t.to_commit().get(0, (None,))[0])
+        commits.append(seen[-1])
+        assert not t.outstanding[0] and not t.acked[0]
+    assert commits == [16, 16, 16]
+
+
 def test_kafka_never_commits_over_a_message_dropped_before_delivery() -> None:
     # the group had committed 40; offset 40 was fetched but dropped (e.g. a revoke purge)
     t = kafka.OffsetTracker()

@@ -155,13 +155,19 @@ class KafkaReceiver(Receiver):
     """A group member; a helper thread polls while the worker does not, so rebalances never wait.
 
     One lock guards the consumer and the receiver's state: confluent-kafka's consumer must
-    not be called from two threads at once (a commit while another thread polls hangs). The
-    helper never waits inside the consumer while holding it: every ``HELPER_PERIOD_S`` it
-    takes what is fetched (and serves group events) without blocking, so a ``receive``
-    finds prefetched messages at once, and one with an empty buffer polls itself, which
-    returns as soon as a message is fetched."""
+    not be called from two threads at once (a commit while another thread polls hangs).
+    While the worker receives (a ``receive`` within ``IDLE_S``), it polls the consumer
+    itself and librdkafka's own fetch queue is the prefetch: the helper stays out. Once the
+    worker has not received for ``IDLE_S``, the helper takes what is fetched (and serves
+    group events) every ``HELPER_PERIOD_S`` without blocking, into a buffer of at most
+    ``prefetch`` messages that the next ``receive`` hands out first; a full buffer pauses
+    fetching until the worker has emptied it. (The helper used to poll whatever the worker
+    did, so a busy receiver's buffer filled, paused and resumed its partitions every few
+    receives: librdkafka drops what it fetched ahead for a paused partition and fetches it
+    again on resume, so most of what was fetched was fetched again.)"""
 
     HELPER_PERIOD_S = 0.02
+    IDLE_S = 0.5
 
     def __init__(self, driver: KafkaDriver):
         s: Settings = driver.settings
@@ -177,6 +183,7 @@ class KafkaReceiver(Receiver):
         self.gap_tries: dict[tuple[int, int], int] = {}  # (partition, offset) -> seeks back
         self.lock = threading.Lock()
         self.closing = threading.Event()
+        self.received_at = 0.0  # monotonic time of the worker's last receive
         self.c = Consumer(
             {
                 "bootstrap.servers": _bootstrap(driver.endpoints),
@@ -213,6 +220,8 @@ class KafkaReceiver(Receiver):
     def _background(self) -> None:
         """Serve group events and prefetch while the worker is busy elsewhere."""
         while not self.closing.wait(self.HELPER_PERIOD_S):
+            if time.monotonic() - self.received_at < self.IDLE_S:
+                continue  # the worker polls the consumer itself
             if not self.lock.acquire(timeout=0.05):
                 continue  # a busy lock: the worker is polling
             try:
@@ -226,15 +235,18 @@ class KafkaReceiver(Receiver):
                 self.lock.release()
 
     def _flow(self) -> int:
-        """Room left in the buffer; fetching paused while there is none, resumed when there
-        is (librdkafka drops what it fetched ahead for a paused partition and fetches again
-        from the position handed out, so nothing is skipped)."""
+        """Room left in the buffer; fetching paused once there is none, resumed once the
+        buffer is empty (librdkafka drops what it fetched ahead for a paused partition and
+        fetches again from the position handed out, so nothing is skipped)."""
         room = self.prefetch - len(self.buffer)
-        if self.owned and (self.paused is None or (room <= 0) != self.paused):
+        pause = (
+            room <= 0 if self.paused is None else (room <= 0 or (self.paused and bool(self.buffer)))
+        )
+        if self.owned and (self.paused is None or pause != self.paused):
             tps = [TopicPartition(self.topic, p) for p in sorted(self.owned)]
             try:
-                (self.c.pause if room <= 0 else self.c.resume)(tps)
-                self.paused = room <= 0
+                (self.c.pause if pause else self.c.resume)(tps)
+                self.paused = pause
             except KafkaException as e:
                 LOG.warning("kafka: pause/resume failed: %s", e)
         return room
@@ -277,23 +289,28 @@ class KafkaReceiver(Receiver):
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         deadline = time.monotonic() + timeout_s
         with self.lock:
+            self.received_at = time.monotonic()
             self._maybe_commit()
             self._flow()
+            if len(self.buffer) < max_messages:  # what is fetched already, without waiting
+                self._keep(self.c.consume(max_messages - len(self.buffer), 0))
             while not self.buffer:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 m = self.c.poll(min(left, 0.1))  # returns as soon as a message is fetched
                 self._keep([] if m is None else [m])
-            if self.buffer and len(self.buffer) < max_messages:
-                self._keep(self.c.consume(max_messages - len(self.buffer), 0))
+                if self.buffer and len(self.buffer) < max_messages:
+                    self._keep(self.c.consume(max_messages - len(self.buffer), 0))
+            self.received_at = time.monotonic()
             out: list[Delivery] = []
-            while self.buffer and len(out) < max_messages:
-                m = self.buffer.popleft()
-                if self._skipped(m):
+            buffer, tracker = self.buffer, self.tracker
+            while buffer and len(out) < max_messages:
+                m = buffer.popleft()
+                p, o = m.partition(), m.offset()
+                if o > tracker.expected.get(p, o) and self._skipped(m):
                     continue
-                again = self.tracker.delivered(m.partition(), m.offset())
-                out.append(Delivery(m.value(), (m.partition(), m.offset()), again))
+                out.append(Delivery(m.value(), (p, o), tracker.delivered(p, o)))
             return out
 
     def _skipped(self, m: Any) -> bool:

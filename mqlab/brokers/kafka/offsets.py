@@ -52,6 +52,15 @@ class OffsetTracker:
 
     def delivered(self, partition: int, offset: int) -> bool:
         """Hand ``offset`` out; True if it was delivered before (at or below the mark)."""
+        q = self.outstanding.get(partition)
+        if q is not None and offset == self.expected.get(partition):  # the usual case
+            q.append(offset)
+            self.expected[partition] = offset + 1
+            if offset <= self.marks.get(partition, -1):
+                return True
+            self.marks[partition] = offset
+            self.dirty.add(partition)
+            return False
         self.outstanding.setdefault(partition, deque()).append(offset)
         self.acked.setdefault(partition, set())
         # where this consumer started (unless known from the assignment): committing it
@@ -74,10 +83,19 @@ class OffsetTracker:
         return False
 
     def ack(self, partition: int, offset: int) -> None:
-        if partition not in self.outstanding:
+        q = self.outstanding.get(partition)
+        if q is None:
             return  # the partition was revoked meanwhile: the new owner gets it again
-        self.acked[partition].add(offset)
-        q, done = self.outstanding[partition], self.acked[partition]
+        if q and q[0] == offset == self.next_commit[partition]:  # acked in order: the usual
+            q.popleft()
+            self.next_commit[partition] = offset + 1
+            self.dirty.add(partition)
+            done = self.acked[partition]
+            if not done:
+                return
+        else:
+            done = self.acked[partition]
+            done.add(offset)
         moved = False
         # only a contiguous run from the committed offset: an offset never handed out is
         # never committed over (a message dropped between fetch and delivery is not lost)

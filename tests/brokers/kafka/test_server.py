@@ -145,3 +145,43 @@ def test_receivers_join_one_by_one_onto_a_backlog(driver: KafkaDriver) -> None:
         for r in (b, a):
             if r is not None:
                 r.close()
+
+
+class _CountingPauses:
+    """The receiver's consumer, its pause calls counted."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer, self.pauses = consumer, 0
+
+    def pause(self, partitions: Any) -> None:
+        self.pauses += 1
+        self.consumer.pause(partitions)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
+
+
+def test_a_receiver_receiving_takes_its_messages_itself(driver: KafkaDriver) -> None:
+    """While the worker receives, its receiver polls the consumer itself and the helper
+    stays out, so the prefetch buffer never fills and the partitions are not paused and
+    resumed every few receives (each resume fetched again what the pause dropped). The
+    helper's idle window is made endless here, so the outcome does not hang on timing:
+    at most the pause of what the helper buffered before the first receive."""
+    settings = dataclasses.replace(driver.settings, prefetch=20)
+    small = KafkaDriver(settings, driver.endpoints, driver.topic)
+    n = 300
+    _spread(driver, _messages(n))
+    r = small.receiver()
+    try:
+        r.IDLE_S = 1e9
+        with r.lock:
+            counting = _CountingPauses(r.c)
+            r.c = counting
+        got = _take([r], set(range(n)))[0]
+        r.ack(got)
+        assert sorted(_seq(d) for d in got) == list(range(n))  # each once, none skipped
+        assert counting.pauses <= 1
+        assert r.receive(10, 0) == []  # the buffer is empty: fetching goes on
+        assert not r.paused
+    finally:
+        r.close()
