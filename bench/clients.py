@@ -57,6 +57,16 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   5.4.0; C threads, batches of B sent synchronously over the remoting protocol) against
   mqlab's sender through the gRPC proxy, and ``benchmark.Consumer`` (a push consumer of C
   threads) against mqlab's receiver; windows cut from their per-second reports.
+- Apache Pulsar, profile ``pulsar-r3`` (ensemble 3, write quorum 3, ack quorum 2; batching
+  off): ``pulsar-perf produce`` and ``consume`` (``pulsar-testclient`` 4.0.8, the jar
+  alone on the 4.2.4 server's client jars: Maven Central has no 4.2.4 of it and its own
+  closure does not resolve there), C producers of one client each with at most B messages
+  outstanding against mqlab's sender, and C consumers of a shared subscription against
+  mqlab's receiver, both reading one topic preloaded with mqlab messages (``--preload-rows``,
+  default 250,000) through subscriptions of their own. The producer reports every 10 s
+  (its window: from its first report to the one 8 s or more after it); the consumer's
+  window starts when its subscription's backlog first drops, and counts what the backlog
+  lost (received and acked).
 
 mqlab's senders take their hot paths: Redis and PostgreSQL, where the C extension
 ``mqlab._sendpath`` is built (``scripts/bootstrap``), drive all of a worker's closed-loop
@@ -76,7 +86,7 @@ machine is shared and has 2 cores, so the wall-clock ratio also reflects which p
 got the CPU; the per-CPU-second one says what each client costs per message.
 
     .venv/bin/python bench/clients.py
-        [--brokers redis,postgres,nats,rabbitmq,kafka,artemis,rocketmq] [--duration-s 8]
+        [--brokers redis,postgres,nats,rabbitmq,kafka,artemis,rocketmq,pulsar] [--duration-s 8]
         [--message-bytes 1024] [--batch 10] [--connections 8] [--py-spy PATH]
 
 ``--py-spy PATH`` (py-spy installed in a venv of its own, not a project dependency)
@@ -133,6 +143,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -167,6 +178,7 @@ PROFILES = {
     "kafka": "kafka-isr",
     "artemis": "artemis-local",
     "rocketmq": "rocketmq-sync",
+    "pulsar": "pulsar-r3",
 }
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SPY_RATE = 200  # py-spy samples per second
@@ -1250,6 +1262,172 @@ def rocketmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
     return out
 
 
+# -- Apache Pulsar -------------------------------------------------------------------------
+PULSAR_PRODUCED = re.compile(r"Throughput produced:\s+([\d,]+) msg ---")  # every 10 s, cumulative
+PULSAR_PRELOAD = 250_000  # messages in the receive topic, for both subscriptions
+PULSAR_UNLIMITED = 10_000_000  # pulsar-perf produce -r: its default is 100 msgs/s; 0 is refused
+
+
+def pulsar_produced(line: str, state: dict[str, int]) -> int | None:
+    """PerformanceProducer's report (every 10 s): messages since its last report, from the
+    cumulative count it prints (None: not a report; 0 for the first)."""
+    m = PULSAR_PRODUCED.search(line)
+    if m is None:
+        return None
+    total = int(m.group(1).replace(",", ""))
+    last = state.get("last", total)
+    state["last"] = total
+    return total - last
+
+
+def pulsar_preload(driver: Any, rows: int, message_bytes: int) -> None:
+    """``rows`` mqlab messages (sender 0, seqs 0..) into the driver's topic as its runs
+    store them (one entry each, batching off), pipelined, all confirmed before it returns."""
+    import pulsar
+
+    from mqlab.brokers.pulsar.driver import client_logger, service_url
+
+    client = pulsar.Client(service_url(driver.endpoints), logger=client_logger())
+    failed: list[Any] = []
+    done = threading.Semaphore(0)
+
+    def sent(result: Any, _msg_id: Any) -> None:
+        if result != pulsar.Result.Ok:
+            failed.append(result)
+        done.release()
+
+    try:
+        producer = client.create_producer(
+            driver.topic,
+            batching_enabled=False,
+            block_if_queue_full=True,
+            max_pending_messages=2000,
+        )
+        pool = envelope.PayloadPool(message_bytes, seed=7)
+        now = clock.wall_ns()
+        for first in range(0, rows, 1000):
+            for m in envelope.encode_batch(0, first, min(1000, rows - first), now, pool):
+                producer.send_async(m, sent)
+        producer.flush()
+        for _ in range(rows):
+            if not done.acquire(timeout=120):
+                raise BenchError(f"pulsar preload of {driver.topic}: not all confirmed")
+        producer.close()
+    finally:
+        client.close()
+    if failed:
+        raise BenchError(f"pulsar preload of {driver.topic}: {failed[:3]}")
+
+
+def backlog_window(
+    cmd: list[str], seconds: float, backlog: Any, label: str
+) -> tuple[Measured, int]:
+    """Run a consuming JVM tool; from the moment its subscription's ``backlog()`` first
+    shrinks, for ``seconds``: the messages it took off the backlog (received and acked)
+    and its CPU; then stop it. Also the backlog left (0: it ran dry, understated)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail: collections.deque[str] = collections.deque(maxlen=6)
+    drain = threading.Thread(target=lambda: tail.extend(proc.stdout or ()), daemon=True)
+    drain.start()
+    try:
+        first = backlog()
+        deadline = time.monotonic() + 60
+        while (b0 := backlog()) >= first:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise BenchError(f"{label}: consumed nothing: {''.join(tail).strip()[-300:]}")
+            time.sleep(0.1)
+        t0, cpu0 = time.monotonic(), proc_cpu_s(proc.pid)
+        time.sleep(seconds)
+        b1 = backlog()
+        t1, cpu1 = time.monotonic(), proc_cpu_s(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        drain.join(30)
+    return Measured(label, b0 - b1, t1 - t0, cpu1 - cpu0), b1
+
+
+def pulsar_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
+    """Pulsar's own ``pulsar-perf`` (``pulsar-testclient`` 4.0.8's PerformanceProducer and
+    PerformanceConsumer, on the 4.2.4 server's client jars) on topics of mqlab's driver
+    (the profile's ensemble, write and ack quorums): C producers with batching off, each
+    with at most B messages outstanding (pipelined: a new send as each is persisted, where
+    mqlab's sender sends B and waits for all B), over one client, against mqlab's sender;
+    C consumers of a shared subscription with the profile's receiver queue (individual
+    acks, grouped by the client as mqlab's), against mqlab's receiver. Both receive sides
+    read one topic preloaded with mqlab messages (``--preload-rows``), each through its
+    own subscription; the consumer's window runs from the moment its subscription's
+    backlog first shrinks, its count is what the backlog lost (received and acked)."""
+    from mqlab.brokers import servers
+    from mqlab.brokers.pulsar.driver import service_url
+    from mqlab.brokers.pulsar.stats import parse_topic_stats
+
+    ours, native = two_queues("pulsar", profile, cluster, "-")
+    recv: Any = two_queues("pulsar", profile, cluster, "-")[0]
+    drivers = (ours, native, recv)
+    url = service_url(cluster.endpoints())
+    admin = str(native.admin[0])
+    conf = s.workdir / "pulsar-perf-client.conf"
+    conf.write_text("")  # every setting on the command line
+    cp = (
+        servers.classpath("pulsar")
+        + ":"
+        + ":".join(
+            str(j) for j in sorted((servers.home("pulsar-testclient") / "archive").glob("*.jar"))
+        )
+    )
+    perf = [str(servers.java(17)), "-Xmx512m", "-cp", cp]
+    perf += ["org.apache.pulsar.testclient.PulsarPerfTestTool", str(conf)]
+    theirs = f"{recv.queue}-native"
+    out: list[Comparison] = []
+    try:
+        mq_s = run_mqlab("sender", ours, profile, s)
+        prod = [*perf, "produce", "-u", url, "-au", admin, "-n", str(s.connections)]
+        prod += [
+            "-o",
+            str(s.batch),
+            "-r",
+            str(PULSAR_UNLIMITED),
+            "-s",
+            str(s.message_bytes),
+            "-db",
+            native.topic,
+        ]
+        state: dict[str, int] = {}
+        label = f"pulsar-perf produce (-n {s.connections} -o {s.batch}, no batching)"
+        nat_s = windowed_tool(prod, s.duration_s, lambda ln: pulsar_produced(ln, state), label)
+        out.append(Comparison("pulsar", "send", profile.name, mq_s, nat_s))
+        recv._admin("PUT", recv._topic_path() + f"/subscription/{theirs}")
+        rows = s.preload_rows or PULSAR_PRELOAD
+        t = time.monotonic()
+        pulsar_preload(recv, rows, s.message_bytes)
+        print(f"pulsar: preloaded {rows} messages in {time.monotonic() - t:.0f} s", flush=True)
+        mq_r = run_mqlab("receiver", recv, profile, s)
+        if recv.remaining().count == 0:
+            print("warning: the mqlab receiver drained its subscription: its rate is understated")
+
+        def backlog() -> int:
+            found = parse_topic_stats(
+                json.loads(recv._admin("GET", recv._topic_path() + "/stats")), theirs
+            )
+            if found is None:
+                raise BenchError(f"pulsar: no subscription {theirs}")
+            return found[0]
+
+        cons = [*perf, "consume", "-u", url, "-ss", theirs, "-st", "Shared"]
+        cons += ["-n", str(s.connections), "-q", str(profile.settings.prefetch), recv.topic]
+        label = f"pulsar-perf consume (-n {s.connections}, Shared)"
+        nat_r, left = backlog_window(cons, s.duration_s, backlog, label)
+        if left == 0:
+            print("warning: pulsar-perf consume drained its subscription (raise --preload-rows)")
+        out.append(Comparison("pulsar", "receive", profile.name, mq_r, nat_r))
+    finally:
+        for d in drivers:
+            d.teardown()
+            d.close()
+    return out
+
+
 # -- main ----------------------------------------------------------------------------------
 def check_tools(brokers: Sequence[str]) -> None:
     """Fail early, in one line, for a native tool that is not installed."""
@@ -1272,6 +1450,8 @@ def check_tools(brokers: Sequence[str]) -> None:
             servers.classpath("perftest")
         if "rocketmq" in brokers:
             servers.classpath("rocketmq-example")
+        if "pulsar" in brokers:
+            servers.home("pulsar-testclient")
     except MqlabError as e:
         raise BenchError(str(e)) from None
 
@@ -1362,6 +1542,8 @@ def run_all(brokers: Sequence[str], args: argparse.Namespace) -> list[Comparison
                     results += artemis_pairs(cluster, profile, s)
                 elif broker == "rocketmq":
                     results += rocketmq_pairs(cluster, profile, s)
+                elif broker == "pulsar":
+                    results += pulsar_pairs(cluster, profile, s)
                 else:
                     results += postgres_pairs(cluster, profile, s, args.pgbench_jobs)
             finally:

@@ -12,6 +12,7 @@ from bench.clients import (
     Comparison,
     Measured,
     artemis_perf_counter,
+    backlog_window,
     check_stored,
     consumed_counter,
     format_table,
@@ -24,6 +25,7 @@ from bench.clients import (
     perftest_steady,
     pgbench_claim_script,
     pgbench_insert_script,
+    pulsar_produced,
     rocketmq_counter,
     summarize_stacks,
     window_count,
@@ -311,3 +313,45 @@ def test_rocketmq_benchmark_counts_messages_not_batches() -> None:
     # the producer's TPS is batches a second, its MPS messages: messages are counted
     assert [sent(line) for line in ROCKETMQ_OUT] == [None, 4120, None]
     assert [consumed(line) for line in ROCKETMQ_OUT] == [None, None, 3987]
+
+
+# PerformanceProducer's report (pulsar-testclient 4.0.8: every 10 s, the cumulative count first)
+PULSAR_OUT = [
+    "2026-11-28T04:18:02,101 - INFO  - [main:PerformanceProducer@...] - Created 8 producers",
+    "2026-11-28T04:18:12,106 - INFO  - [main:PerformanceProducer@...] - Throughput produced:"
+    "   58234 msg ---   5823.1 msg/s ---     45.5 Mbit/s  --- failure      0.0 msg/s --- "
+    "Latency: mean:  13.6 ms - med:  12.1 - 95pct:  25.3 - 99pct:  40.2 - 99.9pct:  80.1 - "
+    "99.99pct:  91.0 - Max:  95.3",
+    "2026-11-28T04:18:22,107 - INFO  - [main:PerformanceProducer@...] - Throughput produced:"
+    "  119,870 msg ---   6163.6 msg/s ---     48.2 Mbit/s  --- failure      0.0 msg/s --- ...",
+]
+
+
+def test_pulsar_perf_counts_the_messages_since_its_last_report() -> None:
+    state: dict[str, int] = {}
+    got = [pulsar_produced(line, state) for line in PULSAR_OUT]
+    assert got == [None, 0, 119_870 - 58_234]  # the first report only starts the count
+    assert pulsar_produced("Aggregated throughput stats --- 7 records sent", state) is None
+
+
+def test_a_consumers_window_counts_what_its_backlog_lost_from_its_first_drop() -> None:
+    """A stand-in consumer (it only sleeps) and a backlog that stays at 1000 until the tool
+    has run 0.3 s, then loses 100 each time it is read: the window starts at the first
+    drop, its count is what the backlog lost inside it."""
+    import time as _time
+
+    start = _time.monotonic()
+    reads: list[int] = []
+
+    def backlog() -> int:
+        left = 1000 if _time.monotonic() - start < 0.3 else max(0, 900 - 100 * len(reads))
+        if left < 1000:
+            reads.append(left)
+        return left
+
+    tool = [sys.executable, "-c", "import time; time.sleep(30)"]
+    got, left = backlog_window(tool, 0.2, backlog, "stand-in")
+    assert got.messages == reads[0] - reads[-1] == 100 and left == reads[-1] == 800
+    assert got.seconds >= 0.2 and got.label == "stand-in"
+    with pytest.raises(BenchError, match="consumed nothing"):
+        backlog_window([sys.executable, "-c", "print('bye')"], 0.2, lambda: 5, "idle")
