@@ -170,7 +170,8 @@ class PulsarSender(Sender):
             self.waiting -= 1
             if result != pulsar.Result.Ok:
                 self.errors.append(str(result))
-            self.done.notify_all()
+            if not self.waiting or self.errors:  # one wake-up per batch, not per message
+                self.done.notify_all()
 
     def send(self, batch: Sequence[bytes]) -> None:
         with self.done:

@@ -164,6 +164,29 @@ def test_a_send_returns_once_every_callback_of_its_batch_came() -> None:
     assert sender.waiting == 0 and sender.errors == []
 
 
+class _CountingCondition(threading.Condition):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakeups = 0
+
+    def notify_all(self) -> None:
+        self.wakeups += 1
+        super().notify_all()
+
+
+def test_the_sender_is_woken_by_its_batchs_last_callback_or_a_failure_only() -> None:
+    sender, producer = _sender()
+    sender.done = cond = _CountingCondition()
+    producer.send_async = lambda _m, cb: cb(pulsar.Result.Ok, None)  # type: ignore[method-assign]
+    sender.send([b"a", b"b", b"c"])
+    assert cond.wakeups == 1  # the third callback's (3 before: one per message)
+    outcomes = iter([pulsar.Result.Ok, pulsar.Result.Timeout, pulsar.Result.Ok])
+    producer.send_async = lambda _m, cb: cb(next(outcomes), None)  # type: ignore[method-assign]
+    with pytest.raises(DriverError, match="Timeout"):
+        sender.send([b"d", b"e", b"f"])
+    assert cond.wakeups == 3  # the failure wakes it, and so does the callback after it
+
+
 def test_a_failed_callback_fails_the_send_and_a_missing_one_times_it_out() -> None:
     sender, producer = _sender()
     producer.send_async = lambda _m, cb: cb(pulsar.Result.Timeout, None)  # type: ignore[method-assign]
