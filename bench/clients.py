@@ -114,6 +114,13 @@ core (10,672 and 13,263 msgs per CPU-second against artemis perf consumer's 26,1
 32,039; load 11-18):
 mqlab's own STOMP client in place of stomp.py (frames split in bulk per read, a read's
 messages handed over at once, a batch's ACKs in one write).
+RocketMQ (2026-11-28, load average 18-40 on 2 cores, docs/development.md): with the
+tools' rolling rates read as such, ``benchmark.Consumer`` takes 83,141-177,686 msgs per
+CPU-second (not the 267,686 of a drained burst printed before); mqlab's receiver went from
+2,030-2,178 to 2,912-3,817 (the client's debug text of every response skipped), 0.02-0.04
+per core: each receive and ack is a gRPC call through the client's event loop, ~2.6 ms
+of CPU per batch of 10. Send 0.33-0.45 per core; a batch waits ~50-200 ms on the gRPC
+path where the proxy's remoting port answers the tool's in 7 ms.
 """
 
 from __future__ import annotations
