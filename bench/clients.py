@@ -116,9 +116,9 @@ mqlab's own STOMP client in place of stomp.py (frames split in bulk per read, a 
 messages handed over at once, a batch's ACKs in one write).
 RocketMQ (2026-11-28, load average 18-40 on 2 cores, docs/development.md): with the
 tools' rolling rates read as such, ``benchmark.Consumer`` takes 83,141-177,686 msgs per
-CPU-second (74,998-177,686 in three runs; not the 267,686 of a drained burst printed
+CPU-second (74,998-177,686 in four runs; not the 267,686 of a drained burst printed
 before); mqlab's receiver went from 2,030-2,178 to 2,912-3,817 (the client's debug text
-of every response skipped; 1,021 in a run where it waited on the proxy), 0.01-0.04 per
+of every response skipped; 1,021 and 1,788 in runs where it waited on the proxy), 0.01-0.04 per
 core: each receive and ack is a gRPC call through the client's event loop, ~2.6 ms
 of CPU per batch of 10. Send 0.30-0.45 per core; a batch waits ~50-200 ms on the gRPC
 path where the proxy's remoting port answers the tool's in 7 ms.
