@@ -56,7 +56,20 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   it): ``benchmark.BatchProducer`` (``rocketmq-example``; Maven Central has 5.5.0, not
   5.4.0; C threads, batches of B sent synchronously over the remoting protocol) against
   mqlab's sender through the gRPC proxy, and ``benchmark.Consumer`` (a push consumer of C
-  threads) against mqlab's receiver; windows cut from their per-second reports.
+  threads) against mqlab's receiver. Their reports, once a second, are not the second's
+  count but the rate over their last 10 snapshots (9 s), printed from their 10th second
+  on: the window is the 9 s ending at the last report, at least ``--duration-s`` after the
+  first report of a rate above 0, its messages the last rate times 9 s, the JVM's CPU
+  (``/proc/<java pid>/stat``, all its threads) between the two reports 9 s apart. The
+  consumer's topic is filled first (``benchmark.BatchProducer`` with batches of 100, to
+  ``--preload-rows``, default 800,000) and its group created with offset 0 in every queue
+  (a push consumer's new group may otherwise start at the queues' end:
+  CONSUME_FROM_LAST_OFFSET). Here the consumer's pulls were refused for its first 10-30
+  s ("the subscription is not latest" in ``~/logs/rocketmqlogs/tools_default.log``, until
+  a later heartbeat), hence the wait for a rate above 0; mqlab's receiver's
+  topic holds at least 20,000 mqlab messages. Before 2026-11-28 the bench summed the
+  rolling rates of the consumer's reports after it had drained its small topic: "2,080
+  msgs/s at 0.01 cores" was a rolling average of a burst, over an idle JVM's CPU.
 - Apache Pulsar, profile ``pulsar-r3`` (ensemble 3, write quorum 3, ack quorum 2; batching
   off): ``pulsar-perf produce`` and ``consume`` (``pulsar-testclient`` 4.0.8, the jar
   alone on the 4.2.4 server's client jars: Maven Central has no 4.2.4 of it and its own
@@ -129,6 +142,14 @@ messages handed over at once, a batch's ACKs in one write); 2026-11-28 (load 6-9
 (39,755 msgs per CPU-second against 65,462) to 0.94 and 0.80 (50,863 and 47,452 against
 54,356 and 59,295): a batch's ack receipt awaited at the next batch's ack, a receipt waking
 only the thread it completes.
+RocketMQ (2026-11-28, load average 18-40 on 2 cores, docs/development.md): with the
+tools' rolling rates read as such, ``benchmark.Consumer`` takes 83,141-177,686 msgs per
+CPU-second (74,998-177,686 in four runs; not the 267,686 of a drained burst printed
+before); mqlab's receiver went from 2,030-2,178 to 2,912-3,817 (the client's debug text
+of every response skipped; 1,021 and 1,788 in runs where it waited on the proxy), 0.01-0.04 per
+core: each receive and ack is a gRPC call through the client's event loop, ~2.6 ms
+of CPU per batch of 10. Send 0.30-0.45 per core; a batch waits ~50-200 ms on the gRPC
+path where the proxy's remoting port answers the tool's in 7 ms.
 """
 
 from __future__ import annotations
@@ -937,17 +958,32 @@ PRODUCED = re.compile(r"^(\d+) records sent, ")  # ProducerPerformance's interva
 KAFKA_PRELOAD = 1_000_000  # messages in each receive topic (--preload-rows)
 
 
+ROLLING_WAIT_S = 90.0  # a rolling tool's wait for its first rate above 0
+
+
 def windowed_tool(
-    cmd: list[str], seconds: float, count: Any, label: str, env: dict[str, str] | None = None
+    cmd: list[str],
+    seconds: float,
+    count: Any,
+    label: str,
+    env: dict[str, str] | None = None,
+    rolling_s: float | None = None,
 ) -> Measured:
     """Run a JVM tool that reports once a second; from its first report on, for
     ``seconds``, the messages ``count(line)`` adds up (None: not a report line) and its CPU
-    over that window; then stop it."""
+    over that window; then stop it. ``rolling_s``: each report is not the count of its
+    second but a rate averaged over the ``rolling_s`` before it (RocketMQ's tools): the
+    window is then the last ``rolling_s``, ending at least ``seconds`` after its first
+    report of a rate above 0 (so the span holds no second before it began), its messages
+    the last rate times that span (``rolling_window``); a tool that reports nothing but 0
+    for ``ROLLING_WAIT_S`` is an error."""
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
     assert proc.stdout is not None
+    launched = time.monotonic()
     messages, start, end, cpu0, cpu1 = 0, 0.0, 0.0, 0.0, 0.0
+    reports: list[tuple[float, float, int]] = []  # rolling: (time, CPU, rate) of each
     tail: list[str] = []
     try:
         for line in proc.stdout:
@@ -956,6 +992,14 @@ def windowed_tool(
             if n is None:
                 continue
             now = time.monotonic()
+            if rolling_s is not None:
+                if n or reports:  # from its first report of a rate above 0
+                    reports.append((now, proc_cpu_s(proc.pid), n))
+                if reports and now - reports[0][0] >= max(seconds, rolling_s):
+                    break
+                if now - launched > ROLLING_WAIT_S:
+                    break
+                continue
             if not start:
                 start, cpu0 = now, proc_cpu_s(proc.pid)
                 continue
@@ -966,9 +1010,28 @@ def windowed_tool(
     finally:
         proc.terminate()
         proc.wait(30)
+    if rolling_s is not None:
+        if len(reports) < 2 or reports[-1][0] - reports[0][0] < rolling_s * 0.9:
+            why = "too few reports" if reports else f"no rate above 0 in {ROLLING_WAIT_S:.0f} s"
+            raise BenchError(f"{label}: {why}: {''.join(tail).strip()[-300:]}")
+        return Measured(label, *rolling_window(reports, rolling_s))
     if end <= start:
         raise BenchError(f"{label}: no report in its window: {''.join(tail).strip()[-300:]}")
     return Measured(label, messages, end - start, cpu1 - cpu0)
+
+
+def rolling_window(
+    reports: Sequence[tuple[float, float, int]], span_s: float
+) -> tuple[int, float, float]:
+    """Messages, seconds and CPU seconds over the ``span_s`` ending at the last report of
+    a tool whose every report is a rate averaged over the ``span_s`` before it: the last
+    rate times ``span_s``, and the CPU from the report nearest ``span_s`` before the last
+    (``reports``: monotonic time, the tool's CPU seconds then, its rate) to the last. The
+    tool's own averaging is the only count there is: summing its reports would count each
+    second up to ten times, and a burst long before a report would still be in it."""
+    t1, c1, rate = reports[-1]
+    t0, c0, _ = min(reports[:-1], key=lambda r: abs(t1 - span_s - r[0]))
+    return round(rate * span_s), span_s, (c1 - c0) * span_s / (t1 - t0)
 
 
 def consumed_counter() -> Any:
@@ -1221,6 +1284,71 @@ def rocketmq_counter(what: str) -> Any:
     return count
 
 
+ROCKETMQ_SPAN_S = 9.0  # their rate: over their last 10 snapshots, taken 1 s apart
+ROCKETMQ_PRELOAD = 800_000  # messages in the native consumer's topic (--preload-rows)
+MQLAB_PRELOAD = 20_000  # in mqlab's receiver's (it takes a few hundred a second here)
+
+
+def rocketmq_fill(cmd: list[str], driver: Any, rows: int, timeout_s: float = 120.0) -> int:
+    """Run ``benchmark.BatchProducer`` (``cmd``) until the driver's topic holds ``rows``
+    messages its own group did not take (the driver's ``remaining``); how many it holds."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    held, deadline = 0, time.monotonic() + timeout_s
+    try:
+        while held < rows and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            held = driver.remaining().count
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return int(driver.remaining().count)
+
+
+UPDATE_CONSUMER_OFFSET = 15  # RocketMQ's remoting request codes
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+
+
+def rocketmq_preload(driver: Any, rows: int, message_bytes: int, senders: int = 16) -> None:
+    """``rows`` mqlab messages (sender 999, seqs 0..: no sender of the run has that id)
+    into the driver's topic through its own senders, batches of 100, all confirmed."""
+    import concurrent.futures
+
+    pool = envelope.PayloadPool(message_bytes, seed=7)
+    now = clock.wall_ns()
+    share = -(-rows // senders)
+
+    def send(k: int) -> None:
+        sender = driver.sender()
+        try:
+            first, last = k * share, min(rows, (k + 1) * share)
+            for at in range(first, last, 100):
+                sender.send(envelope.encode_batch(999, at, min(100, last - at), now, pool))
+        finally:
+            sender.close()
+
+    with concurrent.futures.ThreadPoolExecutor(senders) as ex:
+        list(ex.map(send, range(senders)))
+
+
+def rocketmq_from_first(driver: Any, group: str) -> None:
+    """``group`` created on the driver's broker group and its offset in every queue of the
+    driver's topic set to 0, its first message: ``benchmark.Consumer`` starts a group the
+    broker has no offset of at the queues' end (the client's CONSUME_FROM_LAST_OFFSET), so
+    on a topic filled before it started it may take nothing of it."""
+    from mqlab.brokers.rocketmq import admin
+
+    leader, t = driver.leader_broker(), driver.settings.admin_timeout_s
+    config = json.dumps({"groupName": group, "consumeEnable": True}).encode()
+    reply = admin.call(leader, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, t, config)
+    if reply.code != admin.SUCCESS:
+        raise BenchError(f"rocketmq: creating the group {group}: {reply.remark}")
+    for queue in admin.consume_stats(leader, driver.group, driver.topic, t):
+        ext = {"consumerGroup": group, "topic": driver.topic, "queueId": str(queue)}
+        reply = admin.call(leader, UPDATE_CONSUMER_OFFSET, {**ext, "commitOffset": "0"}, t)
+        if reply.code != admin.SUCCESS:
+            raise BenchError(f"rocketmq: {group}'s offset in queue {queue}: {reply.remark}")
+
+
 def rocketmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Comparison]:
     """RocketMQ's own benchmark (``rocketmq-example``'s ``benchmark.BatchProducer`` and
     ``benchmark.Consumer``, the classes of the distribution's ``benchmark/`` scripts; the
@@ -1231,6 +1359,7 @@ def rocketmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
     threads (offsets committed by the client) against mqlab's SimpleConsumer receiver
     (receives of B, each message acked with an AckMessage call)."""
     from mqlab.brokers import servers
+    from mqlab.brokers.rocketmq import admin
 
     ours, native = two_queues("rocketmq", profile, cluster, "-")
     node = cluster.endpoints().nodes[0]
@@ -1245,15 +1374,31 @@ def rocketmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
         prod = [*java, f"{bench}.BatchProducer", *topic, "-w", str(s.connections)]
         prod += ["-b", str(s.batch), "-s", str(s.message_bytes)]
         label = f"benchmark.BatchProducer (-w {s.connections} -b {s.batch})"
-        nat_s = windowed_tool(prod, s.duration_s, rocketmq_counter("Send MPS"), label)
+        sent = rocketmq_counter("Send MPS")
+        nat_s = windowed_tool(prod, s.duration_s, sent, label, rolling_s=ROCKETMQ_SPAN_S)
         out.append(Comparison("rocketmq", "send", profile.name, mq_s, nat_s))
+        rows = s.preload_rows or ROCKETMQ_PRELOAD
+        rocketmq_preload(
+            ours, max(0, min(rows, MQLAB_PRELOAD) - ours.remaining().count), s.message_bytes
+        )
         mq_r = run_mqlab("receiver", ours, profile, s)
         if ours.remaining().count == 0:
             print("warning: mqlab's receiver emptied the topic: its rate is understated")
-        cons = [*java, f"{bench}.Consumer", *topic, "-w", str(s.connections)]
-        cons += ["-g", f"{native.topic}-native"]
+        fill = [*java, f"{bench}.BatchProducer", *topic, "-w", str(s.connections)]
+        held = rocketmq_fill([*fill, "-b", "100", "-s", str(s.message_bytes)], native, rows)
+        print(f"rocketmq: {held:,} messages in the native consumer's topic")
+        group = f"{native.topic}-native"
+        rocketmq_from_first(native, group)
+        cons = [*java, f"{bench}.Consumer", *topic, "-w", str(s.connections), "-g", group]
         label = f"benchmark.Consumer (-w {s.connections}, push)"
-        nat_r = windowed_tool(cons, s.duration_s, rocketmq_counter("Consume TPS"), label)
+        took = rocketmq_counter("Consume TPS")
+        nat_r = windowed_tool(cons, s.duration_s, took, label, rolling_s=ROCKETMQ_SPAN_S)
+        leader, t = native.leader_broker(), native.settings.admin_timeout_s
+        if (
+            sum(e - at for e, at in admin.consume_stats(leader, group, native.topic, t).values())
+            == 0
+        ):
+            print("warning: benchmark.Consumer emptied the topic: its rate is understated")
         out.append(Comparison("rocketmq", "receive", profile.name, mq_r, nat_r))
     finally:
         for d in (ours, native):

@@ -27,6 +27,7 @@ from bench.clients import (
     pgbench_insert_script,
     pulsar_produced,
     rocketmq_counter,
+    rolling_window,
     summarize_stacks,
     window_count,
     windowed_tool,
@@ -355,3 +356,61 @@ def test_a_consumers_window_counts_what_its_backlog_lost_from_its_first_drop() -
     assert got.seconds >= 0.2 and got.label == "stand-in"
     with pytest.raises(BenchError, match="consumed nothing"):
         backlog_window([sys.executable, "-c", "print('bye')"], 0.2, lambda: 5, "idle")
+
+
+def test_a_rolling_rate_is_taken_once_over_its_span_with_the_cpu_of_that_span() -> None:
+    # RocketMQ's tools print, each second, the rate over their last 9 s: a consumer that
+    # drained a backlog of 40,000 in its first second, then took 100 a second
+    reports = [(10.0 + k, 2.0 + 0.05 * k, 4_500 if k < 9 else 100) for k in range(12)]
+    messages, seconds, cpu_s = rolling_window(reports, 9.0)
+    # the last report only: 100 a second over the 9 s before it, never the sum of the
+    # reports (their drained backlog counted up to nine times)
+    assert (messages, seconds) == (900, 9.0)
+    # the CPU between the last report and the one 9 s before it (t = 12 and t = 21)
+    assert cpu_s == pytest.approx(9 * 0.05)
+
+
+def test_a_rolling_window_scales_the_cpu_to_its_span_when_reports_drift() -> None:
+    reports = [(0.0, 0.0, 10), (9.5, 1.9, 10)]
+    messages, seconds, cpu_s = rolling_window(reports, 9.0)
+    assert (messages, seconds) == (90, 9.0)
+    assert cpu_s == pytest.approx(1.8)
+
+
+def test_a_rolling_tool_is_measured_over_its_last_span() -> None:
+    # a stand-in tool printing a rolling rate every 50 ms
+    script = (
+        "import time\n"
+        "while True:\n"
+        "    print('Current Time: x | Consume TPS: 1000 | AVG(B2C) RT(ms): 1', flush=True)\n"
+        "    time.sleep(0.05)\n"
+    )
+    got = windowed_tool(
+        [sys.executable, "-c", script],
+        0.1,
+        rocketmq_counter("Consume TPS"),
+        "stand-in",
+        rolling_s=0.3,
+    )
+    assert got.seconds == 0.3 and got.messages == 300
+    # its first reports of 0 (a consumer not yet consuming) are left out of its window
+    late = script.replace(
+        "while True:",
+        "for _ in range(5):\n    print('| Consume TPS: 0 |', flush=True)\nwhile True:",
+    )
+    got = windowed_tool(
+        [sys.executable, "-c", late],
+        0.1,
+        rocketmq_counter("Consume TPS"),
+        "late",
+        rolling_s=0.3,
+    )
+    assert got.messages == 300
+    with pytest.raises(BenchError, match="no rate above 0"):
+        windowed_tool(
+            [sys.executable, "-c", "print('nothing')"],
+            0.1,
+            rocketmq_counter("Consume TPS"),
+            "silent",
+            rolling_s=0.3,
+        )

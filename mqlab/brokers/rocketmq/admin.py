@@ -107,10 +107,10 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def exchange(sock: socket.socket, code: int, ext: dict[str, str]) -> Reply:
+def exchange(sock: socket.socket, code: int, ext: dict[str, str], body: bytes = b"") -> Reply:
     """Send one request on ``sock`` and read its response."""
     opaque = next(_opaque)
-    sock.sendall(encode(code, ext, opaque))
+    sock.sendall(encode(code, ext, opaque, body))
     (length,) = struct.unpack(">i", _read_exactly(sock, 4))
     if not 4 <= length <= MAX_FRAME:
         raise DriverError(f"rocketmq admin: frame length {length} out of range")
@@ -123,11 +123,13 @@ def exchange(sock: socket.socket, code: int, ext: dict[str, str]) -> Reply:
     return reply
 
 
-def call(address: tuple[str, int], code: int, ext: dict[str, str], timeout_s: float) -> Reply:
+def call(
+    address: tuple[str, int], code: int, ext: dict[str, str], timeout_s: float, body: bytes = b""
+) -> Reply:
     """One request to ``address`` (host, port) on a connection of its own."""
     try:
         with socket.create_connection(address, timeout=timeout_s) as sock:
-            return exchange(sock, code, ext)
+            return exchange(sock, code, ext, body)
     except OSError as e:
         raise DriverError(f"rocketmq admin: {address[0]}:{address[1]}: {e}") from e
 
