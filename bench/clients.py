@@ -52,24 +52,25 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   (a receipt awaited per batch's ACKs), on the serving primary; windows cut from their
   per-second lines as for Kafka's tools. Each receiver's queue is filled first (the
   tool's by its producer, mqlab's with 12,000 mqlab messages per second of the window).
-- RocketMQ, profile ``rocketmq-sync`` (DLedger: SEND_OK once 2 of the 3 brokers have
-  it): ``benchmark.BatchProducer`` (``rocketmq-example``; Maven Central has 5.5.0, not
-  5.4.0; C threads, batches of B sent synchronously over the remoting protocol) against
-  mqlab's sender through the gRPC proxy, and ``benchmark.Consumer`` (a push consumer of C
-  threads) against mqlab's receiver. Their reports, once a second, are not the second's
-  count but the rate over their last 10 snapshots (9 s), printed from their 10th second
-  on: the window is the 9 s ending at the last report, at least ``--duration-s`` after the
-  first report of a rate above 0, its messages the last rate times 9 s, the JVM's CPU
+- RocketMQ, profile ``rocketmq-sync`` (DLedger: SEND_OK once 2 of the 3 brokers have it):
+  ``benchmark.BatchProducer`` (``rocketmq-example``; Maven Central has 5.5.0, not 5.4.0; C
+  threads, batches of B sent synchronously over the remoting protocol) against mqlab's
+  sender through the gRPC proxy, and ``benchmark.Consumer`` (a push consumer of C threads)
+  against mqlab's receiver. Their reports, once a second, are not the second's count but
+  the rate over their last 10 snapshots (9 s), printed from their 10th second on: the
+  window is the 9 s ending at the last report, at least ``--duration-s`` after the first
+  report of a rate above 0, its messages the last rate times 9 s, the JVM's CPU
   (``/proc/<java pid>/stat``, all its threads) between the two reports 9 s apart. The
   consumer's topic is filled first (``benchmark.BatchProducer`` with batches of 100, to
   ``--preload-rows``, default 800,000) and its group created with offset 0 in every queue
   (a push consumer's new group may otherwise start at the queues' end:
-  CONSUME_FROM_LAST_OFFSET). Here the consumer's pulls were refused for its first 10-30
-  s ("the subscription is not latest" in ``~/logs/rocketmqlogs/tools_default.log``, until
-  a later heartbeat), hence the wait for a rate above 0; mqlab's receiver's
-  topic holds at least 20,000 mqlab messages. Before 2026-11-28 the bench summed the
-  rolling rates of the consumer's reports after it had drained its small topic: "2,080
-  msgs/s at 0.01 cores" was a rolling average of a burst, over an idle JVM's CPU.
+  CONSUME_FROM_LAST_OFFSET). Here the consumer's pulls were refused for its first 10-30 s
+  ("the subscription is not latest" in ``logs/rocketmqlogs/tools_default.log`` under the
+  JVM's ``user.home``, the bench's folder, until a later heartbeat), hence the wait for a
+  rate above 0; mqlab's receiver's topic holds at least 20,000 mqlab messages. Before
+  2026-11-28 the bench summed the rolling rates of the consumer's reports after it had
+  drained its small topic: "2,080 msgs/s at 0.01 cores" was a rolling average of a burst,
+  over an idle JVM's CPU.
 - Apache Pulsar, profile ``pulsar-r3`` (ensemble 3, write quorum 3, ack quorum 2; batching
   off): ``pulsar-perf produce`` and ``consume`` (``pulsar-testclient`` 4.0.8, the jar
   alone on the 4.2.4 server's client jars: Maven Central has no 4.2.4 of it and its own
@@ -1365,7 +1366,8 @@ def rocketmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
     node = cluster.endpoints().nodes[0]
     namesrv = f"{node.host}:{node.extra['namesrv']}"
     java = [str(servers.java(servers.pin("rocketmq-example").java)), "-Xmx512m"]
-    java += ["-cp", servers.classpath("rocketmq-example")]
+    # the client logs under ~/logs/rocketmqlogs: the bench's own folder instead of $HOME
+    java += [f"-Duser.home={s.workdir}", "-cp", servers.classpath("rocketmq-example")]
     bench = "org.apache.rocketmq.example.benchmark"
     topic = ["-t", native.topic, "-n", namesrv, "-ri", "1000"]
     out: list[Comparison] = []
