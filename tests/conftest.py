@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,18 @@ def ctrl_c_able() -> None:
     default so that SIGINT raises KeyboardInterrupt in it, as at a terminal.
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class CountingCondition(threading.Condition):
+    """A Condition that counts its ``notify_all`` calls: the wake-ups a test expects."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakeups = 0
+
+    def notify_all(self) -> None:
+        self.wakeups += 1
+        super().notify_all()
 
 
 def processes_mentioning(text: str) -> list[tuple[int, str]]:

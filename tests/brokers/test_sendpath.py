@@ -35,6 +35,13 @@ def test_the_compiled_send_path_is_built_here() -> None:
     assert sendpath is not None and redis_driver.SEND_PATH == "compiled"
 
 
+def test_the_compiled_receive_path_is_built_here() -> None:
+    """mqlab._recvpath likewise: its tests skip where it is not built, so this fails."""
+    from mqlab.brokers import compiled
+
+    assert compiled.recv_module is not None
+
+
 class Peer:
     """The other end of a socket pair: reads what the send path wrote, answers with
     ``reply`` (written in ``chunk``-byte pieces)."""

@@ -19,6 +19,7 @@ from mqlab.brokers.artemis import driver as ad
 from mqlab.brokers.artemis import wire
 from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
 from mqlab.errors import DriverError, ScenarioError
+from tests.conftest import CountingCondition
 
 ARTEMIS = "ActiveMQ-Artemis/2.27.1 ActiveMQ Artemis Messaging Engine"
 CLASSIC = "ActiveMQ/5.17.2"
@@ -388,16 +389,6 @@ def test_with_ack_receipt_wait_call_the_ack_waits_for_its_own_receipt() -> None:
         r.ack(_handed(driver, r, "a0"))
     with pytest.raises(ScenarioError, match="ack_receipt_wait"):
         typed.build(ad.Settings, {"ack_receipt_wait": "never"}, Path("p.toml"), "settings")
-
-
-class CountingCondition(threading.Condition):
-    def __init__(self) -> None:
-        super().__init__()
-        self.wakeups = 0
-
-    def notify_all(self) -> None:
-        self.wakeups += 1
-        super().notify_all()
 
 
 def test_a_waiter_is_woken_by_the_last_receipt_it_misses_only() -> None:

@@ -18,6 +18,7 @@ from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.brokers.pulsar import cluster as pc
 from mqlab.brokers.pulsar import driver as pd
 from mqlab.errors import DriverError, ScenarioError
+from tests.conftest import CountingCondition
 
 
 def test_admin_topic_stats_give_backlog_and_unacked_of_the_subscription() -> None:
@@ -164,19 +165,9 @@ def test_a_send_returns_once_every_callback_of_its_batch_came() -> None:
     assert sender.waiting == 0 and sender.errors == []
 
 
-class _CountingCondition(threading.Condition):
-    def __init__(self) -> None:
-        super().__init__()
-        self.wakeups = 0
-
-    def notify_all(self) -> None:
-        self.wakeups += 1
-        super().notify_all()
-
-
 def test_the_sender_is_woken_by_its_batchs_last_callback_or_a_failure_only() -> None:
     sender, producer = _sender()
-    sender.done = cond = _CountingCondition()
+    sender.done = cond = CountingCondition()
     producer.send_async = lambda _m, cb: cb(pulsar.Result.Ok, None)  # type: ignore[method-assign]
     sender.send([b"a", b"b", b"c"])
     assert cond.wakeups == 1  # the third callback's (3 before: one per message)
