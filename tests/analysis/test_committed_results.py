@@ -106,7 +106,9 @@ def test_every_local_seed_scenario_has_a_committed_run_beside_its_reference() ->
     assert size < 40_000_000, f"committed seed archives take {size:,} bytes"
 
 
-@pytest.mark.parametrize("name", ["durability-matrix", "durability-matrix-behind"])
+@pytest.mark.parametrize(
+    "name", ["durability-matrix", "durability-matrix-behind", "durability-matrix-behind-kafka"]
+)
 def test_the_committed_durability_matrix_is_one_run_per_profile_through_every_fault(
     name: str,
 ) -> None:
@@ -165,7 +167,7 @@ def test_the_backlog_column_shows_what_an_asynchronous_failover_loses() -> None:
     runs = {
         json.loads((r / "manifest.json").read_text())["broker"]["profile"]: r
         for r in RUNS
-        if r.parent == MATRIX and "durability-matrix-behind" in r.name
+        if r.parent == MATRIX and "_durability-matrix-behind_" in r.name
     }
     cost = {}
     for profile, r in runs.items():
@@ -181,3 +183,35 @@ def test_the_backlog_column_shows_what_an_asynchronous_failover_loses() -> None:
     text = report.read_text()
     assert "| partition: leader_from_brokers (receivers behind) |" in text
     assert f"| redis | redis-async | – | – | – | – | – | lost {lost:,} ·" in text
+
+
+def test_the_backlog_column_shows_what_kafka_acks_1_loses_and_acks_all_does_not() -> None:
+    """Kafka's pair, the leader of partition 0 cut off for 30 s: acks=1 loses what the old
+    leader confirmed while cut off (its receivers behind, so in the backlog column); with
+    acks=all nothing confirmed is lost, and its receiver kept up (a send waits for the
+    in-sync replicas), so the matrix puts it in the plain partition column, as its
+    saturation flag says."""
+    runs = {
+        json.loads((r / "manifest.json").read_text())["broker"]["profile"]: r
+        for r in RUNS
+        if r.parent == MATRIX and "_durability-matrix-behind-kafka_" in r.name
+    }
+    assert sorted(runs) == ["kafka-async", "kafka-isr"]
+    cells = {}
+    for profile, r in runs.items():
+        summary = json.loads((r / "summary.json").read_text())
+        [f] = summary["faults"]
+        assert f["kind"] == "leader_from_brokers"
+        cells[profile] = (f["sent"], f["lost"], summary["saturation"]["receivers_behind"])
+        manifest = json.loads((r / "manifest.json").read_text())
+        assert manifest["broker"]["server_versions"] == ["Apache Kafka 4.4.0"], r.name
+    sent, lost, behind = cells["kafka-async"]
+    assert behind and 0 < lost <= sent
+    assert cells["kafka-isr"][1] == 0
+    [report] = tracked("results/durability-matrix/reports/*/sweep-report.md")
+    text = report.read_text()
+    assert f"| kafka | kafka-async | – | – | – | – | – | lost {lost:,} ·" in text
+    [row] = [line for line in text.splitlines() if line.startswith("| kafka | kafka-isr |")]
+    cells_of_row = [c.strip() for c in row.strip("|").split("|")][2:]
+    column = -1 if cells["kafka-isr"][2] else 2  # the backlog column, or the plain partition
+    assert cells_of_row[column].startswith("lost 0 ·"), row

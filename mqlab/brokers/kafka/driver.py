@@ -5,7 +5,8 @@
   ``flush.messages`` N (every replica fsyncs its log after N messages: 1 is a flush
   per message), else Kafka's default (no fsync of its own: the OS flushes).
 - send: produce the batch (``acks=all``, idempotence on, ``linger_ms`` and
-  ``compression`` as the producer's ``linger.ms`` and ``compression.type``, Nagle off),
+  ``compression`` as the producer's ``linger.ms`` and ``compression.type``, Nagle off;
+  ``linger_ms`` 5 by default, as librdkafka and Kafka's Java producer since 4.0),
   then wait for its delivery reports: a send returns once every message's report arrived
   without error. Each batch counts only its own reports: a late report of an earlier
   batch (one whose send timed out) is logged and never counts for or against another.
@@ -80,7 +81,12 @@ class Settings:
     partitions: int = spec(64, min=1, max=10_000)
     acks: str = spec("all", choices=("all", "1", "0"))
     idempotence: bool = spec(True, help="enable.idempotence on the producer")
-    linger_ms: float = spec(0.0, min=0)
+    linger_ms: float = spec(
+        5.0,
+        min=0,
+        help="producer linger.ms; 5 is the default of librdkafka and of Kafka's own Java "
+        "producer since 4.0 (KIP-1030); 0 sends each message as soon as it is produced",
+    )
     compression: str = spec(
         "none",
         choices=("none", "gzip", "snappy", "lz4", "zstd"),
