@@ -20,6 +20,7 @@ from mqlab import envelope, typed
 from mqlab.brokers import base
 from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.brokers.kafka import driver as kafka
+from mqlab.brokers.kafka import offsets
 from mqlab.brokers.nats import driver as nats_driver
 from mqlab.brokers.rabbitmq import driver as rabbitmq
 from mqlab.brokers.redis import streams
@@ -28,7 +29,7 @@ from mqlab.errors import DriverError, ScenarioError
 
 
 def test_kafka_commits_only_the_contiguous_acked_prefix() -> None:
-    t = kafka.OffsetTracker()
+    t = offsets.OffsetTracker()
     for off in (5, 6, 7, 9):  # 8 was never handed to us (a gap in offsets)
         t.delivered(0, off)
     t.delivered(1, 100)
@@ -51,7 +52,7 @@ def test_kafka_acks_in_order_and_out_of_order_commit_alike() -> None:
     """In-order acks take a short path; mixed with out-of-order ones the commit is the same."""
     commits = []
     for order in ([0, 1, 2, 3, 4, 5], [1, 0, 2, 4, 3, 5], [5, 4, 3, 2, 1, 0]):
-        t = kafka.OffsetTracker()
+        t = offsets.OffsetTracker()
         t.start(0, 10)
         assert [t.delivered(0, 10 + i) for i in range(6)] == [False] * 6
         seen = []
@@ -65,7 +66,7 @@ def test_kafka_acks_in_order_and_out_of_order_commit_alike() -> None:
 
 def test_kafka_never_commits_over_a_message_dropped_before_delivery() -> None:
     # the group had committed 40; offset 40 was fetched but dropped (e.g. a revoke purge)
-    t = kafka.OffsetTracker()
+    t = offsets.OffsetTracker()
     t.start(0, 40)
     for off in (41, 42):
         t.delivered(0, off)
@@ -78,7 +79,7 @@ def test_kafka_never_commits_over_a_message_dropped_before_delivery() -> None:
 
 
 def test_kafka_acks_of_revoked_partitions_are_ignored() -> None:
-    t = kafka.OffsetTracker()
+    t = offsets.OffsetTracker()
     t.delivered(3, 1)
     t.to_commit()
     t.forget([3])
@@ -87,25 +88,25 @@ def test_kafka_acks_of_revoked_partitions_are_ignored() -> None:
 
 
 def test_kafka_flags_offsets_at_or_below_the_delivered_mark_as_redelivered() -> None:
-    t = kafka.OffsetTracker()
-    t.inherit(0, kafka.parse_mark("delivered=11"))  # committed by the partition's last owner
-    t.inherit(1, kafka.parse_mark(None))  # tansu: no metadata comes back
+    t = offsets.OffsetTracker()
+    t.inherit(0, offsets.parse_mark("delivered=11"))  # committed by the partition's last owner
+    t.inherit(1, offsets.parse_mark(None))  # tansu: no metadata comes back
     assert [t.delivered(0, off) for off in (10, 11, 12)] == [True, True, False]
     assert [t.delivered(1, off) for off in (0, 1)] == [False, False]
     assert t.to_commit() == {0: (10, 12), 1: (0, 1)}
     # the partition goes to another consumer and comes back: its own marks still count
     t.forget([0, 1])
-    t.inherit(1, kafka.parse_mark(None))
+    t.inherit(1, offsets.parse_mark(None))
     assert [t.delivered(1, off) for off in (0, 1, 2)] == [True, True, False]
     # a mark committed meanwhile by the other owner counts too (the higher of the two)
-    t.inherit(0, kafka.parse_mark(kafka.mark_metadata(20)))
+    t.inherit(0, offsets.parse_mark(offsets.mark_metadata(20)))
     assert [t.delivered(0, off) for off in (13, 20, 21)] == [True, True, False]
 
 
 def test_kafka_commit_metadata_round_trip() -> None:
-    assert kafka.parse_mark(kafka.mark_metadata(42)) == 42
+    assert offsets.parse_mark(offsets.mark_metadata(42)) == 42
     for foreign in (None, "", "delivered=", "delivered=x", "something else"):
-        assert kafka.parse_mark(foreign) == -1
+        assert offsets.parse_mark(foreign) == -1
 
 
 class _FakeProducer:

@@ -18,7 +18,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from mqlab import envelope
 from mqlab.brokers.base import Delivery
-from mqlab.brokers.kafka.driver import KafkaDriver, _bootstrap
+from mqlab.brokers.kafka.config import bootstrap
+from mqlab.brokers.kafka.driver import KafkaDriver
 from tests.brokers.conftest import driver_on
 from tests.brokers.test_contract import _messages
 from tests.conftest import SharedLab
@@ -36,7 +37,7 @@ def driver(shared_lab: SharedLab) -> Iterator[KafkaDriver]:
 def keeps_commit_metadata(driver: KafkaDriver) -> bool:
     """Whether the broker returns the metadata of a commit (tansu 0.6 drops it)."""
     c = Consumer(
-        {"bootstrap.servers": _bootstrap(driver.endpoints), "group.id": f"probe-{uuid.uuid4()}"}
+        {"bootstrap.servers": bootstrap(driver.endpoints), "group.id": f"probe-{uuid.uuid4()}"}
     )
     try:
         tp = TopicPartition(driver.topic, 0, 0, metadata="probe")
@@ -66,7 +67,7 @@ def _seq(d: Delivery) -> int:
 
 def _spread(driver: KafkaDriver, messages: list[bytes]) -> None:
     """Produce round-robin over all partitions, so both receivers get messages."""
-    p = Producer({"bootstrap.servers": _bootstrap(driver.endpoints), "acks": "all"})
+    p = Producer({"bootstrap.servers": bootstrap(driver.endpoints), "acks": "all"})
     partitions = driver.settings.partitions
     for i, m in enumerate(messages):
         p.produce(driver.topic, m, partition=i % partitions)
