@@ -13,7 +13,8 @@ command checks) is built from the Go module proxy into ``bin/``. A pin marked
 ``bench = true`` is a benchmark's reference tool: fetched with ``--bench`` only.
 
 Where they go: ``$MQLAB_SERVERS_DIR``, else ``build/servers`` of this checkout;
-Maven's own repository for the downloads is ``<that>/m2`` (never ``~/.m2``).
+Maven's own repository for the downloads is ``<that>/m2`` (never ``~/.m2``);
+``$MQLAB_MAVEN_SETTINGS`` names a settings file for mvn (a mirror of Maven Central, say).
 A server is ready when ``<dir>/<name>-<version>/.verified`` holds the digest of what
 it was checked against (its pin and its lock entry, or its go.mod and go.sum): a pin or
 lock changed since then makes it stale, and ``fetch`` fetches it again.
@@ -49,6 +50,9 @@ DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 FETCH = "scripts/bootstrap --test (or: python -m mqlab.brokers.servers fetch {name})"
 FETCH_BENCH = "scripts/bootstrap --bench (or: python -m mqlab.brokers.servers fetch {name})"
 CHECKOUT = Path(__file__).resolve().parents[2]
+#: one mvn call (the largest closure, Pulsar's, takes about a minute here): a stalled
+#: download fails with a line saying so instead of hanging set-up or a test
+MVN_TIMEOUT_S = 900
 
 
 @dataclass(frozen=True)
@@ -214,7 +218,20 @@ def _mvn(args: list[str], cwd: Path, m2: Path) -> None:
     if mvn is None:
         raise ClusterError("mvn not found (install Debian's maven: apt-get install maven)")
     cmd = [mvn, "-q", "-B", f"-Dmaven.repo.local={m2}", *args]
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    settings = os.environ.get("MQLAB_MAVEN_SETTINGS")
+    if settings:  # a mirror of Maven Central, say: mvn's own settings file
+        if not Path(settings).is_file():
+            raise ClusterError(f"MQLAB_MAVEN_SETTINGS: {settings} is not a file (unset it)")
+        cmd[1:1] = ["-s", settings]
+    try:
+        r = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, check=False, timeout=MVN_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired as e:
+        raise ClusterError(
+            f"mvn did not finish in {MVN_TIMEOUT_S} s (is Maven Central reachable?): "
+            + " ".join(cmd)
+        ) from e
     if r.returncode != 0:
         tail = (r.stdout + r.stderr).strip().splitlines()[-15:]
         raise ClusterError(f"mvn failed: {' '.join(cmd)}\n" + "\n".join(tail))

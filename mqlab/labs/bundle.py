@@ -172,12 +172,21 @@ def _uv() -> list[str]:
     raise FleetError("building the worker bundle needs uv (scripts/bootstrap installs it)")
 
 
-def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=900, check=False)
-    if out.returncode != 0:
-        raise FleetError(
-            f"worker bundle: {what} failed: {(out.stderr or out.stdout).strip()[-600:]}"
+def _uv_run(uv: list[str], args: list[str], what: str) -> None:
+    """``uv args`` from uv's cache alone, then, only if the cache lacks something, with
+    the package index. A checkout that ``scripts/bootstrap`` set up has every locked
+    distribution and the build backend in the cache, so its bundle needs no network."""
+    out = None
+    for extra in (["--offline"], []):
+        out = subprocess.run(
+            [*uv, *extra, *args], capture_output=True, text=True, timeout=900, check=False
         )
+        if out.returncode == 0:
+            return
+        if extra:
+            LOG.info("worker bundle: %s from uv's cache failed; with the index now", what)
+    assert out is not None
+    raise FleetError(f"worker bundle: {what} failed: {(out.stderr or out.stdout).strip()[-600:]}")
 
 
 def build(cache: Path, progress: Any = None) -> Bundle:
@@ -192,15 +201,16 @@ def build(cache: Path, progress: Any = None) -> Bundle:
         try:
             pins = pinned_closure()
             uv = _uv()
-            _run(
-                [*uv, "build", "--wheel", "--quiet", "--out-dir", str(tmp / "dist"), str(PROJECT)],
+            _uv_run(
+                uv,
+                ["build", "--wheel", "--quiet", "--out-dir", str(tmp / "dist"), str(PROJECT)],
                 "uv build",
             )
             wheel = next((tmp / "dist").glob("mqlab-*.whl"))
             (tmp / "requirements.txt").write_text("\n".join(pins) + "\n")
-            _run(
+            _uv_run(
+                uv,
                 [
-                    *uv,
                     "pip",
                     "install",
                     "--quiet",

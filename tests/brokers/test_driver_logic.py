@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -121,7 +121,11 @@ class _FakeProducer:
     def produce(self, _topic: str, value: bytes, on_delivery: Callable[[Any, Any], None]) -> None:
         self.queued.append((value, on_delivery))
 
-    def poll(self, _timeout: float = 0) -> int:
+    def poll(self, timeout: float = 0) -> int:
+        """As librdkafka's: waits up to ``timeout`` when it has nothing to serve (a poll
+        thread calling it spins otherwise)."""
+        if self.stalled or not self.queued:
+            time.sleep(timeout)
         return self.flush(0)
 
     def flush(self, _timeout: float = 0) -> int:
@@ -136,22 +140,37 @@ class _FakeProducer:
         return len(self.queued)
 
 
-def _kafka_sender(
-    monkeypatch: pytest.MonkeyPatch, **settings: Any
-) -> tuple[kafka.KafkaSender, _FakeProducer]:
+KafkaSenders = Callable[..., tuple[kafka.KafkaSender, _FakeProducer]]
+
+
+@pytest.fixture
+def kafka_sender(monkeypatch: pytest.MonkeyPatch) -> Iterator[KafkaSenders]:
+    """Makes Kafka senders on a fake producer; closes them at the end, which must stop
+    every poll thread they started (left running, one spins in this process for the rest
+    of the session)."""
     monkeypatch.setattr(kafka, "Producer", _FakeProducer)
-    endpoints = Endpoints("kafka", (NodeEndpoint(0, "127.0.0.1", 9),))
-    driver = kafka.KafkaDriver(kafka.Settings(send_timeout_s=0.2, **settings), endpoints, "q")
-    sender = kafka.KafkaSender(driver)
-    assert isinstance(sender.shared.p, _FakeProducer)
-    return sender, sender.shared.p
+    made: list[kafka.KafkaSender] = []
+
+    def make(**settings: Any) -> tuple[kafka.KafkaSender, _FakeProducer]:
+        endpoints = Endpoints("kafka", (NodeEndpoint(0, "127.0.0.1", 9),))
+        driver = kafka.KafkaDriver(kafka.Settings(send_timeout_s=0.2, **settings), endpoints, "q")
+        sender = kafka.KafkaSender(driver)
+        made.append(sender)
+        assert isinstance(sender.shared.p, _FakeProducer)
+        return sender, sender.shared.p
+
+    yield make
+    pollers = [s.shared.poller for s in made if s.shared.poller is not None]
+    for s in made:
+        s.close()
+    assert pollers and not any(t.is_alive() for t in pollers)
 
 
-def test_kafka_compression_reaches_the_producer_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    _sender, producer = _kafka_sender(monkeypatch)
+def test_kafka_compression_reaches_the_producer_config(kafka_sender: KafkaSenders) -> None:
+    _sender, producer = kafka_sender()
     assert producer.config["compression.type"] == "none"  # the default: uncompressed
     for codec in ("gzip", "snappy", "lz4", "zstd"):
-        _sender, producer = _kafka_sender(monkeypatch, compression=codec)
+        _sender, producer = kafka_sender(compression=codec)
         assert producer.config["compression.type"] == codec
 
 
@@ -164,9 +183,9 @@ def test_kafka_compression_is_one_of_librdkafkas_codecs() -> None:
 
 
 def test_kafka_late_delivery_errors_fail_only_their_own_batch(
-    monkeypatch: pytest.MonkeyPatch,
+    kafka_sender: KafkaSenders,
 ) -> None:
-    sender, producer = _kafka_sender(monkeypatch)
+    sender, producer = kafka_sender()
     with pytest.raises(DriverError, match="unconfirmed"):
         sender.send([b"a1", b"a2"])  # no reports within the timeout
     # the broker answers again: batch 1's reports come late, with errors, during batch 2
@@ -178,9 +197,9 @@ def test_kafka_late_delivery_errors_fail_only_their_own_batch(
 
 
 def test_kafka_late_success_reports_do_not_confirm_the_next_batch(
-    monkeypatch: pytest.MonkeyPatch,
+    kafka_sender: KafkaSenders, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sender, producer = _kafka_sender(monkeypatch)
+    sender, producer = kafka_sender()
     with pytest.raises(DriverError):
         sender.send([b"a1", b"a2"])
     late, producer.queued = producer.queued, []

