@@ -84,7 +84,8 @@ def succeeded(result: Any) -> list[tuple[Any, ...]]:
 def claim_sql(table: str) -> sql.Composed:
     """Params: (limit, visibility_s). Returns (id, payload, deliveries) of the claimed rows."""
     return sql.SQL("""WITH picked AS (
-    SELECT id FROM {t} WHERE next_delivery <= now() LIMIT %s FOR UPDATE SKIP LOCKED)
+    SELECT id FROM {t} WHERE next_delivery <= now() ORDER BY next_delivery
+    LIMIT %s FOR UPDATE SKIP LOCKED)
 UPDATE {t} AS j SET next_delivery = now() + make_interval(secs => %s),
     deliveries = j.deliveries + 1
 FROM picked WHERE j.id = picked.id

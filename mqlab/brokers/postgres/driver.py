@@ -5,8 +5,10 @@
 - send: one multi-row INSERT per batch, its own transaction; the commit returns
   once the synchronous standby quorum confirmed (per ``synchronous_commit``).
 - receive: one statement, one transaction: pick up to N rows whose
-  ``next_delivery`` has passed ``FOR UPDATE SKIP LOCKED`` and push their
-  ``next_delivery`` to now() + visibility timeout; nothing there: poll with a
+  ``next_delivery`` has passed, oldest first (``ORDER BY next_delivery``: the planner
+  reads them from the index; without it, it scanned the heap and every dead row a
+  queue's deletes leave, hundreds of pages per claim), ``FOR UPDATE SKIP LOCKED``, and
+  push their ``next_delivery`` to now() + visibility timeout; nothing there: poll with a
   short backoff until ``timeout_s``.
 - ack: DELETE by id (``id = ANY`` of the batch's ids), and in the same statement
   (one transaction, one commit) the claim of the next batch, as many rows as the last

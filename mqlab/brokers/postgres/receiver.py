@@ -65,7 +65,7 @@ def ack_claim_sql(table: str) -> bytes:
         sql.SQL("""WITH gone AS (DELETE FROM {t} WHERE id = ANY($1)),
 picked AS (
     SELECT id FROM {t} WHERE next_delivery <= now() AND id <> ALL($1)
-    LIMIT $2 FOR UPDATE SKIP LOCKED)
+    ORDER BY next_delivery LIMIT $2 FOR UPDATE SKIP LOCKED)
 UPDATE {t} AS j SET next_delivery = now() + make_interval(secs => $3),
     deliveries = j.deliveries + 1
 FROM picked WHERE j.id = picked.id

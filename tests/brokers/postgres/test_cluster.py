@@ -119,6 +119,57 @@ def test_rows_an_ack_claimed_ahead_go_back_at_once_when_the_receiver_closes(
         driver.close()
 
 
+def _claim_cost(conn: psycopg.Connection[object], statement: str) -> tuple[list[int], int, str]:
+    """The ids one claim takes, the buffers it touched and its plan, each from a claim
+    rolled back."""
+    with conn.transaction(force_rollback=True), conn.cursor() as cur:
+        cur.execute(statement)  # type: ignore[arg-type]
+        ids = sorted(row[0] for row in cur.fetchall())
+    with conn.transaction(force_rollback=True), conn.cursor() as cur:
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement)  # type: ignore[arg-type]
+        ((plan,),) = cur.fetchall()
+    top = plan[0]["Plan"]
+    touched = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+    return ids, touched, json.dumps(plan)
+
+
+def test_a_claim_reads_the_oldest_ready_rows_from_the_index_past_dead_ones(
+    cluster: PostgresCluster,
+) -> None:
+    """A queue's table fills at its end and empties at its start: the acked rows' deletes
+    leave dead tuples ahead of every live one until vacuum runs. The claim (oldest first,
+    through the next_delivery index) takes the 10 oldest ready rows; the same claim without
+    ORDER BY, as mqlab had it, scans the heap through every dead row's page. Here
+    (2026-11-29, 15,000 dead rows ahead of 5,000): 169 buffers against 1,198."""
+    from mqlab.brokers.postgres.database import claim_sql, schema_sql
+
+    table = "plan_probe"
+    with _conn(cluster, 0) as conn:
+        conn.execute(f'DROP TABLE IF EXISTS "{table}"')  # type: ignore[arg-type]
+        for stmt in schema_sql(table):
+            conn.execute(stmt)
+        # vacuum would clear the dead rows at a time of its choosing: not during the test
+        conn.execute(f'ALTER TABLE "{table}" SET (autovacuum_enabled = false)')  # type: ignore[arg-type]
+        conn.execute(
+            f'INSERT INTO "{table}" (payload, next_delivery) '  # type: ignore[arg-type]
+            "SELECT convert_to(repeat('x', 500), 'UTF8'), "
+            "now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, 20000) g"
+        )
+        conn.execute(f'DELETE FROM "{table}" WHERE id <= 15000')  # type: ignore[arg-type]
+        conn.execute(f'ANALYZE "{table}"')  # type: ignore[arg-type]
+        claim = claim_sql(table).as_string(conn) % (10, 30)
+        plain = claim.replace(" ORDER BY next_delivery", "")
+        assert plain != claim
+        _claim_cost(conn, claim)  # the first scan marks the dead index entries it passes
+        ids, touched, plan = _claim_cost(conn, claim)
+        assert ids == list(range(15001, 15011)), ids
+        assert f"{table}_next_idx" in plan and touched < 300, (touched, plan)
+        _claim_cost(conn, plain)
+        _ids, plain_touched, plain_plan = _claim_cost(conn, plain)
+        assert "Seq Scan" in plain_plan and plain_touched > 4 * touched, (plain_touched, touched)
+        conn.execute(f'DROP TABLE "{table}"')  # type: ignore[arg-type]
+
+
 def _lanes_send(sender: Any, n: int) -> None:
     """One batch of ``n`` through ``PostgresSender.send_lanes`` (the workers' closed-loop
     path, in C); its failure raised."""
