@@ -18,29 +18,25 @@ from tests.conftest import SharedLab, run_story, run_under_faults
 pytestmark = pytest.mark.integration
 
 
-def lost_seqs(run_dir: Path) -> dict[str, list[int]]:
-    """Per sender id, the confirmed sequence numbers no receiver recorded, read from the
-    workers' raw records (not the summary)."""
+def lost_by_second(run_dir: Path) -> dict[tuple[str, int], int]:
+    """Each confirmed sequence number no receiver recorded, as (sender id, seq), with the
+    wall-clock second (ms) in which it was handed to send(): read from the workers' raw
+    records (sent.json's bitmaps and marks, delivery.json's bitmaps), not the summary."""
     confirmed: dict[str, set[int]] = {}
+    marks: dict[str, list[list[int]]] = {}
     received: dict[str, set[int]] = {}
     for f in (run_dir / "workers").glob("*/sent.json"):
         for sid, rec in read_json(f)["senders"].items():
             confirmed.setdefault(sid, set()).update(decode_bitmap(rec["confirmed_bitmap"]))
+            marks.setdefault(sid, []).extend(rec["marks"])
     for f in (run_dir / "workers").glob("*/delivery.json"):
         for sid, rec in read_json(f)["senders"].items():
             received.setdefault(sid, set()).update(decode_bitmap(rec["bitmap"]))
-    out = {sid: sorted(c - received.get(sid, set())) for sid, c in confirmed.items()}
-    return {sid: seqs for sid, seqs in out.items() if seqs}
-
-
-def sent_in_second(run_dir: Path, sender: str, seq: int) -> int:
-    """The wall-clock second (ms) in which ``seq`` was handed to send(), from the marks."""
-    for f in (run_dir / "workers").glob("*/sent.json"):
-        rec = read_json(f)["senders"].get(sender)
-        if rec is not None:
-            starts = [m for m in rec["marks"] if m[1] <= seq]
-            return int(starts[-1][0])
-    raise AssertionError(f"sender {sender} has no sent.json")
+    out = {}
+    for sid, seqs in confirmed.items():
+        for seq in seqs - received.get(sid, set()):
+            out[(sid, seq)] = max(second for second, first in marks[sid] if first <= seq)
+    return out
 
 
 RATE_PER_S, THREADS, DURATION_S = 50, 2, 30
@@ -48,7 +44,7 @@ FAULTS = [{"at_s": 6, "action": "kill_leader", "restart_after_s": 3}]
 
 
 @pytest.mark.timeout(900)
-def test_a_run_through_a_killed_leader_loses_no_confirmed_message(
+def test_a_killed_leader_loses_nothing_but_what_was_sent_as_it_died(
     tmp_path: Path, shared_lab: SharedLab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster = shared_lab.cluster("rocketmq")
@@ -78,12 +74,10 @@ def test_a_run_through_a_killed_leader_loses_no_confirmed_message(
     # delivered; docs/brokers.md, Apache RocketMQ). Whatever is lost must be of those
     # seconds: anything confirmed well before the kill or after the restart is delivered.
     kill_ms, restart_ms = (f["at_ms"] for f in manifest["faults"])
-    lost = lost_seqs(result.run_dir)
-    assert sum(len(v) for v in lost.values()) == d["lost"], (lost, d)
-    for sender, seqs in lost.items():
-        for seq in seqs:
-            second = sent_in_second(result.run_dir, sender, seq)
-            assert kill_ms - 2_000 <= second <= restart_ms, (sender, seq, second, kill_ms)
+    lost = lost_by_second(result.run_dir)
+    assert len(lost) == d["lost"], (lost, d)
+    for (sender, seq), second in lost.items():
+        assert kill_ms - 2_000 <= second <= restart_ms, (sender, seq, second, kill_ms)
     # the killed broker, restarted, is back in the group: a leader and 2 followers listed
     # (whether its commit log caught up with the leader's is not asserted: seen here once
     # still behind 120 s after the run, on a machine at load 30-40)
