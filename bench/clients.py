@@ -617,6 +617,9 @@ def run_mqlab(role: str, driver: Driver, profile: Profile, s: Setup) -> Measured
         send_path = "compiled-lanes"
     path = f", {send_path}" if send_path else ""
     each = "senders" if role == "sender" else "receivers"
+    per = getattr(profile.settings, "receive_connections", 1) if role == "receiver" else 1
+    if per > 1:  # PostgreSQL's receivers in lanes: a claim in flight per connection
+        each += f" x {per} connections"
     label = f"mqlab {what} ({s.connections} {each}, batch {s.batch}{path})"
     if s.py_spy is not None:
         label += " *"

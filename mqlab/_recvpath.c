@@ -24,9 +24,12 @@
  * spec's timeout) stops there: what it received is returned, its last batch unacked
  * (the server delivers it again once its lease runs out); the caller drops it.
  *
+ * A statement that a deadlock rolled back (SQLSTATE 40P01: nothing of it was done) is
+ * sent again as it was, the rows read of it forgotten, at most AGAIN_MAX times a call.
+ *
  * Returns a list, a tuple per connection: (headers bytes, receive ns per batch as i64
  * bytes, batch lengths as i64 bytes, flagged indices as i64 bytes, rows received,
- * rows short, rows acked, status, message or None). Status: 0 fine, 1 an ErrorResponse
+ * rows short, rows acked, status, message or None, statements sent again). Status: 0 fine, 1 an ErrorResponse
  * (message: its text), 2 timeout, 3 the connection failed, 4 a malformed reply.
  */
 #define PY_SSIZE_T_CLEAN
@@ -46,6 +49,7 @@ enum { IDLE = 0, WAITING = 1, DONE = 2 }; /* DONE: finished or failed */
 
 #define MESSAGE_MAX 512
 #define FIRST_BACKOFF_NS 5000000LL
+#define AGAIN_MAX 1000 /* statements of one call sent again after a deadlock */
 
 typedef struct { /* a growing byte buffer */
     unsigned char *p;
@@ -93,6 +97,10 @@ typedef struct {
     int64_t backoff_ns;
     int64_t last_io_ns;
     int last; /* the statement in flight is the final ack */
+    int again;     /* the statement in flight was rolled back (a deadlock): sent again */
+    int64_t again_n; /* statements sent again */
+    size_t headers_at, flagged_at; /* where the statement in flight's rows began */
+    int64_t kept_at, shorts_at;
     int64_t batch_rows, batch_kept;
     buf headers, recv_ns, lens, flagged;
     int64_t received, shorts, acked, kept;
@@ -215,6 +223,10 @@ put_statement(conn *c, const spec_t *s, int64_t limit)
     c->ids.len = 0;
     c->batch_ids.len = 0;
     c->batch_rows = c->batch_kept = 0;
+    c->headers_at = c->headers.len;
+    c->flagged_at = c->flagged.len;
+    c->kept_at = c->kept;
+    c->shorts_at = c->shorts;
     c->state = WAITING;
     return 0;
 }
@@ -274,6 +286,25 @@ data_row(conn *c, const unsigned char *p, size_t len, const spec_t *s)
     return 0;
 }
 
+/* The reply's end (ReadyForQuery) of a statement rolled back by a deadlock: whatever
+ * of its rows was read is forgotten (none was claimed, none acked) and the same bytes
+ * (the same acked ids, the same limit) go again. */
+static void
+send_again(conn *c, int64_t now)
+{
+    c->again = 0;
+    c->again_n++;
+    c->headers.len = c->headers_at;
+    c->flagged.len = c->flagged_at;
+    c->kept = c->kept_at;
+    c->shorts = c->shorts_at;
+    c->batch_ids.len = 0;
+    c->batch_rows = c->batch_kept = 0;
+    c->out_done = 0;
+    c->last_io_ns = now;
+    flush_out(c, now);
+}
+
 /* The reply's end (ReadyForQuery): its batch noted, its ids acked next. */
 static int
 reply_done(conn *c, int64_t now, int64_t wall_offset_ns, const spec_t *s)
@@ -323,11 +354,17 @@ parse(conn *c, int64_t now, int64_t wall_offset_ns, const spec_t *s)
             r = data_row(c, body, blen, s);
             break;
         case 'Z':
-            r = reply_done(c, now, wall_offset_ns, s);
+            if (c->again) {
+                send_again(c, now);
+            } else {
+                r = reply_done(c, now, wall_offset_ns, s);
+            }
             break;
         case 'E': {
-            /* fields: a type byte then a NUL-terminated string; M is the message */
+            /* fields: a type byte then a NUL-terminated string; M is the message, C the
+             * SQLSTATE */
             char text[MESSAGE_MAX] = "an error without a message";
+            char state[6] = "";
             size_t i = 0;
             while (i < blen && body[i] != 0) {
                 char type = (char)body[i++];
@@ -337,10 +374,19 @@ parse(conn *c, int64_t now, int64_t wall_offset_ns, const spec_t *s)
                 }
                 if (type == 'M') {
                     snprintf(text, MESSAGE_MAX, "%.*s", (int)(i - start), body + start);
+                } else if (type == 'C') {
+                    snprintf(state, sizeof state, "%.*s", (int)(i - start), body + start);
                 }
                 i++;
             }
-            fail(c, ST_ERROR, text);
+            /* a deadlock (40P01) rolled the whole statement back: it goes again at its
+             * ReadyForQuery. Seen between the ack-and-claim statements of a receiver's
+             * connections (postgres-short, 2 connections per receiver, 2026-11-29). */
+            if (strcmp(state, "40P01") == 0 && c->again_n < AGAIN_MAX) {
+                c->again = 1;
+            } else {
+                fail(c, ST_ERROR, text);
+            }
             break;
         }
         case '2': /* BindComplete */
@@ -557,9 +603,10 @@ pg_receive(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
         conn *c = &cs[i];
         PyObject *item = Py_BuildValue(
-            "(NNNNLLLiz)", bytes_of(&c->headers), bytes_of(&c->recv_ns), bytes_of(&c->lens),
+            "(NNNNLLLizL)", bytes_of(&c->headers), bytes_of(&c->recv_ns), bytes_of(&c->lens),
             bytes_of(&c->flagged), (long long)c->received, (long long)c->shorts,
-            (long long)c->acked, c->status, c->status ? c->message : NULL);
+            (long long)c->acked, c->status, c->status ? c->message : NULL,
+            (long long)c->again_n);
         if (item == NULL) {
             Py_CLEAR(out);
             break;

@@ -260,6 +260,36 @@ def backlog_figures(
     }
 
 
+def behind_limit(nodes: Sequence[dict[str, Any]], hosts: Sequence[dict[str, Any]]) -> str | None:
+    """What held receivers that fell behind, from the CPU figures (None: a receiver
+    node's CPU is not known): the receiver nodes' CPU, the brokers', a host's (everything
+    on it together), or none of them, so each receive waited for the broker."""
+    recv = [n["fraction"] for n in nodes if n["role"] == "receiver"]
+    if not recv or any(f is None for f in recv):
+        return None
+    brokers = [n["fraction"] for n in nodes if n["role"] == "broker"]
+    broker = max(brokers) if brokers and all(f is not None for f in brokers) else None
+    full = [h for h in hosts if h["fraction"] is not None and h["fraction"] > CPU_LIMIT]
+    if max(recv) > CPU_LIMIT:
+        return f"the receiver nodes' CPU held them (up to {_percent(max(recv))} of their cores)"
+    if broker is not None and broker > CPU_LIMIT:
+        return f"the brokers' CPU held them (up to {_percent(broker)} of their cores)"
+    if full:
+        h = max(full, key=lambda h: h["fraction"])
+        return (
+            f"host {h['host']}'s CPU held them ({_percent(h['fraction'])} of its {h['cores']} "
+            "cores, clients and brokers together)"
+        )
+    brokers_said = (
+        f"the brokers at most {_percent(broker)}" if broker is not None else "the brokers' unknown"
+    )
+    return (
+        f"not CPU: the receiver nodes used at most {_percent(max(recv))} of their cores, "
+        f"{brokers_said}; each receive waited for the broker's answer (its round trip and "
+        "whatever the broker does before it answers, such as a replicated commit)"
+    )
+
+
 def figures(
     nodes: Sequence[dict[str, Any]],
     cpu_unknown: dict[str, str],
@@ -314,6 +344,9 @@ def figures(
                 f"took {backlog['received'] / secs:,.0f} of the "
                 f"{backlog['confirmed'] / secs:,.0f} msgs/s confirmed)"
             )
+            limit = behind_limit(nodes, hosts)
+            if limit is not None:
+                behind_why += "; " + limit
     known = [n["fraction"] for n in clients if n["fraction"] is not None]
     brokers = [n["fraction"] for n in nodes if n["role"] == "broker" and n["fraction"] is not None]
     return {

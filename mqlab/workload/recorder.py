@@ -113,8 +113,8 @@ class ReceiverStats:
             self.recv_ns.extend(stamps)
             self.batch_lens.frombytes(lens)
             self._buffered = base + len(headers) // envelope.HEADER_BYTES
-        if stamps:
-            self.last_recv_ns = stamps[-1]
+        if stamps:  # a receiver's lanes' batches come one lane after the other
+            self.last_recv_ns = max(self.last_recv_ns, max(stamps))
         self.received_total += received
         self.short_total += short
         self.redelivered_total += len(at)

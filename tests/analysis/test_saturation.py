@@ -306,3 +306,55 @@ def test_without_receivers_or_with_one_second_nothing_is_claimed() -> None:
     assert saturation.figures([], {}, rows, periods, [], False, False)["receivers_behind"] is None
     one = {"sender": (0, 900), "receiver": (0, 900)}
     assert saturation.figures([], {}, rows, one, [], False, True)["receivers_behind"] is None
+
+
+def _node(role: str, i: int, host: str, used: float | None, cores: int = 2) -> dict[str, Any]:
+    """A node as ``cpu_figures`` gives it: ``used`` cores over a 10 s period."""
+    return {
+        "node": f"{role}-{i:02d}",
+        "role": role,
+        "host": host,
+        "cores": cores,
+        "cpu_s": None if used is None else used * 10,
+        "period_s": None if used is None else 10.0,
+        "fraction": None if used is None else used / cores,
+    }
+
+
+@pytest.mark.parametrize(
+    ("receiver", "broker", "shared", "said"),
+    [
+        (1.9, 0.1, False, "; the receiver nodes' CPU held them (up to 95 % of their cores)"),
+        (
+            0.3,
+            0.5,
+            True,  # 0.1 + 0.3 + 3 x 0.5 = 1.9 of the host's 2 cores
+            "; host local's CPU held them (95 % of its 2 cores, clients and brokers together)",
+        ),
+        (0.3, 1.9, False, "; the brokers' CPU held them (up to 95 % of their cores)"),
+        (
+            0.3,
+            0.2,
+            False,
+            "; not CPU: the receiver nodes used at most 15 % of their cores, the brokers at "
+            "most 10 %; each receive waited for the broker's answer (its round trip and "
+            "whatever the broker does before it answers, such as a replicated commit)",
+        ),
+        (None, 0.2, False, ""),  # a receiver's CPU not known: nothing said of the limit
+    ],
+)
+def test_receivers_behind_says_what_held_them(
+    receiver: float | None, broker: float, shared: bool, said: str
+) -> None:
+    nodes = [_node("sender", 0, "local", 0.1), _node("receiver", 0, "local", receiver)]
+    nodes += [_node("broker", i, "local" if shared else f"b{i}", broker) for i in range(3)]
+    rows = _timeline([1000] * 10, [500] * 10)
+    periods = {"sender": (0, 10_000), "receiver": (0, 10_000)}
+    section = saturation.figures(nodes, {}, rows, periods, [], shared, True)
+    assert section["receivers_behind"] is True
+    b = section["backlog"]
+    assert section["receivers_behind_why"] == (
+        f"the backlog grew by {b['per_s']:,.0f} messages a second through the measured "
+        f"period, from {b['start']:,} to {b['end']:,} (receivers took 500 of the 1,000 "
+        "msgs/s confirmed)" + said
+    )

@@ -36,6 +36,12 @@ class Settings:
     )
     poll_interval_s: float = spec(0.1, min=0.001, help="longest sleep between empty polls")
     commit_timeout_s: float = spec(30.0, min=0.1, help="a statement not confirmed by then fails")
+    receive_connections: int = spec(
+        2,
+        min=1,
+        max=8,
+        help="connections of a receiver in lanes, each with its own claim in flight",
+    )
     connect_timeout_s: float = spec(5.0, min=1.0)
 
 

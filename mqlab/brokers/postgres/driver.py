@@ -58,6 +58,7 @@ ack whose lease ran out still deletes the row, even if another receiver now hold
 
 from __future__ import annotations
 
+import array
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -149,6 +150,30 @@ class PostgresSender(Sender):
         self.c.close()
 
 
+def merged(parts: Sequence[LaneReceipt]) -> LaneReceipt:
+    """One receiver's receipt from its connections' (in their order): headers, batch
+    times and lengths one after the other, each flagged index moved past the headers
+    before it, the counts summed, the first failure."""
+    if len(parts) == 1:
+        return parts[0]
+    flagged = array.array("q")
+    base = 0
+    for p in parts:
+        flagged.extend(base + i for i in array.array("q", p.flagged))
+        base += len(p.headers) // envelope.HEADER_BYTES
+    errors = [p.error for p in parts if p.error is not None]
+    return LaneReceipt(
+        b"".join(p.headers for p in parts),
+        b"".join(p.recv_ns for p in parts),
+        b"".join(p.lens for p in parts),
+        flagged.tobytes(),
+        sum(p.received for p in parts),
+        sum(p.short for p in parts),
+        sum(p.acked for p in parts),
+        errors[0] if errors else None,
+    )
+
+
 class PostgresDriver(Driver):
     name = "postgres"
     Settings = Settings
@@ -220,27 +245,42 @@ class PostgresDriver(Driver):
         wall_offset_ns: int,
         wake_fd: int,
     ) -> list[LaneReceipt]:
-        """Every receiver connected and its statement prepared, then all driven by
-        ``mqlab._recvpath.pg_receive`` (mqlab/_recvpath.c) until ``until_ns``; a receiver
+        """Every receiver's connections (``receive_connections`` each) connected and the
+        statement prepared on them, then all driven by ``mqlab._recvpath.pg_receive``
+        (mqlab/_recvpath.c) until ``until_ns``, each connection a lane of its own; a
+        receiver gets what its connections got, in one receipt (:func:`merged`). A receiver
         that cannot connect gets nothing and its error."""
         assert compiled.recv_module is not None
         out: list[LaneReceipt | None] = [None] * len(receivers)
-        going: list[tuple[int, PostgresReceiver]] = []
-        fds = []
+        going: list[tuple[int, PostgresReceiver, int]] = []  # (index, receiver, lanes)
+        fds: list[int] = []
         for i, r in enumerate(receivers):
             assert isinstance(r, PostgresReceiver)
             try:
-                fds.append(r.lane_socket())
-                going.append((i, r))
+                mine = r.lane_sockets()
             except DriverError as e:
                 out[i] = LaneReceipt(b"", b"", b"", b"", 0, 0, 0, e)
+                continue
+            fds += mine
+            going.append((i, r, len(mine)))
         if going:
             spec = going[0][1].lane_spec(max_messages)
             got = compiled.recv_module.pg_receive(fds, spec, until_ns, wall_offset_ns, wake_fd)
-            for (i, r), row in zip(going, got, strict=True):
-                headers, recv_ns, lens, flagged, received, short, acked, status, msg = row
-                error = r.lane_failure(status, msg) if status else None
-                out[i] = LaneReceipt(headers, recv_ns, lens, flagged, received, short, acked, error)
+            at = 0
+            for i, r, n in going:
+                rows, at = got[at : at + n], at + n
+                parts = []
+                for k, row in enumerate(rows):
+                    headers, recv_ns, lens, flagged, received, short, acked, status, msg = row[:9]
+                    if row[9]:
+                        LOG.info(
+                            "postgres: %d receive statements sent again after a deadlock", row[9]
+                        )
+                    error = r.lane_failure(k, status, msg) if status else None
+                    parts.append(
+                        LaneReceipt(headers, recv_ns, lens, flagged, received, short, acked, error)
+                    )
+                out[i] = merged(parts)
         return [o for o in out if o is not None]
 
     def sends_in_lanes(self) -> bool:

@@ -131,6 +131,7 @@ class PostgresReceiver(Receiver):
         self.ahead: list[Delivery] = []  # claimed by an ack, not handed out yet
         self.ahead_counts: list[bytes] = []  # their delivery counts (binary int4)
         self.ahead_at = 0.0  # when the ack that claimed them was sent (monotonic)
+        self.lane_clients: list[Client] = [self.c]  # in lanes: receive_connections of them
 
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         deadline = time.monotonic() + timeout_s
@@ -168,18 +169,27 @@ class PostgresReceiver(Receiver):
         self.ahead_at = sent_at
 
     # -- in lanes (mqlab/_recvpath.c, the driver's receive_lanes): every receiver of a
-    # worker driven from one thread; each batch the ack-and-claim statement written on the
-    # connection's socket, acking the last batch and claiming the next --
-    def lane_socket(self) -> int:
-        """The connection's socket, connected, idle, the ack-and-claim prepared on it;
-        rows held ahead released first (DriverError if any of that fails)."""
+    # worker driven from one thread; each batch the ack-and-claim statement written on a
+    # connection's socket, acking that connection's last batch and claiming its next. A
+    # receiver has ``receive_connections`` connections there, each with its own claim in
+    # flight: the statement is a synchronously replicated commit, so one in flight held a
+    # receiver to one commit's round trip per batch --
+    def lane_sockets(self) -> list[int]:
+        """Each lane connection's socket, connected, idle, the ack-and-claim prepared on
+        it; rows held ahead released first (DriverError if any of that fails: the
+        connections that failed are dropped)."""
         if self.ahead:
             self._release()
-        pg = self.c.prepare(ACK_CLAIM_NAME, self.ack_claim, "receive")
-        if pg.ssl_in_use or pg.transaction_status != pq.TransactionStatus.IDLE:
-            self.c._drop()
-            raise DriverError("postgres: receive failed: the connection is not plain and idle")
-        return int(pg.socket)
+        while len(self.lane_clients) < self.c.settings.receive_connections:
+            self.lane_clients.append(Client(self.c.settings, self.c.endpoints, self.c.table))
+        fds = []
+        for c in self.lane_clients:
+            pg = c.prepare(ACK_CLAIM_NAME, self.ack_claim, "receive")
+            if pg.ssl_in_use or pg.transaction_status != pq.TransactionStatus.IDLE:
+                c._drop()
+                raise DriverError("postgres: receive failed: the connection is not plain and idle")
+            fds.append(int(pg.socket))
+        return fds
 
     def lane_spec(self, max_messages: int) -> tuple[bytes, int, float, int, int, int]:
         s = self.c.settings
@@ -192,9 +202,9 @@ class PostgresReceiver(Receiver):
             envelope.HEADER_BYTES,
         )
 
-    def lane_failure(self, status: int, message: str | None) -> DriverError:
-        """The error a lane ended with (mqlab/_recvpath.c); the connection is dropped."""
-        self.c._drop()
+    def lane_failure(self, k: int, status: int, message: str | None) -> DriverError:
+        """The error lane connection ``k`` ended with (mqlab/_recvpath.c); it is dropped."""
+        self.lane_clients[k]._drop()
         if status == 2:
             timeout = self.c.settings.commit_timeout_s
             return DriverError(f"postgres: receive not done within commit_timeout_s={timeout} s")
@@ -215,4 +225,5 @@ class PostgresReceiver(Receiver):
         except DriverError as e:
             LOG.info("postgres: rows claimed ahead come again after their lease: %s", e)
         finally:
-            self.c.close()
+            for c in self.lane_clients:
+                c.close()

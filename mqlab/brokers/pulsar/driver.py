@@ -5,11 +5,13 @@
   ``persistent://public/default/<queue>`` through the admin REST API, then the durable
   shared subscription ``<queue>-workers``, made before anything is sent (Pulsar keeps
   messages only for the subscriptions that exist).
-- send: ``send_async`` every message of the batch, ``flush``, then wait until every
-  callback came: a send returns once the broker persisted the whole batch (on real
-  Pulsar: ``ack_quorum`` bookies have fsynced each entry); a callback with an error, or
-  none within ``send_timeout_s``, fails the send. Callbacks carry their batch's number,
-  so a late one of an earlier (failed) batch never counts for the current one.
+- send: a producer per sender, all of a driver's senders on one client (as
+  ``pulsar-perf`` runs its producers); every message of the batch handed to the C++
+  producer, then ``flush``: a send returns once the broker persisted the whole batch (on
+  real Pulsar: ``ack_quorum`` bookies have fsynced each entry); a message whose result
+  is an error, a producer whose last acknowledged sequence id did not move by the
+  batch's size, or a ``flush`` that failed (after ``send_timeout_s``) fails the send
+  (``PulsarSender``).
 - receive: a shared-subscription consumer whose receiver queue (``prefetch``) the broker
   fills ahead of ``receive()``, which hands messages out from that local buffer: the first
   waits up to the timeout, the rest of the batch only take what is already there. The
@@ -43,10 +45,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import _pulsar
 import pulsar
 
 from mqlab.brokers.base import Delivery, Driver, Receiver, Remaining, Sender
@@ -140,73 +143,87 @@ def _client(driver: PulsarDriver) -> pulsar.Client:
         raise DriverError(f"pulsar: cannot make a client for {driver.endpoints}: {e}") from e
 
 
+class SharedClient:
+    """One pulsar-client for all the senders of a driver (a worker's senders of one queue),
+    as ``pulsar-perf produce`` runs its producers on one client: one set of connections
+    and I/O threads instead of one per sender. Made by the first sender that opens it,
+    closed when the last one closes."""
+
+    def __init__(self, make: Callable[[], pulsar.Client]):
+        self.make = make
+        self.lock = threading.Lock()
+        self.client: pulsar.Client | None = None
+        self.users = 0
+
+    def open(self) -> pulsar.Client:
+        with self.lock:
+            if self.client is None:
+                self.client = self.make()
+            self.users += 1
+            return self.client
+
+    def close(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users or self.client is None:
+                return
+            client, self.client = self.client, None
+        with contextlib.suppress(pulsar.PulsarException):
+            client.close()
+
+
 class PulsarSender(Sender):
+    """A producer of its own on the driver's shared client. A batch: each message built
+    with pulsar-client's own ``MessageBuilder`` and handed to the C++ producer
+    (``send_async``), then ``flush``, which returns once the broker persisted the last
+    one (a producer's messages are acknowledged in order). Each message's result comes to
+    a builtin (a dict's ``__setitem__``: no Python frame, the interpreter lock held for
+    a moment in the client's thread); the batch is confirmed when no result was an error
+    and the producer's last acknowledged sequence id moved by the batch's size.
+    ``pulsar.Producer.send_async`` did the same per message through its schema, ten type
+    checks and a Python callback: this path takes about half the client CPU per message
+    (docs/development.md)."""
+
     def __init__(self, driver: PulsarDriver):
         s: Settings = driver.settings
         self.timeout = s.send_timeout_s
-        self.client = _client(driver)
-        self.done = threading.Condition()
-        self.batch = 0  # number of the batch being sent
-        self.waiting = 0  # its callbacks still to come
-        self.errors: list[str] = []  # its failed messages
+        self.shared = driver.clients
+        client = self.shared.open()
         try:
-            self.producer = self.client.create_producer(
+            self.producer = client.create_producer(
                 driver.topic,
                 send_timeout_millis=int(s.send_timeout_s * 1000),
                 block_if_queue_full=True,
                 batching_enabled=False,  # one entry per message: acked and redelivered alone
             )
         except pulsar.PulsarException as e:
-            self.client.close()
+            self.shared.close()
             raise DriverError(f"pulsar: cannot create a producer on {driver.topic}: {e}") from e
-
-    def _sent(self, batch: int, result: Any, _msg_id: Any) -> None:
-        """pulsar-client's callback (its own thread); it must not raise."""
-        with self.done:
-            if batch != self.batch:  # that send failed already (timed out)
-                level = logging.DEBUG if result == pulsar.Result.Ok else logging.WARNING
-                LOG.log(level, "pulsar: late send callback of batch %d: %s", batch, result)
-                return
-            self.waiting -= 1
-            if result != pulsar.Result.Ok:
-                self.errors.append(str(result))
-            if not self.waiting or self.errors:  # one wake-up per batch, not per message
-                self.done.notify_all()
+        self.p = self.producer._producer  # the C++ producer (pulsar-client's own binding)
 
     def send(self, batch: Sequence[bytes]) -> None:
-        with self.done:
-            self.batch += 1
-            self.waiting, self.errors = len(batch), []
-            callback = functools.partial(self._sent, self.batch)
+        results: dict[Any, Any] = {}
+        note = results.__setitem__  # (result, message id): every result the batch got
+        before = self.p.last_sequence_id()
         try:
             for m in batch:
-                self.producer.send_async(m, callback)
-            self.producer.flush()
+                b = _pulsar.MessageBuilder()
+                b.content(m)
+                self.p.send_async(b.build(), note)
+            self.p.flush()  # the last one persisted (or failed after send_timeout_s)
         except pulsar.PulsarException as e:
-            with self.done:
-                self.batch += 1  # callbacks still to come are late ones now
             raise DriverError(f"pulsar: send failed: {e}") from e
-        deadline = time.monotonic() + self.timeout
-        with self.done:
-            while self.waiting and not self.errors:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.done.wait(left)
-            waiting, errors = self.waiting, self.errors
-            if waiting or errors:
-                self.batch += 1
-        if waiting or errors:
+        acked = self.p.last_sequence_id() - before
+        errors = [str(r) for r in results if r != pulsar.Result.Ok]
+        if errors or acked != len(batch):
             raise DriverError(
-                f"pulsar: {waiting} of {len(batch)} messages unconfirmed after "
-                f"{self.timeout} s, errors: {errors[:3]}"
+                f"pulsar: {acked} of {len(batch)} messages acknowledged, errors: {errors[:3]}"
             )
 
     def close(self) -> None:
         with contextlib.suppress(pulsar.PulsarException):
             self.producer.close()
-        with contextlib.suppress(pulsar.PulsarException):
-            self.client.close()
+        self.shared.close()
 
 
 class PulsarReceiver(Receiver):
@@ -272,6 +289,7 @@ class PulsarDriver(Driver):
         self.subscription = f"{queue}-workers"
         extra = endpoints.extra
         self.admin: list[str] = list(extra.get("admin_urls") or [])
+        self.clients = SharedClient(functools.partial(_client, self))  # the senders' client
         if not self.admin:
             raise DriverError(
                 f"pulsar: the endpoints name no admin REST API (extra.admin_urls): {endpoints}"

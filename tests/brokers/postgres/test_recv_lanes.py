@@ -19,7 +19,7 @@ from mqlab import envelope
 from mqlab.brokers import compiled
 from mqlab.brokers.base import LaneReceipt
 from mqlab.brokers.postgres.cluster import PostgresCluster
-from mqlab.brokers.postgres.driver import PostgresDriver, Settings
+from mqlab.brokers.postgres.driver import PostgresDriver, Settings, merged
 from mqlab.errors import DriverError
 from mqlab.scenario.model import Workload
 from mqlab.workload.recorder import ReceiverStats
@@ -146,16 +146,24 @@ def test_rows_held_ahead_are_released_before_the_lane_claims(
         d.teardown()
 
 
-def test_stop_acks_what_was_received(cluster: PostgresCluster, wake: tuple[int, int]) -> None:
-    d = _driver(cluster, "lanes_stop")
+@pytest.mark.parametrize("connections", [1, 2, 3])
+def test_stop_acks_what_was_received_a_claim_in_flight_per_connection(
+    cluster: PostgresCluster, wake: tuple[int, int], connections: int
+) -> None:
+    d = _driver(cluster, f"lanes_stop{connections}", receive_connections=connections)
     s, r = d.sender(), d.receiver()
     try:
-        s.send(_messages(30))
-        os.write(wake[1], b"x")  # stop is set before the call: one batch, then its ack
+        s.send(_messages(40))
+        os.write(wake[1], b"x")  # stop is set before the call: a batch per connection, acked
         (got,) = d.receive_lanes([r], 10, time.monotonic_ns() + PATIENCE_NS, 0, wake[0])
-        assert got.error is None and got.received == got.acked == 10
+        assert got.error is None and got.received == got.acked == 10 * connections
+        assert array.array("q", got.lens).tolist() == [10] * connections
+        assert len(r.lane_clients) == connections
+        backends = {c.conn.info.backend_pid for c in r.lane_clients if c.conn is not None}
+        assert len(backends) == connections
         left = d.remaining()
-        assert (left.count, left.in_flight) == (20, 0)
+        assert (left.count, left.in_flight) == (40 - 10 * connections, 0)
+        assert _seqs([got]) == sorted(set(_seqs([got])))  # no message twice
     finally:
         s.close()
         r.close()
@@ -172,18 +180,20 @@ def test_a_lane_whose_connection_died_fails_alone_and_connects_again(
     )
     try:
         s.send(_messages(4))
-        dead.lane_socket()
-        assert dead.c.conn is not None
-        admin.execute("SELECT pg_terminate_backend(%s)", (dead.c.conn.info.backend_pid,))
+        dead.lane_sockets()
+        first, second = dead.lane_clients  # receive_connections = 2
+        assert first.conn is not None and second.conn is not None
+        admin.execute("SELECT pg_terminate_backend(%s)", (first.conn.info.backend_pid,))
         until = time.monotonic_ns() + 200_000_000
         failed, fine = d.receive_lanes([dead, alive], 10, until, 0, wake[0])
-        assert isinstance(failed.error, DriverError) and failed.acked == 0
-        assert dead.c.conn is None  # dropped: the next call connects again
+        assert isinstance(failed.error, DriverError) and failed.acked == failed.received
+        assert first.conn is None  # dropped: the next call connects again
+        assert second.conn is not None  # its other connection went on
         assert fine.error is None and fine.received == fine.acked
         got = _until_empty(d, [dead, alive], wake[0])
         assert all(g.error is None for g in got)
         assert d.remaining().count == 0
-        assert sorted(_seqs([fine]) + _seqs(got)) == list(range(4))
+        assert sorted(_seqs([failed, fine]) + _seqs(got)) == list(range(4))
     finally:
         admin.close()
         for c in (s, dead, alive):
@@ -243,3 +253,30 @@ def test_receivers_of_two_queues_in_one_call_each_read_their_own(
             c.close()
         a.teardown()
         b.teardown()
+
+
+def test_a_receivers_connections_make_one_receipt_each_flag_at_its_own_header() -> None:
+    def part(seqs: list[int], flagged: list[int], lens: list[int], short: int) -> LaneReceipt:
+        headers = b"".join(envelope.encode(1, q, 5, b"p")[: envelope.HEADER_BYTES] for q in seqs)
+        return LaneReceipt(
+            headers,
+            array.array("q", [100 + len(seqs)] * len(lens)).tobytes(),
+            array.array("q", lens).tobytes(),
+            array.array("q", flagged).tobytes(),
+            len(seqs) + short,
+            short,
+            len(seqs),
+            None,
+        )
+
+    err = DriverError("gone")
+    a, b = part([0, 1, 2], [1], [3], 0), part([7, 8], [0, 1], [2], 1)
+    c = part([], [], [], 0)._replace(error=err)
+    one = merged([a, b, c])
+    assert _seqs([one]) == [0, 1, 2, 7, 8]
+    at = array.array("q", one.flagged).tolist()
+    assert [envelope.HEADER.unpack_from(one.headers, 24 * i)[3] for i in at] == [1, 7, 8]
+    assert array.array("q", one.lens).tolist() == [3, 2]
+    assert array.array("q", one.recv_ns).tolist() == [103, 102]
+    assert (one.received, one.short, one.acked, one.error) == (6, 1, 5, err)
+    assert merged([a]) is a

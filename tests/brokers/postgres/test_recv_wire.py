@@ -113,8 +113,8 @@ def test_batches_are_recorded_and_each_acked_by_the_next_statement() -> None:
         sock.sendall(_reply([]))
 
     (got,) = _serve(server)
-    headers, recv_ns, lens, flagged, received, short, acked, status, message = got
-    assert (status, message) == (0, None)
+    headers, recv_ns, lens, flagged, received, short, acked, status, message, again = got
+    assert (status, message, again) == (0, None, 0)
     assert [s[:2] for s in seen] == [([], 10), ([11, 12], 10), ([13, 14], 10), ([15], 0)]
     assert all(s[2] == 30.0 for s in seen)
     assert (received, short, acked) == (5, 1, 5)
@@ -134,8 +134,48 @@ def test_an_error_ends_the_lane_with_its_last_batch_unacked() -> None:
         sock.sendall(_message(b"2", b"") + err + _message(b"Z", b"I"))
 
     (got,) = _serve(server)
-    _, _, _, _, received, _, acked, status, message = got
-    assert (received, acked, status, message) == (1, 0, 1, "terminating connection")
+    _, _, _, _, received, _, acked, status, message, again = got
+    assert (received, acked, status, message, again) == (1, 0, 1, "terminating connection", 0)
+
+
+def _deadlock(rows: list[bytes]) -> bytes:
+    """A reply that a deadlock ended after ``rows`` were sent: the statement rolled back."""
+    err = _message(b"E", b"SERROR\x00C40P01\x00Mdeadlock detected\x00\x00")
+    return _message(b"2", b"") + b"".join(rows) + err + _message(b"Z", b"E")
+
+
+def test_a_statement_a_deadlock_rolled_back_goes_again_and_its_rows_are_forgotten() -> None:
+    seen: list[tuple[list[int], int, float]] = []
+
+    def server(sock: socket.socket, wake: Callable[[], object]) -> None:
+        seen.append(_read_statement(sock))
+        sock.sendall(_reply([_row(41, _payload(0), 1), _row(42, b"short", 1)]))
+        seen.append(_read_statement(sock))
+        # rolled back after two of its rows (one short, one flagged) were sent
+        sock.sendall(_deadlock([_row(43, b"x", 1), _row(44, _payload(9), 2)]))
+        seen.append(_read_statement(sock))  # the same statement again
+        sock.sendall(_deadlock([]))
+        seen.append(_read_statement(sock))  # and again
+        wake()
+        sock.sendall(_reply([_row(45, _payload(1), 1)]))
+        seen.append(_read_statement(sock))  # the last: the ack alone
+        sock.sendall(_reply([]))
+
+    (got,) = _serve(server)
+    headers, recv_ns, lens, flagged, received, short, acked, status, message, again = got
+    assert (status, message, again) == (0, None, 2)
+    assert [s[:2] for s in seen] == [
+        ([], 10),
+        ([41, 42], 10),
+        ([41, 42], 10),
+        ([41, 42], 10),
+        ([45], 0),
+    ]
+    assert (received, short, acked) == (3, 1, 3)
+    seqs = [envelope.HEADER.unpack_from(headers, i)[3] for i in range(0, len(headers), 24)]
+    assert seqs == [0, 1]
+    assert list(array.array("q", lens)) == [1, 1]
+    assert list(array.array("q", flagged)) == []
 
 
 def test_a_closed_connection_fails_the_lane() -> None:
@@ -145,7 +185,7 @@ def test_a_closed_connection_fails_the_lane() -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
     (got,) = _serve(server)
-    _, _, _, _, received, _, acked, status, _ = got
+    _, _, _, _, received, _, acked, status, _, _ = got
     assert (received, acked, status) == (0, 0, 3)
 
 
@@ -161,4 +201,4 @@ def test_an_empty_claim_is_polled_again_and_nothing_is_acked_at_the_end() -> Non
 
     (got,) = _serve(server)
     assert [s[:2] for s in seen] == [([], 10), ([], 10)]
-    assert got[4:] == (0, 0, 0, 0, None)
+    assert got[4:] == (0, 0, 0, 0, None, 0)

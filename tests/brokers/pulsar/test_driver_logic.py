@@ -1,12 +1,11 @@
 """Pure logic of the Pulsar driver (no server): stats parsing, the admin API's redirects,
-the send callbacks of a batch, settings. The same driver runs against the real Pulsar
-cluster in tests/brokers/test_contract.py."""
+a batch's send and its checks, the senders' shared client, settings. The same driver runs
+against the real Pulsar cluster in tests/brokers/test_contract.py."""
 
 from __future__ import annotations
 
 import http.server
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.brokers.pulsar import cluster as pc
 from mqlab.brokers.pulsar import driver as pd
 from mqlab.errors import DriverError, ScenarioError
-from tests.conftest import CountingCondition
 
 
 def test_admin_topic_stats_give_backlog_and_unacked_of_the_subscription() -> None:
@@ -123,94 +121,95 @@ def test_setup_refuses_copies_the_server_cannot_keep(
 
 
 class _Producer:
-    """Records send_async callbacks; the test decides when they fire."""
+    """pulsar-client's C++ producer as the sender uses it: each message's result handed to
+    its callback as ``results`` says (None: no result ever), the last acknowledged
+    sequence id moved by ``acked`` per message (default: the Ok ones), ``flush`` raising
+    ``flush_error``."""
 
     def __init__(self) -> None:
-        self.callbacks: list[Any] = []
+        self.sent: list[bytes] = []
+        self.seq = -1
+        self.results: list[Any] | None = None
+        self.acked: int | None = None
+        self.flush_error: Exception | None = None
 
-    def send_async(self, _content: bytes, callback: Any) -> None:
-        self.callbacks.append(callback)
+    def last_sequence_id(self) -> int:
+        return self.seq
+
+    def send_async(self, message: Any, callback: Any) -> None:
+        i = len(self.sent)
+        self.sent.append(message.data())
+        result = pulsar.Result.Ok if self.results is None else self.results[i]
+        if result is not None:
+            callback(result, None)
+        if self.acked is None and result == pulsar.Result.Ok:
+            self.seq += 1
 
     def flush(self) -> None:
-        pass
+        if self.acked is not None:
+            self.seq += self.acked
+        if self.flush_error is not None:
+            raise self.flush_error
 
 
-def _sender(timeout_s: float = 0.3) -> tuple[pd.PulsarSender, _Producer]:
+def _sender() -> tuple[pd.PulsarSender, _Producer]:
     sender = object.__new__(pd.PulsarSender)
     producer = _Producer()
-    sender.timeout = timeout_s
-    sender.done = threading.Condition()
-    sender.batch, sender.waiting, sender.errors = 0, 0, []
-    sender.producer = producer  # type: ignore[assignment]
+    sender.timeout = 30.0
+    sender.p = producer  # type: ignore[assignment]
     return sender, producer
 
 
-def _fire(callbacks: list[Any], result: Any = pulsar.Result.Ok) -> None:
-    for cb in callbacks:
-        cb(result, None)
-
-
-def test_a_send_returns_once_every_callback_of_its_batch_came() -> None:
+def test_a_send_hands_every_message_to_the_producer_and_returns_once_all_are_acknowledged() -> None:
     sender, producer = _sender()
-
-    def confirm_later() -> None:
-        while len(producer.callbacks) < 3:
-            time.sleep(0.001)
-        _fire(producer.callbacks)
-
-    t = threading.Thread(target=confirm_later)
-    t.start()
-    sender.send([b"a", b"b", b"c"])
-    t.join()
-    assert sender.waiting == 0 and sender.errors == []
+    sender.send([b"a", b"bb", b"ccc"])
+    sender.send([b"d"])
+    assert producer.sent == [b"a", b"bb", b"ccc", b"d"] and producer.seq == 3
 
 
-def test_the_sender_is_woken_by_its_batchs_last_callback_or_a_failure_only() -> None:
+def test_a_message_whose_result_is_an_error_fails_the_send() -> None:
     sender, producer = _sender()
-    sender.done = cond = CountingCondition()
-    producer.send_async = lambda _m, cb: cb(pulsar.Result.Ok, None)  # type: ignore[method-assign]
-    sender.send([b"a", b"b", b"c"])
-    assert cond.wakeups == 1  # the third callback's (3 before: one per message)
-    outcomes = iter([pulsar.Result.Ok, pulsar.Result.Timeout, pulsar.Result.Ok])
-    producer.send_async = lambda _m, cb: cb(next(outcomes), None)  # type: ignore[method-assign]
-    with pytest.raises(DriverError, match="Timeout"):
-        sender.send([b"d", b"e", b"f"])
-    assert cond.wakeups == 3  # the failure wakes it, and so does the callback after it
+    producer.results = [pulsar.Result.Ok, pulsar.Result.Timeout, pulsar.Result.Ok]
+    with pytest.raises(DriverError, match="2 of 3 messages acknowledged.*Timeout"):
+        sender.send([b"a", b"b", b"c"])
 
 
-def test_a_failed_callback_fails_the_send_and_a_missing_one_times_it_out() -> None:
+def test_a_batch_the_producer_did_not_acknowledge_whole_fails_though_no_error_came() -> None:
     sender, producer = _sender()
-    producer.send_async = lambda _m, cb: cb(pulsar.Result.Timeout, None)  # type: ignore[method-assign]
-    with pytest.raises(DriverError, match="Timeout"):
+    producer.results = [pulsar.Result.Ok, None]  # the second's result never came
+    with pytest.raises(DriverError, match="1 of 2 messages acknowledged"):
+        sender.send([b"ok", b"never"])
+    sender, producer = _sender()
+    producer.acked = 1  # results Ok, but the producer acknowledged only one of them
+    with pytest.raises(DriverError, match="1 of 2 messages acknowledged"):
+        sender.send([b"a", b"b"])
+
+
+def test_a_failed_flush_fails_the_send() -> None:
+    sender, producer = _sender()
+    producer.flush_error = pulsar.Timeout("flush")  # type: ignore[attr-defined]
+    with pytest.raises(DriverError, match="pulsar: send failed"):
         sender.send([b"a"])
 
-    sender, producer = _sender(timeout_s=0.1)
 
-    def only_the_first(m: bytes, cb: Any) -> None:
-        if m == b"ok":
-            cb(pulsar.Result.Ok, None)
+def test_a_drivers_senders_share_one_client_closed_with_the_last() -> None:
+    made: list[Any] = []
 
-    producer.send_async = only_the_first  # type: ignore[method-assign]
-    with pytest.raises(DriverError, match="1 of 2 messages unconfirmed"):
-        sender.send([b"ok", b"never"])
+    class Client:
+        closed = False
 
+        def close(self) -> None:
+            self.closed = True
 
-def test_late_callbacks_of_a_failed_batch_never_count_for_a_later_one() -> None:
-    sender, producer = _sender(timeout_s=0.1)
-    with pytest.raises(DriverError):
-        sender.send([b"1"])  # its callback does not come in time
-    (late,) = producer.callbacks
+    def make() -> Any:
+        made.append(Client())
+        return made[-1]
 
-    def late_success_only(_m: bytes, _cb: Any) -> None:
-        late(pulsar.Result.Ok, None)  # batch 1's success arrives; batch 2's own never does
-
-    producer.send_async = late_success_only  # type: ignore[method-assign]
-    with pytest.raises(DriverError, match="1 of 1 messages unconfirmed"):
-        sender.send([b"2"])
-
-    def late_failure_then_own_success(_m: bytes, cb: Any) -> None:
-        late(pulsar.Result.Timeout, None)  # logged, not counted
-        cb(pulsar.Result.Ok, None)
-
-    producer.send_async = late_failure_then_own_success  # type: ignore[method-assign]
-    sender.send([b"3"])
+    shared = pd.SharedClient(make)
+    a, b = shared.open(), shared.open()
+    assert a is b and len(made) == 1
+    shared.close()
+    assert not a.closed
+    shared.close()
+    assert a.closed
+    assert shared.open() is not a and len(made) == 2  # a new sender after that: a new client
