@@ -262,18 +262,27 @@ def backlog_figures(
 
 def behind_limit(nodes: Sequence[dict[str, Any]], hosts: Sequence[dict[str, Any]]) -> str | None:
     """What held receivers that fell behind, from the CPU figures (None: a receiver
-    node's CPU is not known): the receiver nodes' CPU, the brokers', a host's (everything
-    on it together), or none of them, so each receive waited for the broker."""
-    recv = [n["fraction"] for n in nodes if n["role"] == "receiver"]
+    node's CPU is not known): the receiver nodes' CPU, a receiver node's processes (one
+    interpreter each, a core at most), the brokers', a host's (everything on it
+    together), or none of them, so each receive waited for the broker."""
+    receivers = [n for n in nodes if n["role"] == "receiver"]
+    recv = [n["fraction"] for n in receivers]
     if not recv or any(f is None for f in recv):
         return None
-    brokers = [n["fraction"] for n in nodes if n["role"] == "broker"]
-    broker = max(brokers) if brokers and all(f is not None for f in brokers) else None
-    full = [h for h in hosts if h["fraction"] is not None and h["fraction"] > CPU_LIMIT]
     if max(recv) > CPU_LIMIT:
         return f"the receiver nodes' CPU held them (up to {_percent(max(recv))} of their cores)"
+    for n in receivers:
+        used, procs = n["fraction"] * (n.get("cores") or 0), n.get("processes", 1)
+        if used > CPU_LIMIT * procs:
+            return (
+                f"{n['node']}'s processes held them ({used:.2f} cores over {procs} "
+                f"process{'' if procs == 1 else 'es'}, one interpreter each)"
+            )
+    brokers = [n["fraction"] for n in nodes if n["role"] == "broker"]
+    broker = max(brokers) if brokers and all(f is not None for f in brokers) else None
     if broker is not None and broker > CPU_LIMIT:
         return f"the brokers' CPU held them (up to {_percent(broker)} of their cores)"
+    full = [h for h in hosts if h["fraction"] is not None and h["fraction"] > CPU_LIMIT]
     if full:
         h = max(full, key=lambda h: h["fraction"])
         return (
@@ -281,7 +290,9 @@ def behind_limit(nodes: Sequence[dict[str, Any]], hosts: Sequence[dict[str, Any]
             "cores, clients and brokers together)"
         )
     brokers_said = (
-        f"the brokers at most {_percent(broker)}" if broker is not None else "the brokers' unknown"
+        f"the brokers at most {_percent(broker)}"
+        if broker is not None
+        else "the brokers' CPU not recorded"
     )
     return (
         f"not CPU: the receiver nodes used at most {_percent(max(recv))} of their cores, "

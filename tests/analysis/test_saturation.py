@@ -318,6 +318,7 @@ def _node(role: str, i: int, host: str, used: float | None, cores: int = 2) -> d
         "cpu_s": None if used is None else used * 10,
         "period_s": None if used is None else 10.0,
         "fraction": None if used is None else used / cores,
+        "processes": 1,
     }
 
 
@@ -325,6 +326,12 @@ def _node(role: str, i: int, host: str, used: float | None, cores: int = 2) -> d
     ("receiver", "broker", "shared", "said"),
     [
         (1.9, 0.1, False, "; the receiver nodes' CPU held them (up to 95 % of their cores)"),
+        (
+            0.95,  # half the node, but all of its one process's interpreter
+            0.1,
+            False,
+            "; receiver-00's processes held them (0.95 cores over 1 process, one interpreter each)",
+        ),
         (
             0.3,
             0.5,
@@ -340,11 +347,19 @@ def _node(role: str, i: int, host: str, used: float | None, cores: int = 2) -> d
             "most 10 %; each receive waited for the broker's answer (its round trip and "
             "whatever the broker does before it answers, such as a replicated commit)",
         ),
+        (
+            0.3,
+            None,  # the brokers' CPU not recorded (a lab's hosts)
+            False,
+            "; not CPU: the receiver nodes used at most 15 % of their cores, the brokers' CPU "
+            "not recorded; each receive waited for the broker's answer (its round trip and "
+            "whatever the broker does before it answers, such as a replicated commit)",
+        ),
         (None, 0.2, False, ""),  # a receiver's CPU not known: nothing said of the limit
     ],
 )
 def test_receivers_behind_says_what_held_them(
-    receiver: float | None, broker: float, shared: bool, said: str
+    receiver: float | None, broker: float | None, shared: bool, said: str
 ) -> None:
     nodes = [_node("sender", 0, "local", 0.1), _node("receiver", 0, "local", receiver)]
     nodes += [_node("broker", i, "local" if shared else f"b{i}", broker) for i in range(3)]
