@@ -29,8 +29,9 @@
  *
  * Returns a list, a tuple per connection: (headers bytes, receive ns per batch as i64
  * bytes, batch lengths as i64 bytes, flagged indices as i64 bytes, rows received,
- * rows short, rows acked, status, message or None, statements sent again). Status: 0 fine, 1 an ErrorResponse
- * (message: its text), 2 timeout, 3 the connection failed, 4 a malformed reply.
+ * rows short, rows acked, status, message or None, statements sent again). Status: 0
+ * fine, 1 an ErrorResponse (message: its text), 2 timeout, 3 the connection failed, 4 a
+ * malformed reply.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -22,8 +22,10 @@
   connections are not TLS): all driven from one thread in C (mqlab/_recvpath.c), each
   batch the same ack-and-claim statement written on its connection's socket as soon as
   the last batch's reply is read (that batch's rows are recorded by then); only each
-  row's header is kept. Every call ends with each connection's last batch acked (the
-  statement with limit 0); a connection that fails is dropped, its last batch unacked.
+  row's header is kept. A receiver there has ``receive_connections`` (2) connections, each
+  with its own claim in flight; a statement a deadlock between them rolled back is sent
+  again. Every call ends with each connection's last batch acked (the statement with
+  limit 0); a connection that fails is dropped, its last batch unacked.
 - redelivery: a row handed out before (``deliveries > 1``) is flagged
   redelivered; ``redelivery_timeout_s`` is ``visibility_timeout_s``.
 - remaining: ``count(*)`` of the table (acked rows are deleted), ``in_flight``
