@@ -94,32 +94,51 @@ def _serve(script: Callable[[socket.socket, Callable[[], object]], None]) -> lis
     return out
 
 
+def _scripted(
+    replies: list[bytes], wake_before: int
+) -> tuple[Callable[[socket.socket, Callable[[], object]], None], list]:
+    """A server that reads a statement before each of ``replies`` and sends it, ending the
+    call (``wake``) before reply ``wake_before``, then reads the last statement (the ack
+    alone) and answers it with no rows; and the statements it read (acked ids, limit,
+    visibility)."""
+    seen: list[tuple[list[int], int, float]] = []
+
+    def server(sock: socket.socket, wake: Callable[[], object]) -> None:
+        for i, reply in enumerate(replies):
+            seen.append(_read_statement(sock))
+            if i == wake_before:
+                wake()
+            sock.sendall(reply)
+        seen.append(_read_statement(sock))  # the last: the ack alone
+        sock.sendall(_reply([]))
+
+    return server, seen
+
+
+def _header_seqs(headers: bytes) -> list[int]:
+    return [envelope.HEADER.unpack_from(headers, i)[3] for i in range(0, len(headers), 24)]
+
+
 def _payload(seq: int) -> bytes:
     return envelope.HEADER.pack(envelope.MAGIC, envelope.VERSION, 7, seq, 5) + b"p" * 40
 
 
 def test_batches_are_recorded_and_each_acked_by_the_next_statement() -> None:
-    seen: list[tuple[list[int], int, float]] = []
-
-    def server(sock: socket.socket, wake: Callable[[], object]) -> None:
-        seen.append(_read_statement(sock))
-        sock.sendall(_reply([_row(11, _payload(0), 1), _row(12, b"short", 1)]))
-        seen.append(_read_statement(sock))
-        sock.sendall(_reply([_row(13, _payload(1), 2), _row(14, _payload(2), 1)]))
-        seen.append(_read_statement(sock))
-        wake()
-        sock.sendall(_reply([_row(15, _payload(3), 1)]))
-        seen.append(_read_statement(sock))  # the last: the ack alone
-        sock.sendall(_reply([]))
-
+    server, seen = _scripted(
+        [
+            _reply([_row(11, _payload(0), 1), _row(12, b"short", 1)]),
+            _reply([_row(13, _payload(1), 2), _row(14, _payload(2), 1)]),
+            _reply([_row(15, _payload(3), 1)]),
+        ],
+        wake_before=2,
+    )
     (got,) = _serve(server)
     headers, recv_ns, lens, flagged, received, short, acked, status, message, again = got
     assert (status, message, again) == (0, None, 0)
     assert [s[:2] for s in seen] == [([], 10), ([11, 12], 10), ([13, 14], 10), ([15], 0)]
     assert all(s[2] == 30.0 for s in seen)
     assert (received, short, acked) == (5, 1, 5)
-    seqs = [envelope.HEADER.unpack_from(headers, i)[3] for i in range(0, len(headers), 24)]
-    assert seqs == [0, 1, 2, 3]
+    assert _header_seqs(headers) == [0, 1, 2, 3]
     assert list(array.array("q", lens)) == [1, 2, 1]
     assert list(array.array("q", flagged)) == [1]  # the row delivered twice (seq 1)
     assert all(ns > 1000 for ns in array.array("q", recv_ns))
@@ -145,22 +164,16 @@ def _deadlock(rows: list[bytes]) -> bytes:
 
 
 def test_a_statement_a_deadlock_rolled_back_goes_again_and_its_rows_are_forgotten() -> None:
-    seen: list[tuple[list[int], int, float]] = []
-
-    def server(sock: socket.socket, wake: Callable[[], object]) -> None:
-        seen.append(_read_statement(sock))
-        sock.sendall(_reply([_row(41, _payload(0), 1), _row(42, b"short", 1)]))
-        seen.append(_read_statement(sock))
-        # rolled back after two of its rows (one short, one flagged) were sent
-        sock.sendall(_deadlock([_row(43, b"x", 1), _row(44, _payload(9), 2)]))
-        seen.append(_read_statement(sock))  # the same statement again
-        sock.sendall(_deadlock([]))
-        seen.append(_read_statement(sock))  # and again
-        wake()
-        sock.sendall(_reply([_row(45, _payload(1), 1)]))
-        seen.append(_read_statement(sock))  # the last: the ack alone
-        sock.sendall(_reply([]))
-
+    server, seen = _scripted(
+        [
+            _reply([_row(41, _payload(0), 1), _row(42, b"short", 1)]),
+            # rolled back after two of its rows (one short, one flagged) were sent
+            _deadlock([_row(43, b"x", 1), _row(44, _payload(9), 2)]),
+            _deadlock([]),  # the same statement again, rolled back again
+            _reply([_row(45, _payload(1), 1)]),  # and again
+        ],
+        wake_before=3,
+    )
     (got,) = _serve(server)
     headers, recv_ns, lens, flagged, received, short, acked, status, message, again = got
     assert (status, message, again) == (0, None, 2)
@@ -172,8 +185,7 @@ def test_a_statement_a_deadlock_rolled_back_goes_again_and_its_rows_are_forgotte
         ([45], 0),
     ]
     assert (received, short, acked) == (3, 1, 3)
-    seqs = [envelope.HEADER.unpack_from(headers, i)[3] for i in range(0, len(headers), 24)]
-    assert seqs == [0, 1]
+    assert _header_seqs(headers) == [0, 1]
     assert list(array.array("q", lens)) == [1, 1]
     assert list(array.array("q", flagged)) == []
 

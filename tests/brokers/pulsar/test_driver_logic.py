@@ -155,7 +155,6 @@ class _Producer:
 def _sender() -> tuple[pd.PulsarSender, _Producer]:
     sender = object.__new__(pd.PulsarSender)
     producer = _Producer()
-    sender.timeout = 30.0
     sender.p = producer  # type: ignore[assignment]
     return sender, producer
 
@@ -183,6 +182,13 @@ def test_a_batch_the_producer_did_not_acknowledge_whole_fails_though_no_error_ca
     producer.acked = 1  # results Ok, but the producer acknowledged only one of them
     with pytest.raises(DriverError, match="1 of 2 messages acknowledged"):
         sender.send([b"a", b"b"])
+
+
+def test_a_batch_acknowledged_with_an_earlier_failed_batchs_messages_is_confirmed() -> None:
+    sender, producer = _sender()
+    producer.acked = 3  # its 2 and one of an earlier batch whose flush had failed
+    sender.send([b"a", b"b"])
+    assert producer.seq == 2
 
 
 def test_a_failed_flush_fails_the_send() -> None:
