@@ -37,16 +37,24 @@
  * > 0, e.g. when its sender had to connect first; + wall_offset_ns: wall-clock ns); its
  * start and end go to records[2i], records[2i + 1] (records: a writable i64 buffer). A
  * lane with no bytes moved for timeout_ns times out. done: the run's batches that
- * succeeded; in_flight: whether batch done is in flight; outcome None, or (status,
- * integer, message) of a failure: batch done failed (records[2 * done + 1] is when) and
- * the lane stays stopped until assigned again.
+ * succeeded; in_flight: how many batches are in flight from batch done on; outcome None,
+ * or (status, integer, message) of a failure: batch done failed (records[2 * done + 1]
+ * is when) and the lane stays stopped until assigned again; in_flight is then how many
+ * batches were in flight behind it: they failed too (each with its start and the same
+ * end in records), their replies unread, so that connection must not be used again.
  *
  * Fixed-rate senders (issue 28): slots (an i64 per batch, CLOCK_MONOTONIC; None: closed
  * loop) is when each batch is due. A batch goes at its slot, never before it (the loop's
- * poll wakes at the earliest pending slot), or as soon as its lane's last batch is in
- * when that was later; no batch whose slot is at or after stop_ns goes. Its header is
- * stamped with its slot (the intended start: a late batch carries its queueing delay),
- * and records[2i] is when its bytes were written, so the caller sees how late it went.
+ * poll wakes at the earliest pending slot); no batch whose slot is at or after stop_ns
+ * goes. A Redis or PostgreSQL lane keeps up to LANE_WINDOW batches in flight on its
+ * connection (pipelined: both answer a connection's requests in order, so batches are
+ * confirmed in order), so a batch whose slot comes while its lane's earlier batches wait
+ * for their replies still goes at its slot; only when the window is full, or the last
+ * batch's bytes are not all written yet, does it go later, as soon as there is room. A
+ * NATS lane keeps one in flight (its reader follows one batch's replies). A batch's
+ * header is stamped with its slot (the intended start: a late batch carries its queueing
+ * delay), and records[2i] is when its bytes were written, so the caller sees how late
+ * it went. Closed-loop lanes keep one batch in flight.
  *
  * Redis: run_spec is (prefixes, pads, pool_n, suffix, trailer, magic, version, sender,
  * min_acks): batch i goes to stream key prefixes[(key + i) % len(prefixes)] (each an
@@ -100,6 +108,7 @@ enum {
 
 #define INBUF 16384
 #define MESSAGE_MAX 512
+#define LANE_WINDOW 64 /* a fixed-rate Redis or PostgreSQL lane's batches in flight, at most */
 
 static void
 put_le(unsigned char *p, uint64_t v, int bytes)
@@ -189,6 +198,7 @@ typedef struct {
     size_t have, pos;
     long long skip; /* bulk payload bytes (and their CRLF) still to pass over */
     int done, want; /* replies read, replies expected */
+    int more;       /* a lane's later batches are in flight: bytes after these replies are theirs */
 } reader;
 
 static void
@@ -198,6 +208,7 @@ reader_expect(reader *r, int replies, outcome *o)
     r->skip = 0;
     r->done = 0;
     r->want = replies;
+    r->more = 0;
     o->integer = -1;
 }
 
@@ -285,7 +296,7 @@ reader_parse(reader *r, outcome *o)
             return protocol_error(o, "an unexpected reply of type '%c'", line[0]);
         }
     }
-    if (r->pos != r->have) {
+    if (r->pos != r->have && !r->more) {
         o->status = ST_PROTOCOL;
         snprintf(o->message, MESSAGE_MAX, "%zu bytes after the last reply", r->have - r->pos);
         return -1;
@@ -574,14 +585,18 @@ typedef struct {
     Py_buffer slots_buf; /* fixed rate: each batch's slot (slots != NULL) */
     const int64_t *slots;
     long long conn_gen; /* the connection's generation: a new one has nothing prepared */
-    unsigned char *prepared; /* PostgreSQL: bit n set once the INSERT of n rows is prepared */
-    int parsing; /* PostgreSQL: the batch in flight prepares its statement too */
-    char *wire; /* the batch's bytes, wlen of them, woff sent; cap allocated */
+    unsigned char *prepared; /* PostgreSQL: bit n set once a batch sent the INSERT of n
+                              * rows' Parse (a failure drops the connection: a new conn_gen) */
+    char *wire; /* the last started batch's bytes, wlen of them, woff sent; cap allocated */
     size_t wlen, woff, cap;
-    Py_ssize_t i, ok; /* the batch in flight (or next), the batches that succeeded */
-    int active; /* a batch in flight */
-    int next;   /* its last batch is in: the next one starts after this round's reads */
-    int failed; /* stopped at batch ok: o says why */
+    Py_ssize_t i, ok;   /* the first batch in flight (or the next), the batches that succeeded */
+    Py_ssize_t started; /* batches of the run started: i .. started - 1 are in flight */
+    unsigned long long seq_next; /* the first seq of batch ``started`` */
+    int active;         /* batches in flight: started - i */
+    int window;         /* batches in flight at most (LANE_WINDOW at a fixed rate, see below) */
+    int next;           /* its next batch may start (cleared once its sizes or time ran out) */
+    int failed;         /* stopped at batch ok: o says why */
+    int behind;         /* at a failure: the batches that were in flight behind batch ok */
     int64_t deadline; /* no bytes moved by then: a timeout */
     reader r;
     outcome o;
@@ -626,14 +641,18 @@ lane_release(lane *L)
     L->next = 0;
 }
 
-/* the lane failed at ``now``: its batch in flight (or about to start) is batch ok */
+/* the lane failed at ``now``: its first batch in flight (or about to start) is batch ok;
+ * those in flight behind it end with it */
 static void
 lane_fail(lane *L, int64_t now)
 {
     if (!L->active) {
         L->records[2 * L->i] = now;
     }
-    L->records[2 * L->i + 1] = now;
+    for (Py_ssize_t k = L->i; k < L->started || k == L->i; k++) {
+        L->records[2 * k + 1] = now;
+    }
+    L->behind = L->active > 1 ? L->active - 1 : 0;
     L->active = 0;
     L->next = 0;
     L->failed = 1;
@@ -808,7 +827,7 @@ pg_parse(reader *r, outcome *o)
         }
         r->pos += 1 + len;
     }
-    if (r->pos != r->have) {
+    if (r->pos != r->have && !r->more) {
         o->status = ST_PROTOCOL;
         snprintf(o->message, MESSAGE_MAX, "%zu bytes after ReadyForQuery", r->have - r->pos);
         return -1;
@@ -1121,6 +1140,13 @@ nats_parse(lane *L)
     }
 }
 
+/* the replies of a Redis lane's batch b: an XADD's each, and the trailer's (WAIT) */
+static int
+lane_replies(const lane *L, Py_ssize_t b)
+{
+    return (int)L->sizes[b] + (L->rs.trailer_len > 0 ? 1 : 0);
+}
+
 /* Starts the lane's next batch: its start is taken now, as its own bytes are written (or
  * is the run's first_start, when the sender had to connect first), and the batch goes
  * only if that start is before stop_ns. With slots, the batch goes only once its slot
@@ -1129,13 +1155,14 @@ nats_parse(lane *L)
 static int
 lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
 {
-    if (L->i >= L->batches) {
+    Py_ssize_t b = L->started; /* the batch that starts: L->i, or one behind those in flight */
+    if (b >= L->batches) {
         return 0;
     }
     int64_t now = L->first_start > 0 && L->slots == NULL ? L->first_start : monotonic_ns();
     int64_t stamp = now;
     if (L->slots != NULL) {
-        stamp = L->slots[L->i];
+        stamp = L->slots[b];
         if (stamp >= stop_ns) {
             return 0;
         }
@@ -1148,16 +1175,21 @@ lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
     }
     L->first_start = 0;
     const run_spec *rs = &L->rs;
-    size_t n = (size_t)L->sizes[L->i];
-    memset(&L->o, 0, sizeof L->o);
+    size_t n = (size_t)L->sizes[b];
+    int head = L->active == 0; /* its replies are the next the reader reads */
+    if (head) {
+        memset(&L->o, 0, sizeof L->o);
+    }
     if (rs->proto == PROTO_PG) {
         size_t at = 0;
-        L->parsing = !(L->prepared[n >> 3] & (1u << (n & 7)));
-        if (L->parsing) {
+        if (!(L->prepared[n >> 3] & (1u << (n & 7)))) { /* later batches of n rows Bind it */
             at = pg_parse_message(L->wire, rs, n);
+            L->prepared[n >> 3] |= (unsigned char)(1u << (n & 7));
         }
-        L->wlen = at + pg_batch(L->wire + at, rs, n, L->seq, stamp + wall_offset_ns);
-        reader_expect(&L->r, 1, &L->o); /* through ReadyForQuery */
+        L->wlen = at + pg_batch(L->wire + at, rs, n, L->seq_next, stamp + wall_offset_ns);
+        if (head) {
+            reader_expect(&L->r, 1, &L->o); /* through ReadyForQuery */
+        }
     } else if (rs->proto == PROTO_NATS) {
         L->batch_no++;
         L->replies = L->no_resp = 0;
@@ -1169,15 +1201,15 @@ lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
         nats_wire(L, 0); /* the reader keeps the connection's bytes */
     } else {
         Py_ssize_t k =
-            (Py_ssize_t)((L->key + (unsigned long long)L->i) % (unsigned long long)rs->nkeys);
+            (Py_ssize_t)((L->key + (unsigned long long)b) % (unsigned long long)rs->nkeys);
         const char *prefix = rs->prefixes[k];
         size_t prefix_len = rs->prefix_lens[k];
-        const char *pad = rs->pads + (size_t)(L->seq % rs->pool_n) * rs->pad_len;
+        const char *pad = rs->pads + (size_t)(L->seq_next % rs->pool_n) * rs->pad_len;
         char *w = L->wire;
         for (size_t j = 0; j < n; j++) {
             memcpy(w, prefix, prefix_len);
             w += prefix_len;
-            put_header((unsigned char *)w, rs->magic, rs->version, rs->sender, L->seq + j,
+            put_header((unsigned char *)w, rs->magic, rs->version, rs->sender, L->seq_next + j,
                        stamp + wall_offset_ns);
             w += 24;
             memcpy(w, pad, rs->pad_len);
@@ -1188,18 +1220,34 @@ lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
         memcpy(w, rs->trailer, rs->trailer_len);
         w += rs->trailer_len;
         L->wlen = (size_t)(w - L->wire);
-        reader_expect(&L->r, (int)n + (rs->trailer_len > 0 ? 1 : 0), &L->o);
+        if (head) {
+            reader_expect(&L->r, lane_replies(L, b), &L->o);
+        }
     }
     if (rs->proto != PROTO_NATS) {
         L->batch_end = L->wlen;
     }
     L->woff = 0;
-    L->records[2 * L->i] = now;
-    L->active = 1;
-    L->next = 0;
-    L->deadline = monotonic_ns() + timeout_ns;
-    lane_write(L, L->records[2 * L->i], timeout_ns);
+    L->records[2 * b] = now;
+    L->active++;
+    L->started++;
+    L->seq_next += (unsigned long long)n;
+    L->r.more = L->active > 1;
+    L->next = L->active < L->window;
+    if (head) {
+        L->deadline = monotonic_ns() + timeout_ns;
+    }
+    lane_write(L, now, timeout_ns);
     return 1;
+}
+
+/* whether the lane's next batch may start now: room in its window and, behind a batch
+ * in flight, that batch's bytes all written (the wire holds the last started batch's) */
+static int
+lane_ready(const lane *L)
+{
+    return L->assigned && !L->failed && L->next && L->active < L->window &&
+           (L->active == 0 || L->woff >= L->wlen);
 }
 
 /* The batch in flight's replies are all in (o says whether one was an error): it is
@@ -1207,24 +1255,27 @@ lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
 static void
 lane_done(lane *L, int64_t now)
 {
-    if (L->o.status != ST_OK || L->woff < L->batch_end) {
+    if (L->o.status != ST_OK || (L->active == 1 && L->woff < L->batch_end)) {
         if (L->o.status == ST_OK) { /* all replies before all the bytes went */
             protocol_error(&L->o, "replies before the batch was sent", 0);
         }
         lane_fail(L, now);
         return;
     }
-    if (L->rs.proto == PROTO_PG && L->parsing) {
-        size_t n = (size_t)L->sizes[L->i];
-        L->prepared[n >> 3] |= (unsigned char)(1u << (n & 7));
-        L->parsing = 0;
-    }
     L->records[2 * L->i + 1] = now;
     L->seq += (unsigned long long)L->sizes[L->i];
     L->ok++;
     L->i++;
-    L->active = 0;
+    L->active--;
     L->next = 1;
+    if (L->active > 0) { /* the next batch's replies follow in the reader's buffer */
+        L->r.done = 0;
+        L->r.skip = 0;
+        L->r.want = L->rs.proto == PROTO_PG ? 1 : lane_replies(L, L->i);
+        L->r.more = L->active > 1;
+        memset(&L->o, 0, sizeof L->o);
+        L->o.integer = -1;
+    }
 }
 
 /* NATS: the frames read so far parsed; 1 when the lane's batch ended (or the lane
@@ -1285,18 +1336,24 @@ lane_read(lane *L, int64_t timeout_ns)
             }
             continue;
         }
-        int parsed = L->rs.proto == PROTO_PG ? pg_parse(&L->r, &L->o) : reader_parse(&L->r, &L->o);
-        if (parsed < 0) {
-            lane_fail(L, now);
-            return;
-        }
-        if (parsed > 0) {
+        for (;;) { /* the batches whose replies are all in, in order */
+            int parsed =
+                L->rs.proto == PROTO_PG ? pg_parse(&L->r, &L->o) : reader_parse(&L->r, &L->o);
+            if (parsed < 0) {
+                lane_fail(L, now);
+                return;
+            }
+            if (parsed == 0) {
+                break;
+            }
             if (L->o.status == ST_OK && L->rs.proto == PROTO_REDIS && L->rs.trailer_len > 0 &&
                 L->o.integer < L->rs.min_acks) {
                 L->o.status = ST_WAIT_SHORT;
             }
             lane_done(L, now);
-            return;
+            if (L->failed || L->active == 0) {
+                return;
+            }
         }
         if ((size_t)got < room) {
             return; /* the socket is drained for now */
@@ -1308,8 +1365,9 @@ lane_read(lane *L, int64_t timeout_ns)
  * (its sizes used up, or a failure), or wake_fd became readable; no batch starts at or
  * after stop_ns, and once none is in flight after stop_ns it returns too. Each lane goes
  * at its own pace: the next batch of a lane starts as soon as its last one's replies are
- * parsed (and its slot came, with slots), with its own start time. Batches in flight at
- * the return stay in flight: the next call reads their replies. */
+ * parsed (with slots: once its slot came and its window has room), with its own start
+ * time. Batches in flight at the return stay in flight: the next call reads their
+ * replies. */
 static void
 lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_offset_ns,
            int wake_fd)
@@ -1322,12 +1380,16 @@ lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_o
         int ended = 0;
         for (Py_ssize_t j = 0; j < n; j++) {
             lane *L = &lanes[j];
-            if (L->assigned && !L->failed && !L->active && L->next) {
-                if (!lane_start(L, stop_ns, wall_offset_ns, timeout_ns)) {
+            while (lane_ready(L)) { /* with slots: every batch whose slot came, window allowing */
+                int started = lane_start(L, stop_ns, wall_offset_ns, timeout_ns);
+                if (started == 0) {
                     L->next = 0;
                     ended |= L->i >= L->batches;
                 }
                 ended |= L->failed;
+                if (started <= 0) {
+                    break;
+                }
             }
         }
         if (ended) {
@@ -1337,11 +1399,11 @@ lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_o
         int64_t first_deadline = INT64_MAX;
         for (Py_ssize_t j = 0; j < n; j++) {
             lane *L = &lanes[j];
+            if (L->slots != NULL && lane_ready(L) && L->started < L->batches &&
+                L->slots[L->started] < first_deadline) {
+                first_deadline = L->slots[L->started]; /* waiting for its slot */
+            }
             if (!L->active) {
-                if (L->next && L->slots != NULL && !L->failed && L->assigned &&
-                    L->i < L->batches && L->slots[L->i] < first_deadline) {
-                    first_deadline = L->slots[L->i]; /* waiting for its slot */
-                }
                 continue;
             }
             pfds[k].fd = L->fd;
@@ -1389,7 +1451,7 @@ lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_o
             }
             if (ev & (POLLIN | POLLERR | POLLHUP | POLLNVAL) && L->active) {
                 lane_read(L, timeout_ns);
-                if (L->next && !L->active && !L->failed) { /* its next batch: at once */
+                if (lane_ready(L) && !L->active) { /* its next batch: at once */
                     if (!lane_start(L, stop_ns, wall_offset_ns, timeout_ns)) {
                         L->next = 0;
                         ended |= L->i >= L->batches;
@@ -1415,7 +1477,7 @@ lanes_loop(LanesObject *self, int64_t return_ns, int64_t stop_ns, int64_t wall_o
             /* the lanes whose batches came in this round start theirs first */
             for (nfds_t q = 0; q < k; q++) {
                 lane *L = self->polled[q];
-                if (L->next && !L->active && !L->failed && L->assigned) {
+                if (lane_ready(L) && !L->active) {
                     if (!lane_start(L, stop_ns, wall_offset_ns, timeout_ns)) {
                         L->next = 0;
                     }
@@ -1607,8 +1669,10 @@ Lanes_assign(LanesObject *self, PyObject *args)
         L->pongs = 0;
     }
     L->conn_gen = conn_gen;
-    L->i = L->ok = 0;
-    L->active = L->failed = L->parsing = 0;
+    L->i = L->ok = L->started = 0;
+    L->seq_next = seq;
+    L->active = L->failed = L->behind = 0;
+    L->window = slots != Py_None && self->proto != PROTO_NATS ? LANE_WINDOW : 1;
     L->next = 1;
     memset(&L->o, 0, sizeof L->o);
     Py_RETURN_NONE;
@@ -1669,8 +1733,7 @@ Lanes_run(LanesObject *self, PyObject *args)
         PyObject *item;
         if (L->failed) {
             PyObject *value = outcome_value(&L->o);
-            item = value == NULL ? NULL
-                                 : Py_BuildValue("(niN)", L->ok, 0, value);
+            item = value == NULL ? NULL : Py_BuildValue("(niN)", L->ok, L->behind, value);
         } else {
             item = Py_BuildValue("(niO)", L->ok, L->active, Py_None);
         }
@@ -1732,7 +1795,8 @@ PyInit__sendpath(void)
     }
     if (PyModule_AddIntConstant(m, "REDIS", PROTO_REDIS) < 0 ||
         PyModule_AddIntConstant(m, "PG", PROTO_PG) < 0 ||
-        PyModule_AddIntConstant(m, "NATS", PROTO_NATS) < 0) {
+        PyModule_AddIntConstant(m, "NATS", PROTO_NATS) < 0 ||
+        PyModule_AddIntConstant(m, "WINDOW", LANE_WINDOW) < 0) {
         Py_DECREF(m);
         return NULL;
     }

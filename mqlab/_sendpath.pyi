@@ -14,9 +14,11 @@ def redis_batch(
 
 REDIS: int
 PG: int
+NATS: int
+WINDOW: int  # a fixed-rate Redis or PostgreSQL lane's batches in flight, at most
 
 class Lanes:
-    """Closed-loop senders' connections driven from one thread (mqlab/_sendpath.c)."""
+    """Senders' connections driven from one thread (mqlab/_sendpath.c)."""
 
     def __init__(self, proto: int, count: int, timeout_ns: int) -> None: ...
     def assign(
@@ -33,9 +35,13 @@ class Lanes:
         records: Any,  # a writable buffer of 2 i64 per batch
         first_start_ns: int,  # > 0: the first batch started then
         conn_gen: int,  # the connection's generation (PostgreSQL: what it prepared)
+        slots: Any = None,  # fixed rate: a buffer of each batch's i64 slot (monotonic ns)
         /,
     ) -> None: ...
     def run(
         self, return_ns: int, stop_ns: int, wall_offset_ns: int, wake_fd: int, /
-    ) -> list[tuple[int, int, tuple[int, int, str | None] | None]]: ...
+    ) -> list[tuple[int, int, tuple[int, int, str | None] | None]]:
+        """Per lane: (done, in_flight, outcome): batches confirmed; batches in flight
+        from batch done on (at a failure: those in flight behind the failed one); None,
+        or the failure's (status, integer, message)."""
     def release(self, j: int, /) -> None: ...

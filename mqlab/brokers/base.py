@@ -199,8 +199,10 @@ class Sender(ABC):
         that leaves the connection out of step drops it (the next batch connects)."""
         raise NotImplementedError(f"{type(self).__name__} does not send in lanes")
 
-    def lane_ran(self, done: int, failed: bool) -> None:  # noqa: B027 - optional hook
-        """A lane's run ended after ``done`` batches confirmed (and one failed)."""
+    def lane_ran(self, done: int, failed: int) -> None:  # noqa: B027 - optional hook
+        """A lane's run ended after ``done`` batches confirmed and ``failed`` failed (the
+        failed one, and those a fixed-rate lane had in flight behind it, whose replies
+        were not read: more than one, and the connection is out of step)."""
 
     @classmethod
     def send_lanes(
@@ -230,7 +232,7 @@ class Sender(ABC):
                 fd, spec, key, gen = lane.client.lane_args(lane.sender, pool)
             except DriverError as e:
                 lane.records[0], lane.records[1] = started, time.monotonic_ns()
-                lane.client.lane_ran(0, True)
+                lane.client.lane_ran(0, 1)
                 out[j] = (0, e)
                 continue
             ls.assign(j, fd, spec, lane.sizes, lane.first_seq, key, lane.records, started, gen)
@@ -242,12 +244,12 @@ class Sender(ABC):
                 done, in_flight, status = results[j]
                 if status is not None:
                     failure = lanes[j].client.lane_outcome(*status)
-                    lanes[j].client.lane_ran(done, failure is not None)
+                    lanes[j].client.lane_ran(done, 1 if failure is not None else 0)
                     out[j] = (done, failure)
                 elif in_flight or (done < len(lanes[j].sizes) and time.monotonic_ns() < until_ns):
                     still.append(j)
                 else:
-                    lanes[j].client.lane_ran(done, False)
+                    lanes[j].client.lane_ran(done, 0)
                     out[j] = (done, None)
             going = still
         for j in range(len(lanes)):

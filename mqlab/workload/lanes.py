@@ -21,9 +21,14 @@ What a thread per sender would record, each lane records:
 - **Each fixed-rate batch at its slot** (:meth:`FixedRate.slot` of its first message),
   never before it: the compiled loop is given each batch's slot and waits for the
   earliest pending one in the same poll as the replies. The batch's header is stamped
-  with its slot and its latency runs from the slot, so a late batch (its lane's last one
-  was confirmed after the slot) carries its queueing delay; one batch in flight per lane,
-  the next as soon as the last is confirmed when the lane is behind. The schedule's
+  with its slot and its latency runs from the slot, so a late batch carries its queueing
+  delay. A Redis or PostgreSQL lane keeps up to ``LANE_WINDOW`` (64) batches in flight on
+  its connection, so a batch whose slot comes while the earlier ones wait for their
+  replies still goes at its slot; a batch goes late only when the window is full (the
+  broker 64 batches behind) or the last one's bytes are not all written yet. A NATS lane
+  keeps one in flight: the next goes as soon as the last is confirmed. When a batch
+  fails, those in flight behind it fail with it (their replies unread: the connection
+  is dropped). The schedule's
   ``scheduled`` and ``late_max_ns`` (the ticker's lag) are brought up to date at every
   return, before the watermark, and the lag is taken as of that return (``as_of_ns``:
   the cut, when the ticker reads it); slots never handed to send before the end are the
@@ -289,9 +294,11 @@ class _Loop:
         for j, lane in enumerate(self.lanes):
             if not lane.assigned:
                 continue
+            # in_flight: batches in flight from batch done on; at a failure, those that were
+            # in flight behind the failed batch done (they failed with it)
             done, in_flight, status = results[j]
             if lane.schedule is not None:
-                self._late(lane, done + (1 if in_flight or status is not None else 0))
+                self._late(lane, done + in_flight + (1 if status is not None else 0))
             if done > lane.recorded:
                 a, b = lane.recorded, done
                 records = lane.records[2 * a : 2 * b]
@@ -308,17 +315,17 @@ class _Loop:
                 lane.assigned = False
                 self.ls.release(j)
                 exc = lane.client.lane_outcome(*status)
-                lane.client.lane_ran(done, True)
+                lane.client.lane_ran(done, 1 + in_flight)
                 started, ended = lane.records[2 * done], lane.records[2 * done + 1]
                 lane.sizes.used(done)
-                self._failed(lane, done, started, ended, exc or DriverError(str(status)))
+                self._failed(lane, done, started, ended, exc or DriverError(str(status)), in_flight)
             elif not in_flight and (done == len(lane.run) or returned >= stop_ns):
                 lane.assigned = False
                 self.ls.release(j)
-                lane.client.lane_ran(done, False)
+                lane.client.lane_ran(done, 0)
                 lane.sizes.used(done)
-            if lane.schedule is not None:  # handed to send: in flight too
-                lane.schedule.scheduled = lane.seq + (lane.run[done] if in_flight else 0)
+            if lane.schedule is not None and status is None:  # handed to send: in flight too
+                lane.schedule.scheduled = lane.seq + sum(lane.run[done : done + in_flight])
 
     def _late(self, lane: LaneState, started: int) -> None:
         """The latest the run's batches started since the last call went after their
@@ -332,21 +339,31 @@ class _Loop:
             lane.late_seen = started
 
     def _failed(
-        self, lane: LaneState, i: int, started: int, ended: int, exc: BaseException
+        self,
+        lane: LaneState,
+        i: int,
+        started: int,
+        ended: int,
+        exc: BaseException,
+        behind: int = 0,
     ) -> None:
         """Record the run's batch ``i`` failed (``started`` .. ``ended``, monotonic ns; at
-        a fixed rate it started at its slot) and set the lane's backoff; a lane out of
-        error budget stops, and fails the thread."""
-        n = lane.run[i]
-        if lane.slots is not None:
-            started = lane.slots[i]
-        stats = lane.stats
-        stats.sending(n, started, lane.seq, (started + self.off) // 1_000_000)
-        stats.failed(n, (ended - started) // 1000)
-        lane.seq += n
+        a fixed rate it started at its slot), and the ``behind`` batches that were in
+        flight behind it (each from its own start to the same end), and set the lane's
+        backoff; a lane out of error budget stops, and fails the thread."""
+        for k in range(i, i + 1 + behind):
+            n = lane.run[k]
+            if k > i:
+                started = lane.records[2 * k]
+            if lane.slots is not None:
+                started = lane.slots[k]
+            stats = lane.stats
+            stats.sending(n, started, lane.seq, (started + self.off) // 1_000_000)
+            stats.failed(n, (ended - started) // 1000)
+            lane.seq += n
+            lane.sizes.used(1)
         if lane.schedule is not None:
             lane.schedule.scheduled = lane.seq
-        lane.sizes.used(1)
         try:
             backoff_s = lane.retry.backoff(exc, "send")
         except Exception as e:  # noqa: BLE001 - ThreadFailed: recorded, then raised

@@ -552,6 +552,65 @@ def test_pg_lanes_time_out_a_silent_server_and_see_a_closed_one(
     assert out == [(0, (3, -1, "connection closed by the server"))]
 
 
+def _pg_window(
+    sock: socket.socket, peer: Peer, replies: list[bytes], sizes: list[int]
+) -> tuple[list[tuple[int, int, Any]], Any, envelope.PayloadPool]:
+    """A fixed-rate PG lane whose batches' slots all passed (0): every batch goes at once,
+    in flight together, the peer answering once it has them all (``replies`` joined, a
+    byte at a time); each run()'s result until the lane is idle or failed."""
+    pool = envelope.PayloadPool(100, pool_size=3, seed=4)
+    spec = (b"mqlab_insert_", b"INSERT INTO t VALUES ", b"".join(pool._pads), 3, MAGIC, VERSION, 9)
+    records = array.array("q", bytes(16 * len(sizes)))
+    want = sum(len(_pg_expected(9, 0, n, 0, pool)) for n in sizes)
+    want += sum(len(_pg_parse(n)) for n in set(sizes))
+    answering = peer.serve(want, b"".join(replies), 1)
+    ls = sendpath.Lanes(sendpath.PG, 1, 2 * 10**9)
+    slots = array.array("q", [0] * len(sizes))
+    ls.assign(0, sock.fileno(), spec, array.array("q", sizes), 30, 0, records, 0, 0, slots)
+    seen = []
+    while True:
+        [out] = ls.run(time.monotonic_ns() + 10**9, 2**62, 5, -1)
+        seen.append(out)
+        done, in_flight, status = out
+        if status is not None or (done == len(sizes) and not in_flight):
+            answering.join(10)  # all its replies written (unread ones too) before the close
+            assert not answering.is_alive()
+            return seen, records, pool
+
+
+def test_a_fixed_rate_pg_lane_pipelines_its_batches_and_prepares_each_size_once(
+    pair: tuple[socket.socket, Peer],
+) -> None:
+    """Three batches due at once go together (the lane's window), the INSERT of 2 rows
+    prepared by the first only; their replies, read a byte at a time, confirm them in
+    order, each stamped with its slot (0 + the wall offset)."""
+    sock, peer = pair
+    seen, records, pool = _pg_window(sock, peer, [DONE, DONE, DONE], [2, 2, 3])
+    assert seen[-1] == (3, 0, None)
+    assert bytes(peer.got) == (
+        _pg_parse(2)
+        + _pg_expected(9, 30, 2, 5, pool)
+        + _pg_expected(9, 32, 2, 5, pool)
+        + _pg_parse(3)
+        + _pg_expected(9, 34, 3, 5, pool)
+    )
+    starts, ends = records[0::2], records[1::2]
+    assert starts[2] < ends[0] <= ends[1] <= ends[2]  # all three went before any came back
+
+
+def test_a_failed_batch_in_a_pg_window_fails_those_in_flight_behind_it(
+    pair: tuple[socket.socket, Peer],
+) -> None:
+    """The second of three batches in flight is refused: the first is confirmed, the
+    second fails with the server's error, and the third (in flight behind it, its reply
+    not read) is reported with it: in_flight 1, its record ended when the lane failed."""
+    sock, peer = pair
+    error = _pg_message(b"E", b"SERROR\0VERROR\0C23505\0Mduplicate key\0\0")
+    seen, records, _ = _pg_window(sock, peer, [DONE, error + READY, DONE], [1, 1, 1])
+    assert seen[-1] == (1, 1, (1, -1, "duplicate key (SQLSTATE 23505)"))
+    assert records[3] == records[5] > records[4] > 0  # ended together, the third started
+
+
 def test_a_lane_on_a_closed_descriptor_fails_at_once(
     pairs: list[tuple[socket.socket, socket.socket]],
 ) -> None:

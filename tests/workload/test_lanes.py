@@ -5,6 +5,7 @@ withhold: what each lane records is what a thread per sender would record (issue
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import threading
@@ -51,6 +52,12 @@ class _PairWire(redis_wire.SendWire):
         self.connects += 1
         if self.refuse():
             raise redis.ConnectionError("refused")
+        if self.connects > 1:  # a new connection: nothing the last one was owed is read
+            self.pair_sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                while self.pair_sock.recv(1 << 20):
+                    pass
+            self.pair_sock.setblocking(True)
         self.sock, self.fd = self.pair_sock, self.pair_sock.fileno()
         self.reader = hiredis.Reader(replyError=redis.ResponseError)
         return self.pair_sock
@@ -338,32 +345,87 @@ def test_fixed_rate_batches_go_at_their_slots_and_are_stamped_with_them(made: li
             assert abs(lat_us * 1000 - (conf_ns - sch.slot(2 * k))) <= 1_000_000 + 1000
 
 
-def test_a_delayed_reply_makes_the_next_batches_late_and_recorded_from_their_slots(
-    made: list,
-) -> None:
+def test_a_delayed_reply_does_not_hold_the_batches_due_behind_it(made: list) -> None:
     """Lane 0's peer holds its 3rd reply 150 ms (its lane at 400 msgs/s, a batch each
-    5 ms): the batches due meanwhile go one by one as soon as the last is confirmed, each
-    stamped with its own slot and its latency counting the wait; the lag figure says how
-    late the first of them went; lane 1 keeps its slots."""
+    5 ms): the batches due meanwhile still go at their slots, in flight behind the held
+    one (the lane's window), each stamped with its slot; all are confirmed in order once
+    the peer answers, each latency from its slot, so those behind the held one count the
+    wait; the lag figure stays far below the 150 ms; lane 1 keeps its slots."""
     states, peers, pool = _lanes(made, 2)
     held = iter([0.0, 0.0, 0.15])
     peers[0].delay_s = lambda: next(held, 0.0)
     schedules, start, end, offset = _drive_fixed(states, pool, 400.0, 0.6)
     sch, peer, st = schedules[0], peers[0], states[0].stats
-    assert sch.late_max_ns >= 150_000_000 - 5_000_000  # batch 3's slot came 5 ms after 2's
-    for k, (stamp, first) in enumerate(zip(peer.stamps, peer.first_byte_ns, strict=True)):
+    assert sch.late_max_ns < 100_000_000  # waiting for the held reply would be >= 145 ms
+    assert len(peer.stamps) >= 60
+    for k, stamp in enumerate(peer.stamps):
         assert stamp - offset == sch.slot(2 * k)
-        assert first >= sch.slot(2 * k)
-    # batch 3 went only once batch 2 was confirmed, 150 ms after it was sent
-    assert peer.first_byte_ns[3] - peer.first_byte_ns[2] >= 150_000_000
-    late = [k for k in range(len(peer.stamps)) if peer.first_byte_ns[k] - sch.slot(2 * k) > 0]
-    assert 3 in late
-    for k in late:  # recorded from the slot: at least its wait before the first byte went
-        assert st.call_us[k] * 1000 >= peer.first_byte_ns[k] - sch.slot(2 * k) - 1000
-    assert max(st.call_us) >= 150_000 - 5_000
+    assert st.confirmed_total == 2 * len(peer.stamps) == sch.scheduled
+    assert sorted(st.confirmed) == list(range(st.confirmed_total))
+    # batch 3 (slot 5 ms after batch 2's) was confirmed after the held reply
+    assert st.call_us[2] >= 150_000 and st.call_us[3] >= 150_000 - 5_000
+    # the peer read batch 3 only after answering batch 2: it had gone long before
+    assert peer.first_byte_ns[3] - sch.slot(6) >= 150_000_000 - 5_000_000
     other = schedules[1]
+    assert other.late_max_ns < 100_000_000
     for k, stamp in enumerate(peers[1].stamps):
         assert stamp - offset == other.slot(2 * k)
+
+
+def test_a_full_window_makes_the_next_batches_late_and_recorded_from_their_slots(
+    made: list,
+) -> None:
+    """Lane 0's peer holds its 3rd reply 0.6 s at 200 batches a second: the lane's
+    window (``WINDOW`` batches in flight) fills 0.32 s after the held batch's slot, and
+    the batches due after that go only as replies make room: late, each stamped with its
+    slot, its latency from the slot, every one confirmed in order."""
+    window = redis_sender._sendpath.WINDOW  # type: ignore[union-attr]
+    assert window == 64
+    states, peers, pool = _lanes(made, 1)
+    held = iter([0.0, 0.0, 0.6])
+    peers[0].delay_s = lambda: next(held, 0.0)
+    schedules, start, end, offset = _drive_fixed(states, pool, 400.0, 1.0)
+    sch, peer, st = schedules[0], peers[0], states[0].stats
+    # due after the window filled: at most 0.6 - 0.32 s late (less the peer's own start)
+    assert 150_000_000 <= sch.late_max_ns <= 600_000_000
+    for k, stamp in enumerate(peer.stamps):
+        assert stamp - offset == sch.slot(2 * k)
+    assert st.confirmed_total == 2 * len(peer.stamps) == sch.scheduled
+    assert sorted(st.confirmed) == list(range(st.confirmed_total))
+    # the first batch that found the window full: 64 behind the held one, slot 2 + 64
+    assert st.call_us[2 + window] >= 600_000 - 64 * 5_000 - 5_000
+
+
+def test_a_failure_fails_the_batches_in_flight_behind_it_and_the_lane_connects_again(
+    made: list,
+) -> None:
+    """Lane 0's peer answers its 3rd batch with an error after 40 ms, the batches due
+    meanwhile in flight behind it (a slot each 5 ms): they fail with it (their replies
+    not read), their seqs are skipped, the lane connects again after its backoff and
+    sends on at its slots; every message due is confirmed, failed or unsent, none twice,
+    and none confirmed was failed."""
+    states, peers, pool = _lanes(made, 1)
+    wire = states[0].client.wire  # type: ignore[attr-defined]
+    held = iter([0.0, 0.0, 0.04])
+    peers[0].delay_s = lambda: next(held, 0.0)
+    answers = iter([False, False, True])
+    peers[0].failing = lambda: next(answers, False)
+    schedules, start, end, offset = _drive_fixed(states, pool, 400.0, 0.8)
+    sch, peer, st = schedules[0], peers[0], states[0].stats
+    assert wire.connects == 2
+    failed_batches = st.failed_total // 2
+    assert failed_batches >= 4  # the held one and those due in its 40 ms behind it
+    assert st.confirmed_total + st.failed_total == sch.scheduled
+    confirmed = sorted(st.confirmed)
+    assert len(set(confirmed)) == len(confirmed)
+    lost = set(range(4, 4 + st.failed_total))  # batch 2 (seqs 4, 5) and those behind it
+    assert not lost & set(confirmed)
+    assert confirmed == [q for q in range(sch.scheduled) if q not in lost]
+    # every failed batch went (the peer read it), and the lane went on after them
+    assert set(range(4, 4 + st.failed_total, 2)) <= set(peer.seqs)
+    assert max(peer.seqs) > 4 + st.failed_total
+    for seq, stamp in zip(peer.seqs, peer.stamps, strict=True):
+        assert stamp - offset == sch.slot(seq)
 
 
 class _Given:
@@ -380,13 +442,13 @@ def test_slots_not_sent_by_the_end_are_recorded_unsent_from_their_slots(
     made: list,
 ) -> None:
     """Through ``run_sender_lanes``: a lane whose peer holds a reply past the end (rate
-    100 msgs/s, batches of 2, 0.5 s) has every slot before the end either confirmed or
-    unsent (from the stop), none twice."""
+    400 msgs/s, batches of 2, 0.8 s), so that its window fills, has every slot before
+    the end either confirmed or unsent (from the stop), none twice."""
     states, peers, pool = _lanes(made, 2)
-    held = iter([0.0, 0.0, 0.0, 0.8])
+    held = iter([0.0, 0.0, 0.0, 1.0])
     peers[0].delay_s = lambda: next(held, 0.0)
     w = Workload(
-        mode="fixed_rate", rate_per_s=100.0, duration_s=0.5, send_batch_min=2, send_batch_max=2
+        mode="fixed_rate", rate_per_s=400.0, duration_s=0.8, send_batch_min=2, send_batch_max=2
     )
     stats = [s.stats for s in states]
     go = threading.Event()
@@ -404,20 +466,22 @@ def test_slots_not_sent_by_the_end_are_recorded_unsent_from_their_slots(
     for st, peer in zip(stats, peers, strict=True):
         sch = st.schedule
         assert isinstance(sch, FixedRate)
-        end = sch.start_ns + 500_000_000
-        due = sum(1 for k in range(0, 200, 2) if sch.slot(k) < end) * 2  # 50 slots of 2
+        end = sch.start_ns + 800_000_000
+        due = sum(1 for k in range(0, 800, 2) if sch.slot(k) < end) * 2  # 160 slots of 2
         assert st.confirmed_total + st.failed_total + st.unsent_total == due
         assert st.confirmed_total == 2 * len(peer.stamps)
         assert sorted(st.confirmed) == list(range(st.confirmed_total))
         assert all(x >= 0 for x in st.unsent_us)
     slow, fast = stats
-    # the slow lane's 4th batch (slot 60 ms) was in flight until after the end: its 21
-    # later batches' slots are unsent, each from its slot to the stop
-    assert (slow.confirmed_total, slow.unsent_total) == (8, 42)
+    # the slow lane's 4th batch (slot 15 ms) was in flight until after the end, and the
+    # 63 behind it: its window full from batch 67 (slot 335 ms) on, the 93 later batches'
+    # slots are unsent, each from its slot to the stop
+    window = redis_sender._sendpath.WINDOW  # type: ignore[union-attr]
+    assert (slow.confirmed_total, slow.unsent_total) == (2 * (3 + window), 2 * (160 - 3 - window))
     sch = slow.schedule
-    assert isinstance(sch, FixedRate) and sch.scheduled == 8
+    assert isinstance(sch, FixedRate) and sch.scheduled == 2 * (3 + window)
     lat = sorted(slow.unsent_us, reverse=True)
-    assert all(a - b == 10_000 for a, b in zip(lat, lat[1:], strict=False))  # 10 ms apart
+    assert all(a - b == 2_500 for a, b in zip(lat, lat[1:], strict=False))  # 2.5 ms apart
     assert fast.confirmed_total > 0
 
 

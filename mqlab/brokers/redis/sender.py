@@ -151,8 +151,10 @@ class RedisSender(Sender):
     def lane_outcome(self, status: int, integer: int, message: str | None) -> Exception | None:
         return self._outcome(status, integer, message)
 
-    def lane_ran(self, done: int, failed: bool) -> None:
+    def lane_ran(self, done: int, failed: int) -> None:
         self.next_key = (self.next_key + done + failed) % len(self.keys)
+        if failed > 1:  # replies of batches behind the failed one are unread
+            self.wire.reset()
 
     def _outcome(self, status: int, integer: int, message: str | None) -> Exception | None:
         """The failure a compiled call's ``status`` says (None: none)."""
