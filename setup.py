@@ -8,8 +8,9 @@ bench/clients.py).
 the machine's C compiler; where that fails, mqlab installs without it and the drivers
 send through Python.
 
-``mqlab._recvpath`` (mqlab/_recvpath.c) is the PostgreSQL receive path: a worker's
-receivers driven from one thread in the same way (issue 28); built and missed alike.
+``mqlab._recvpath`` (mqlab/_recvpath.c) is the PostgreSQL and Redis Streams receive
+path: a worker's receivers driven from one thread in the same way (issue 28); built and
+missed alike.
 """
 
 from setuptools import Extension, setup

@@ -1,5 +1,6 @@
 /*
- * mqlab._recvpath: the PostgreSQL receive path of one worker process (issue 28).
+ * mqlab._recvpath: the PostgreSQL and Redis Streams receive paths of one worker process
+ * (issue 28).
  *
  * pg_receive(fds, spec, return_ns, wall_offset_ns, wake_fd) drives all of a worker's
  * receiver connections from the calling thread, without the interpreter lock, until
@@ -32,6 +33,29 @@
  * rows short, rows acked, status, message or None, statements sent again). Status: 0
  * fine, 1 an ErrorResponse (message: its text), 2 timeout, 3 the connection failed, 4 a
  * malformed reply.
+ *
+ * redis_receive(conns, spec, return_ns, wall_offset_ns, wake_fd) drives a worker's Redis
+ * receivers the same way, each on its own connection ((fd, consumer name) per receiver:
+ * redis-py's socket, no reply due, RESP2 or RESP3); spec is (group, keys, field, limit,
+ * delete_on_ack, poll_cap_ns, timeout_ns, header_bytes). Each connection goes in rounds
+ * of one write and its replies:
+ *
+ * - XACK (and, with delete_on_ack, XDEL) of the last read's entries, one command per
+ *   stream key, then XREADGROUP GROUP group name COUNT limit/keys STREAMS keys... > ...
+ *   (new entries only: the receiver's own pending and idle entries are its Python path's,
+ *   between calls); after a read that found nothing the next one BLOCKs, at most
+ *   poll_cap_ns and never past return_ns;
+ * - the read's entries: each one's id kept for the next round's acks, its field's value's
+ *   first header_bytes to the headers (a shorter one counted short), the read noted as
+ *   one batch (receive time, length); ">" reads are first deliveries: none flagged;
+ * - XACK's counts summed as acked; at the end every connection with entries read sends
+ *   their acks alone and awaits them.
+ *
+ * A failed connection (an error reply, closed, a reply out of step, or no reply within
+ * timeout_ns) stops there: its last read's entries stay pending under its name (the
+ * receiver reads them again first, flagged). Returns, per connection: (headers, receive
+ * ns per batch, batch lengths, flagged (empty), entries received, short, acked, status,
+ * message or None), the statuses as above (1: an error reply).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -105,6 +129,26 @@ typedef struct {
     int64_t batch_rows, batch_kept;
     buf headers, recv_ns, lens, flagged;
     int64_t received, shorts, acked, kept;
+    /* Redis (redis_receive): the consumer's name; the last read's entries' keys and ids,
+     * acked by the next round (rids: per entry a u16 key index, a u8 length, the id);
+     * the replies due: integers, then the read's */
+    const char *name;
+    Py_ssize_t name_len;
+    buf rids;
+    int64_t rids_n;
+    int simple;        /* integer replies due (XACK, XDEL), before the read's */
+    int simple_read;   /* integer replies of the round read so far */
+    int reading;       /* the round ends with a read (its reply is due after the integers) */
+    int started;       /* the read's reply was begun */
+    int depth;
+    int64_t left[8];
+    int index[8];
+    int key_at;        /* the key (its index) of the stream being read in the reply */
+    int value_next;    /* the next bulk is the entry's value of the field asked */
+    int entry_open;    /* an entry's id was read, not its value yet */
+    int resp3;         /* the read's reply is a map (RESP3: redis-py's connections speak it) */
+    int empty;         /* the last read found nothing: the next blocks */
+    int64_t acks_due;  /* entries the round's XACKs ack */
 } conn;
 
 static int64_t
@@ -147,7 +191,10 @@ fail(conn *c, int status, const char *message)
     }
 }
 
+enum { PROTO_PG = 0, PROTO_REDIS = 1 };
+
 typedef struct {
+    int proto;
     const char *name;
     Py_ssize_t name_len;
     int64_t limit;
@@ -155,7 +202,19 @@ typedef struct {
     int64_t poll_cap_ns;
     int64_t timeout_ns;
     Py_ssize_t header_bytes;
+    /* Redis: the group, the stream keys, the field holding the message, XDEL on ack */
+    const char *group;
+    Py_ssize_t group_len;
+    Py_ssize_t nkeys;
+    const char **keys;
+    Py_ssize_t *key_lens;
+    const char *field;
+    Py_ssize_t field_len;
+    int delete_on_ack;
 } spec_t;
+
+static int redis_round(conn *c, const spec_t *s, int64_t limit, int64_t now, int64_t return_ns);
+static void redis_parse(conn *c, int64_t now, int64_t wall_offset_ns, const spec_t *s);
 
 /* Bind (the acked ids, the limit, the visibility), Execute, Sync into c->out. */
 static int
@@ -410,6 +469,328 @@ parse(conn *c, int64_t now, int64_t wall_offset_ns, const spec_t *s)
     c->in.len -= at;
 }
 
+/* -- Redis Streams (redis_receive) ------------------------------------------------ */
+
+static int
+put_head(buf *b, char kind, int64_t n)
+{
+    char h[32];
+    int len = snprintf(h, sizeof h, "%c%lld\r\n", kind, (long long)n);
+    return buf_put(b, h, (size_t)len);
+}
+
+static int
+put_bulk(buf *b, const void *p, size_t n)
+{
+    if (put_head(b, '$', (int64_t)n) < 0 || buf_put(b, p, n) < 0) {
+        return -1;
+    }
+    return buf_put(b, "\r\n", 2);
+}
+
+/* The integer of a reply line's [from, to) (an optional '-', then digits): 0, or -1 */
+static int
+resp_int(const char *from, const char *to, int64_t *v)
+{
+    int neg = from < to && *from == '-';
+    const char *q = from + neg;
+    if (q >= to || to - q > 18) {
+        return -1;
+    }
+    int64_t x = 0;
+    for (; q < to; q++) {
+        if (*q < '0' || *q > '9') {
+            return -1;
+        }
+        x = x * 10 + (*q - '0');
+    }
+    *v = neg ? -x : x;
+    return 0;
+}
+
+/* The ids of the last read's entries of key k from rids at *at (a run of that key); the
+ * run's length. */
+static int64_t
+run_of_key(const buf *rids, size_t at, int *key)
+{
+    int64_t n = 0;
+    *key = rids->p[at] | (rids->p[at + 1] << 8);
+    while (at < rids->len && (rids->p[at] | (rids->p[at + 1] << 8)) == *key) {
+        at += 3 + rids->p[at + 2];
+        n++;
+    }
+    return n;
+}
+
+/* One round into c->out: XACK (and XDEL) of the last read's entries, key by key, then,
+ * with limit > 0, XREADGROUP of new entries (COUNT limit over the keys; after a read that
+ * found nothing, BLOCK until entries come, at most the poll cap and never past return_ns).
+ * Nothing to send: the connection waits for the end. */
+static int
+redis_round(conn *c, const spec_t *s, int64_t limit, int64_t now, int64_t return_ns)
+{
+    buf *o = &c->out;
+    o->len = 0;
+    c->out_done = 0;
+    c->simple = c->simple_read = 0;
+    c->acks_due = c->rids_n;
+    for (size_t at = 0; at < c->rids.len;) {
+        int k;
+        int64_t m = run_of_key(&c->rids, at, &k);
+        for (int cmd = 0; cmd < (s->delete_on_ack ? 2 : 1); cmd++) {
+            if (put_head(o, '*', (cmd ? 2 : 3) + m) < 0 ||
+                put_bulk(o, cmd ? "XDEL" : "XACK", 4) < 0 ||
+                put_bulk(o, s->keys[k], (size_t)s->key_lens[k]) < 0 ||
+                (!cmd && put_bulk(o, s->group, (size_t)s->group_len) < 0)) {
+                return -1;
+            }
+            size_t p = at;
+            for (int64_t i = 0; i < m; i++) {
+                if (put_bulk(o, c->rids.p + p + 3, c->rids.p[p + 2]) < 0) {
+                    return -1;
+                }
+                p += 3 + c->rids.p[p + 2];
+            }
+            c->simple++;
+        }
+        while (at < c->rids.len && (c->rids.p[at] | (c->rids.p[at + 1] << 8)) == k) {
+            at += 3 + c->rids.p[at + 2];
+        }
+    }
+    c->rids.len = 0;
+    c->rids_n = 0;
+    c->reading = 0;
+    c->last = limit == 0;
+    int64_t block_ms = 0;
+    if (limit > 0 && c->empty) {
+        int64_t cap = s->poll_cap_ns < return_ns - now ? s->poll_cap_ns : return_ns - now;
+        block_ms = cap / 1000000;
+        if (block_ms < 1) {
+            limit = 0; /* no time to wait for entries: none read */
+        }
+    }
+    if (limit > 0) {
+        char count[24], block[24];
+        int64_t per_key = limit / s->nkeys > 0 ? limit / s->nkeys : 1;
+        int cl = snprintf(count, sizeof count, "%lld", (long long)per_key);
+        int bl = snprintf(block, sizeof block, "%lld", (long long)block_ms);
+        if (put_head(o, '*', 7 + (block_ms ? 2 : 0) + 2 * s->nkeys) < 0 ||
+            put_bulk(o, "XREADGROUP", 10) < 0 || put_bulk(o, "GROUP", 5) < 0 ||
+            put_bulk(o, s->group, (size_t)s->group_len) < 0 ||
+            put_bulk(o, c->name, (size_t)c->name_len) < 0 || put_bulk(o, "COUNT", 5) < 0 ||
+            put_bulk(o, count, (size_t)cl) < 0 ||
+            (block_ms && (put_bulk(o, "BLOCK", 5) < 0 || put_bulk(o, block, (size_t)bl) < 0)) ||
+            put_bulk(o, "STREAMS", 7) < 0) {
+            return -1;
+        }
+        for (Py_ssize_t k = 0; k < s->nkeys; k++) {
+            if (put_bulk(o, s->keys[k], (size_t)s->key_lens[k]) < 0) {
+                return -1;
+            }
+        }
+        for (Py_ssize_t k = 0; k < s->nkeys; k++) {
+            if (put_bulk(o, ">", 1) < 0) {
+                return -1;
+            }
+        }
+        c->reading = 1;
+        c->started = 0;
+        c->entry_open = 0;
+    }
+    if (c->simple == 0 && !c->reading) {
+        c->next_ns = return_ns; /* nothing to ack, no time to read: until the end */
+        return 0;
+    }
+    c->batch_rows = c->batch_kept = 0;
+    c->state = WAITING;
+    return 0;
+}
+
+/* A round's replies all in: its read noted as one batch, its entries acked next. */
+static int
+redis_done(conn *c, int64_t now, int64_t wall_offset_ns, int had_read)
+{
+    c->received += c->batch_rows;
+    if (c->batch_kept && (buf_i64(&c->recv_ns, now + wall_offset_ns) < 0 ||
+                          buf_i64(&c->lens, c->batch_kept) < 0)) {
+        return -2;
+    }
+    c->state = c->last ? DONE : IDLE;
+    c->empty = had_read && c->batch_rows == 0;
+    c->next_ns = now;
+    return 0;
+}
+
+/* One element of the read's reply (a line at p of l bytes, a bulk's body after it). */
+static int
+redis_element(conn *c, const char *p, size_t l, const char *body, int64_t v, const spec_t *s)
+{
+    int d = c->depth, at = c->index[d] + 1;
+    /* RESP2: [[key, [entry...]]...]; RESP3: {key: [entry...], ...}: one level less */
+    int e = c->resp3 ? d + 1 : d;
+    if (p[0] == '*') {
+        c->index[d] = at;
+        c->left[d]--;
+        if (d + 1 >= 8) {
+            return -1;
+        }
+        c->depth = d + 1;
+        c->left[d + 1] = v < 0 ? 0 : v;
+        c->index[d + 1] = -1;
+        return 0;
+    }
+    if (p[0] != '$') {
+        return -1;
+    }
+    (void)l;
+    if (e == 1 && (c->resp3 ? at % 2 == 0 : at == 0) && v >= 0) { /* the stream's key */
+        c->key_at = -1;
+        for (Py_ssize_t k = 0; k < s->nkeys; k++) {
+            if (s->key_lens[k] == v && memcmp(s->keys[k], body, (size_t)v) == 0) {
+                c->key_at = (int)k;
+            }
+        }
+        if (c->key_at < 0) {
+            return -1;
+        }
+    } else if (e == 3 && at == 0) { /* an entry's id */
+        unsigned char head[3] = {(unsigned char)c->key_at, (unsigned char)(c->key_at >> 8),
+                                 (unsigned char)v};
+        if (v < 1 || v > 255 || c->entry_open) {
+            return -1;
+        }
+        if (buf_put(&c->rids, head, 3) < 0 || buf_put(&c->rids, body, (size_t)v) < 0) {
+            return -2;
+        }
+        c->rids_n++;
+        c->batch_rows++;
+        c->entry_open = 1;
+    } else if (e == 4 && at % 2 == 0) { /* a field's name */
+        c->value_next = v == s->field_len && memcmp(body, s->field, (size_t)v) == 0;
+    } else if (e == 4 && c->value_next) { /* the message */
+        c->value_next = 0;
+        c->entry_open = 0;
+        if (v < s->header_bytes) {
+            c->shorts++;
+        } else if (buf_put(&c->headers, body, (size_t)s->header_bytes) < 0) {
+            return -2;
+        } else {
+            c->kept++;
+            c->batch_kept++;
+        }
+    }
+    c->index[d] = at;
+    c->left[d]--;
+    return 0;
+}
+
+/* Parse what was read: the round's integer replies, then its read's, as they come. */
+static void
+redis_parse(conn *c, int64_t now, int64_t wall_offset_ns, const spec_t *s)
+{
+    size_t at = 0;
+    int step = s->delete_on_ack ? 2 : 1;
+    while (c->state == WAITING) {
+        if (c->simple == 0 && !c->reading) {
+            if (at != c->in.len) {
+                fail(c, ST_PROTOCOL, "bytes after the replies");
+            } else if (redis_done(c, now, wall_offset_ns, c->started) < 0) {
+                fail(c, ST_CONNECTION, "out of memory");
+            }
+            c->started = 0;
+            break;
+        }
+        const char *p = (const char *)c->in.p + at;
+        const char *lf = memchr(p, '\n', c->in.len - at);
+        if (lf == NULL) {
+            break;
+        }
+        size_t l = (size_t)(lf - p) + 1;
+        if (l < 3 || p[l - 2] != '\r') {
+            fail(c, ST_PROTOCOL, "a reply line without CRLF");
+            break;
+        }
+        if (p[0] == '-') {
+            char text[MESSAGE_MAX];
+            snprintf(text, sizeof text, "%.*s", (int)(l - 3), p + 1);
+            fail(c, ST_ERROR, text);
+            break;
+        }
+        int64_t v = 0;
+        int digits_ok = p[0] == '_' ? l == 3 : resp_int(p + 1, p + l - 2, &v) == 0;
+        if (!digits_ok ||
+            (p[0] != ':' && p[0] != '*' && p[0] != '$' && p[0] != '%' && p[0] != '_')) {
+            char text[MESSAGE_MAX];
+            snprintf(text, sizeof text, "a malformed reply: %.*s", (int)(l < 40 ? l - 2 : 40),
+                     p);
+            fail(c, ST_PROTOCOL, text);
+            break;
+        }
+        if (p[0] == '_') { /* RESP3's null */
+            v = -1;
+        }
+        if (c->simple > 0) {
+            if (p[0] != ':') {
+                fail(c, ST_PROTOCOL, "an ack's reply is not an integer");
+                break;
+            }
+            if (c->simple_read % step == 0) { /* XACK's: the entries it acked */
+                c->acked += v;
+            }
+            c->simple--;
+            c->simple_read++;
+            at += l;
+            continue;
+        }
+        const char *body = NULL;
+        if (p[0] == '$' && v >= 0) {
+            if (c->in.len - at < l + (size_t)v + 2) {
+                break; /* the bulk's body is not all in */
+            }
+            body = p + l;
+        }
+        if (!c->started) {
+            c->started = 1;
+            at += l;
+            if (p[0] != '*' && p[0] != '%' && p[0] != '_') {
+                fail(c, ST_PROTOCOL, "XREADGROUP's reply is not an array or a map");
+                break;
+            }
+            if (v <= 0) {
+                c->reading = 0; /* nothing new */
+                continue;
+            }
+            c->resp3 = p[0] == '%';
+            c->depth = 0;
+            c->left[0] = c->resp3 ? 2 * v : v;
+            c->index[0] = -1;
+            continue;
+        }
+        int r = redis_element(c, p, l, body, v, s);
+        if (r == -1) {
+            fail(c, ST_PROTOCOL, "an unexpected element in XREADGROUP's reply");
+            break;
+        }
+        if (r == -2) {
+            fail(c, ST_CONNECTION, "out of memory");
+            break;
+        }
+        at += l + (body != NULL ? (size_t)v + 2 : 0);
+        while (c->depth >= 0 && c->left[c->depth] == 0) {
+            c->depth--;
+        }
+        if (c->depth < 0) {
+            if (c->entry_open) {
+                fail(c, ST_PROTOCOL, "an entry without the message's field");
+                break;
+            }
+            c->reading = 0;
+        }
+    }
+    memmove(c->in.p, c->in.p + at, c->in.len - at);
+    c->in.len -= at;
+}
+
 static void
 read_in(conn *c, int64_t now, int64_t wall_offset_ns, const spec_t *s)
 {
@@ -440,7 +821,11 @@ read_in(conn *c, int64_t now, int64_t wall_offset_ns, const spec_t *s)
         }
         c->in.len += (size_t)r;
         c->last_io_ns = now;
-        parse(c, now, wall_offset_ns, s);
+        if (s->proto == PROTO_REDIS) {
+            redis_parse(c, now, wall_offset_ns, s);
+        } else {
+            parse(c, now, wall_offset_ns, s);
+        }
         if (c->state != WAITING) {
             return;
         }
@@ -470,13 +855,16 @@ drive(conn *cs, Py_ssize_t n, const spec_t *s, int64_t return_ns, int64_t wall_o
         for (Py_ssize_t i = 0; i < n; i++) {
             conn *c = &cs[i];
             if (c->state == IDLE) {
+                int redis = s->proto == PROTO_REDIS;
                 if (ending) {
-                    if (c->ids.len == 0) {
+                    if ((redis ? c->rids_n : (int64_t)c->ids.len) == 0) {
                         c->state = DONE; /* nothing to ack */
-                    } else if (put_statement(c, s, 0) < 0) {
+                    } else if ((redis ? redis_round(c, s, 0, now, return_ns)
+                                      : put_statement(c, s, 0)) < 0) {
                         fail(c, ST_CONNECTION, "out of memory");
                     }
-                } else if (c->next_ns <= now && put_statement(c, s, s->limit) < 0) {
+                } else if (c->next_ns <= now && (redis ? redis_round(c, s, s->limit, now, return_ns)
+                                                       : put_statement(c, s, s->limit)) < 0) {
                     fail(c, ST_CONNECTION, "out of memory");
                 } else if (c->state == IDLE && c->next_ns - now < wait_ns) {
                     wait_ns = c->next_ns - now;
@@ -548,6 +936,7 @@ bytes_of(buf *b)
 static void
 conn_free(conn *c)
 {
+    free(c->rids.p);
     free(c->in.p);
     free(c->out.p);
     free(c->ids.p);
@@ -564,6 +953,7 @@ pg_receive(PyObject *self, PyObject *args)
     (void)self;
     PyObject *fds;
     spec_t s;
+    memset(&s, 0, sizeof s);
     long long return_ns, wall_offset_ns, limit, poll_cap_ns, timeout_ns;
     int wake_fd;
     if (!PyArg_ParseTuple(args, "O(y#LdLLn)LLi", &fds, &s.name, &s.name_len, &limit,
@@ -571,6 +961,7 @@ pg_receive(PyObject *self, PyObject *args)
                           &return_ns, &wall_offset_ns, &wake_fd)) {
         return NULL;
     }
+    s.proto = PROTO_PG;
     s.limit = limit;
     s.poll_cap_ns = poll_cap_ns > 0 ? poll_cap_ns : FIRST_BACKOFF_NS;
     s.timeout_ns = timeout_ns;
@@ -621,8 +1012,113 @@ pg_receive(PyObject *self, PyObject *args)
     return out;
 }
 
+/* redis_receive(conns, spec, return_ns, wall_offset_ns, wake_fd): see the top of the
+ * file. conns: (fd, consumer name) per receiver; spec: (group, keys, field, limit,
+ * delete_on_ack, poll_cap_ns, timeout_ns, header_bytes). */
+static PyObject *
+redis_receive(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *conns, *keys;
+    spec_t s;
+    memset(&s, 0, sizeof s);
+    s.proto = PROTO_REDIS;
+    long long return_ns, wall_offset_ns, limit, poll_cap_ns, timeout_ns;
+    int wake_fd;
+    if (!PyArg_ParseTuple(args, "O(y#O!y#LpLLn)LLi", &conns, &s.group, &s.group_len,
+                          &PyTuple_Type, &keys, &s.field, &s.field_len, &limit,
+                          &s.delete_on_ack, &poll_cap_ns, &timeout_ns, &s.header_bytes,
+                          &return_ns, &wall_offset_ns, &wake_fd)) {
+        return NULL;
+    }
+    s.limit = limit;
+    s.poll_cap_ns = poll_cap_ns;
+    s.timeout_ns = timeout_ns;
+    s.nkeys = PyTuple_GET_SIZE(keys);
+    if (limit < 1 || s.header_bytes < 0 || timeout_ns < 1 || poll_cap_ns < 1 ||
+        poll_cap_ns >= timeout_ns || s.nkeys < 1 || s.nkeys > 65535) {
+        PyErr_SetString(PyExc_ValueError,
+                        "redis_receive: limit, timeout and poll cap positive, the cap below "
+                        "the timeout, 1 to 65535 keys");
+        return NULL;
+    }
+    s.keys = calloc((size_t)s.nkeys, sizeof *s.keys);
+    s.key_lens = calloc((size_t)s.nkeys, sizeof *s.key_lens);
+    if (s.keys == NULL || s.key_lens == NULL) {
+        free(s.keys);
+        free(s.key_lens);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t k = 0; k < s.nkeys; k++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, k);
+        if (!PyBytes_Check(key)) {
+            free(s.keys);
+            free(s.key_lens);
+            PyErr_SetString(PyExc_TypeError, "redis_receive: a key is not bytes");
+            return NULL;
+        }
+        s.keys[k] = PyBytes_AS_STRING(key); /* the tuple is held by the caller's args */
+        s.key_lens[k] = PyBytes_GET_SIZE(key);
+    }
+    PyObject *seq = PySequence_Fast(conns, "conns must be a sequence");
+    if (seq == NULL) {
+        free(s.keys);
+        free(s.key_lens);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    conn *cs = calloc(n ? (size_t)n : 1, sizeof *cs);
+    if (cs == NULL) {
+        Py_DECREF(seq);
+        free(s.keys);
+        free(s.key_lens);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int fd;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "iy#;conns: (fd, name)", &fd,
+                              &cs[i].name, &cs[i].name_len)) {
+            break;
+        }
+        cs[i].fd = fd;
+        cs[i].state = IDLE;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(seq);
+        free(cs);
+        free(s.keys);
+        free(s.key_lens);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    drive(cs, n, &s, return_ns, wall_offset_ns, wake_fd);
+    Py_END_ALLOW_THREADS;
+    Py_DECREF(seq); /* the names pointed into its bytes until now */
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        conn *c = &cs[i];
+        PyObject *item = Py_BuildValue(
+            "(NNNNLLLiz)", bytes_of(&c->headers), bytes_of(&c->recv_ns), bytes_of(&c->lens),
+            bytes_of(&c->flagged), (long long)c->received, (long long)c->shorts,
+            (long long)c->acked, c->status, c->status ? c->message : NULL);
+        if (item == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        conn_free(&cs[i]);
+    }
+    free(cs);
+    free(s.keys);
+    free(s.key_lens);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"pg_receive", pg_receive, METH_VARARGS, "PostgreSQL receivers driven from one thread."},
+    {"redis_receive", redis_receive, METH_VARARGS, "Redis receivers driven from one thread."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -278,6 +278,57 @@ class LaneReceipt(NamedTuple):
     error: Exception | None
 
 
+def merged(parts: Sequence[LaneReceipt]) -> LaneReceipt:
+    """One receiver's receipt from its connections' (in their order): headers, batch
+    times and lengths one after the other, each flagged index moved past the headers
+    before it, the counts summed, the first failure."""
+    if len(parts) == 1:
+        return parts[0]
+    flagged = array.array("q")
+    base = 0
+    for p in parts:
+        flagged.extend(base + i for i in array.array("q", p.flagged))
+        base += len(p.headers) // envelope.HEADER_BYTES
+    errors = [p.error for p in parts if p.error is not None]
+    return LaneReceipt(
+        b"".join(p.headers for p in parts),
+        b"".join(p.recv_ns for p in parts),
+        b"".join(p.lens for p in parts),
+        flagged.tobytes(),
+        sum(p.received for p in parts),
+        sum(p.short for p in parts),
+        sum(p.acked for p in parts),
+        errors[0] if errors else None,
+    )
+
+
+def receipt_of(
+    deliveries: Sequence[Delivery], recv_wall_ns: int, acked: int, error: Exception | None
+) -> LaneReceipt:
+    """A receipt of deliveries a receiver in lanes took through its Python path (one
+    batch, received at ``recv_wall_ns``): their headers, the redelivered ones flagged."""
+    headers: list[bytes] = []
+    flagged, short = array.array("q"), 0
+    for d in deliveries:
+        if len(d.payload) < envelope.HEADER_BYTES:
+            short += 1
+            continue
+        if d.redelivered:
+            flagged.append(len(headers))
+        headers.append(d.payload[: envelope.HEADER_BYTES])
+    kept = len(headers)
+    return LaneReceipt(
+        b"".join(headers),
+        array.array("q", [recv_wall_ns] if kept else []).tobytes(),
+        array.array("q", [kept] if kept else []).tobytes(),
+        flagged.tobytes(),
+        len(deliveries),
+        short,
+        acked,
+        error,
+    )
+
+
 class Receiver(ABC):
     @abstractmethod
     def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:

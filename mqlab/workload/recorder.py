@@ -59,6 +59,10 @@ class ReceiverStats:
         self.short_total = 0  # messages shorter than a header (foreign)
         self.last_recv_ns = 0
         self._seen = (0, 0, 0, 0)
+        # receivers in lanes (they record what a compiled call received once it returns,
+        # at the interval's cut): the wall ms before which every batch received is
+        # recorded; None: not in lanes, the ticker does not wait
+        self.watermark_ms: int | None = None
 
     def received(
         self, messages: list[bytes], recv_ns: int, redelivered: list[int] | None = None
@@ -317,12 +321,13 @@ class IntervalRecorder:
                 self.totals[k] += v
             self.interval_start_ms = end_ms
 
-    def wait_for_senders(self, end_ms: int, bound_s: float) -> None:
-        """Wait (at most ``bound_s``) until every sender thread sending in runs recorded
-        what was confirmed before ``end_ms`` (its watermark), so that the interval ending
-        there gets it."""
+    def wait_for_records(self, end_ms: int, bound_s: float) -> None:
+        """Wait (at most ``bound_s``) until every sender sending in runs recorded what was
+        confirmed before ``end_ms``, and every receiver in lanes what it received before
+        it (their watermarks), so that the interval ending there gets it."""
         deadline = time.monotonic() + bound_s
-        while any(s.watermark_ms is not None and s.watermark_ms < end_ms for s in self.senders):
+        marks: list[SenderStats | ReceiverStats] = [*self.senders, *self.receivers]
+        while any(s.watermark_ms is not None and s.watermark_ms < end_ms for s in marks):
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.0005)

@@ -1,5 +1,5 @@
 """Receivers in lanes: each receiver its own connection, all of a worker's driven from one
-thread through the driver's :meth:`Driver.receive_lanes` (PostgreSQL:
+thread through the driver's :meth:`Driver.receive_lanes` (PostgreSQL and Redis Streams:
 mqlab/_recvpath.c), as the brokers' own consumer tools drive theirs.
 
 What a thread per receiver records, each lane records: its batches' headers, receive
@@ -8,8 +8,10 @@ acked, and its failures with the same backoff and error budget (a failed lane si
 its backoff while the others go on). The compiled loop returns at each interval's cut
 (every whole wall-clock second and the warm-up end) and at ``stop`` (a pipe it polls),
 every batch it received acked by then unless its lane failed (that batch comes again
-after its lease, flagged redelivered), so what it returns is recorded in the interval it
-was received in.
+after its lease, flagged redelivered), and what it returns is recorded in the interval it
+was received in: each receiver's stats carry a watermark (the wall ms before which all it
+received is recorded) that the ticker waits for before it closes an interval, and a new
+cut (the warm-up end, told by the coordinator) wakes the compiled loop.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ def run_receiver_lanes(
     receivers: list[Receiver] = []
     waker = _Waker()
     finished = threading.Event()
+    cuts.listen(waker.wake)
+    for st in stats:
+        st.watermark_ms = clock.wall_ms()
     try:
         receivers += [d.receiver() for d in drivers]
         ready.wait()
@@ -59,10 +64,15 @@ def run_receiver_lanes(
             going = [i for i in range(len(receivers)) if resume_ns[i] <= now]
             if not going:  # all backing off: until the first may go again
                 stop.wait(max(0.0, (min(resume_ns) - now) / 1e9))
+                mark = clock.wall_ms()
+                for st in stats:
+                    st.watermark_ms = mark
                 continue
             got = driver.receive_lanes(
                 [receivers[i] for i in going], w.receive_batch_max, until, offset, waker.rfd
             )
+            mark = (time.monotonic_ns() + offset) // 1_000_000  # all before it is in got
+            waker.drain()
             for i, r in zip(going, got, strict=True):
                 st = stats[i]
                 st.received_headers(r.headers, r.recv_ns, r.lens, r.flagged, r.received, r.short)
@@ -72,7 +82,12 @@ def run_receiver_lanes(
                 else:
                     delay = retries[i].backoff(r.error, "receive")  # raises past the budget
                     resume_ns[i] = time.monotonic_ns() + int(delay * 1e9)
+            for st in stats:
+                st.watermark_ms = mark
     finally:
+        cuts.unlisten(waker.wake)
+        for st in stats:
+            st.watermark_ms = None
         finished.set()
         waker.close()
         for receiver in receivers:

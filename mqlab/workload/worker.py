@@ -192,8 +192,9 @@ class Worker:
                     break
                 if now_ms() < boundary_ms:
                     continue
-            # senders recording runs: what they confirmed before the cut is recorded first
-            self.recorder.wait_for_senders(boundary_ms, WATERMARK_WAIT_S)
+            # senders recording runs, receivers in lanes: what they confirmed or received
+            # before the cut is recorded first
+            self.recorder.wait_for_records(boundary_ms, WATERMARK_WAIT_S)
             self.recorder.tick(boundary_ms)
             if measure is not None and boundary_ms >= measure:
                 self.measure_ms = None
@@ -225,6 +226,8 @@ class Worker:
         self.cuts.set_measure(at_ms)
         now = now_ms()
         if self.spec.role != "sender" and at_ms <= now and now > self.recorder.interval_start_ms:
+            # receivers in lanes, woken by the cut's change, record what came before it
+            self.recorder.wait_for_records(now, WATERMARK_WAIT_S)
             self.recorder.tick(now)
         self.measure_ms = at_ms
         self.measure_told.set()

@@ -191,17 +191,26 @@ def test_py_spy_stacks_are_summed_per_frame() -> None:
     assert not any(k.startswith("thread ") for k in incl)
 
 
-def test_the_goal_is_judged_per_core_on_send_paths_only() -> None:
+def test_the_goal_is_judged_per_core_on_each_path() -> None:
     def pair(path: str, mq_cpu: float) -> Comparison:
         return Comparison(
             "postgres", path, "p", Measured("m", 900, 1.0, mq_cpu), Measured("n", 1000, 1.0, 0.1)
         )
 
-    met = goal_line([pair("send", 0.1), pair("receive", 5.0)])
-    assert "0.90 per core (0.90 wall clock): met" in met and "NOT" not in met
+    line = goal_line([pair("send", 0.1), pair("receive", 5.0)])
+    assert line == (
+        "goal: ratio >= 0.8 per core; send: postgres 0.90 per core (0.90 wall clock): met; "
+        "receive: postgres 0.02 per core (0.90 wall clock): NOT met"
+    )
     missed = goal_line([pair("send", 1.0)])
-    assert "0.09 per core (0.90 wall clock): NOT met" in missed
-    assert goal_line([pair("receive", 1.0)]) == "goal: no send path measured"
+    assert (
+        missed
+        == "goal: ratio >= 0.8 per core; send: postgres 0.09 per core (0.90 wall clock): NOT met"
+    )
+    assert goal_line([pair("receive", 0.1)]).endswith(
+        "receive: postgres 0.90 per core (0.90 wall clock): met"
+    )
+    assert goal_line([]) == "goal: nothing measured"
 
 
 def test_the_native_payload_has_no_nul_byte_and_keeps_its_size() -> None:

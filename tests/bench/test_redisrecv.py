@@ -46,9 +46,7 @@ def _pending(driver: Any) -> int:
         r.close()
 
 
-def test_it_acks_and_deletes_every_entry_once_and_reads_each_header(
-    exe: Path, driver: Any
-) -> None:
+def test_it_acks_and_deletes_every_entry_once_and_reads_each_header(exe: Path, driver: Any) -> None:
     """5,003 entries (batches of 10 and a last one of 3 per read of 64): all acked, the
     stream empty, nothing pending, the headers' seqs summed to 0 + 1 + ... + 5,002."""
     rows = 5_003

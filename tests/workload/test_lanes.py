@@ -261,7 +261,7 @@ def test_runs_land_in_the_interval_of_their_confirmation_across_a_tick_and_the_w
         for cut in cut_list:
             while time.time_ns() // 1_000_000 < cut:
                 time.sleep(0.0005)
-            rec.wait_for_senders(cut, threads.WATERMARK_WAIT_S)
+            rec.wait_for_records(cut, threads.WATERMARK_WAIT_S)
             rec.tick(cut)
         ticker_done.set()
 

@@ -60,7 +60,6 @@ ack whose lease ran out still deletes the row, even if another receiver now hold
 
 from __future__ import annotations
 
-import array
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -77,6 +76,7 @@ from mqlab.brokers.base import (
     Receiver,
     Remaining,
     Sender,
+    merged,
 )
 from mqlab.brokers.postgres.client import Client
 from mqlab.brokers.postgres.database import (
@@ -150,30 +150,6 @@ class PostgresSender(Sender):
 
     def close(self) -> None:
         self.c.close()
-
-
-def merged(parts: Sequence[LaneReceipt]) -> LaneReceipt:
-    """One receiver's receipt from its connections' (in their order): headers, batch
-    times and lengths one after the other, each flagged index moved past the headers
-    before it, the counts summed, the first failure."""
-    if len(parts) == 1:
-        return parts[0]
-    flagged = array.array("q")
-    base = 0
-    for p in parts:
-        flagged.extend(base + i for i in array.array("q", p.flagged))
-        base += len(p.headers) // envelope.HEADER_BYTES
-    errors = [p.error for p in parts if p.error is not None]
-    return LaneReceipt(
-        b"".join(p.headers for p in parts),
-        b"".join(p.recv_ns for p in parts),
-        b"".join(p.lens for p in parts),
-        flagged.tobytes(),
-        sum(p.received for p in parts),
-        sum(p.short for p in parts),
-        sum(p.acked for p in parts),
-        errors[0] if errors else None,
-    )
 
 
 class PostgresDriver(Driver):

@@ -29,6 +29,15 @@
   comes again (at least once). A delivery this receiver did not hand out, or acked
   already, is not acked (``DriverError``, after acking the others): an entry still
   held cannot be acked.
+- receivers in lanes (``receive_lanes``, where ``mqlab._recvpath`` is built and
+  ``prefetch`` > 0: a worker's receivers then run from one thread): each call first
+  reads a receiver's own pending entries (at its start and after a failure) and, every
+  ``reclaim_interval_s``, takes over idle ones, through the Python path above, acking
+  each read at once; then mqlab/_recvpath.c drives every receiver's connection: rounds
+  of the last read's XACK and XDEL followed by an XREADGROUP of ``prefetch`` new entries
+  (BLOCKing after one that found nothing), each read recorded as a batch and acked in
+  the next round, all acked before the call returns. A failed connection is dropped and
+  its receiver reads its own pending entries again first.
 - ``prefetch = 0`` is the behaviour before prefetch: each ``receive`` reads at most
   its batch, and ``ack`` waits for the replies of XACK and XDEL (one pipeline).
 - redelivery: entries re-read from the own backlog or taken over by XAUTOCLAIM
@@ -60,6 +69,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -67,13 +77,17 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from mqlab import clock, envelope
 from mqlab.brokers import compiled
 from mqlab.brokers.base import (
     IDENTIFY_PREFIX_BYTES,
     Driver,
+    LaneReceipt,
     Receiver,
     Remaining,
     Sender,
+    merged,
+    receipt_of,
 )
 from mqlab.brokers.redis.receiver import RedisReceiver
 from mqlab.brokers.redis.sender import RedisSender
@@ -84,6 +98,9 @@ LOG = logging.getLogger(__name__)
 
 
 PAGE = 10_000  # entries per XRANGE / XPENDING call in remaining()
+# receivers in lanes: a read that follows one that found nothing blocks this long at most
+# (new entries end it at once; the compiled loop returns at its cut no later)
+LANE_BLOCK_NS = 50_000_000
 
 
 SEND_PATH = compiled.SEND_PATH
@@ -281,6 +298,67 @@ class RedisDriver(Driver):
 
     def sender(self) -> Sender:
         return RedisSender(self)
+
+    def receives_in_lanes(self) -> bool:
+        """Where ``mqlab._recvpath`` is built and receivers read ahead (``prefetch`` > 0):
+        a worker's receivers are driven from one thread (:meth:`receive_lanes`)."""
+        module = compiled.recv_module
+        return (
+            module is not None and hasattr(module, "redis_receive") and self.settings.prefetch > 0
+        )
+
+    def receive_lanes(
+        self,
+        receivers: Sequence[Receiver],
+        max_messages: int,
+        until_ns: int,
+        wall_offset_ns: int,
+        wake_fd: int,
+    ) -> list[LaneReceipt]:
+        """Each receiver's own pending entries (after its start or a failure) and, every
+        ``reclaim_interval_s``, the idle ones it takes over go through its Python path
+        (read, acked; :meth:`RedisReceiver.lane_prelude`); then every receiver's
+        connection is driven by ``mqlab._recvpath.redis_receive`` (mqlab/_recvpath.c)
+        until ``until_ns``: new entries read ahead (``prefetch`` a read), recorded, and
+        acked (XACK, and XDEL) with the next read. A receiver whose connection fails gets
+        what it had and the error; its entries read but not acked come again (its own
+        pending entries are read again first)."""
+        module = compiled.recv_module
+        assert module is not None
+        s: Settings = self.settings
+        out: list[LaneReceipt] = []
+        conns: list[tuple[int, bytes]] = []
+        going: list[tuple[int, RedisReceiver, LaneReceipt]] = []
+        for i, r in enumerate(receivers):
+            assert isinstance(r, RedisReceiver)
+            pre, acked, error = r.lane_prelude(max_messages)
+            first = receipt_of(pre, clock.wall_ns(), acked, error)
+            out.append(first)
+            if error is None:
+                try:
+                    conns.append(r.lane_conn())
+                except DriverError as e:
+                    out[i] = first._replace(error=e)
+                    continue
+                going.append((i, r, first))
+        if conns:
+            spec = (
+                self.group.encode(),
+                tuple(self.keys),
+                FIELD,
+                max(s.prefetch, max_messages),
+                s.delete_on_ack,
+                LANE_BLOCK_NS,
+                int(s.socket_timeout_s * 1e9),
+                envelope.HEADER_BYTES,
+            )
+            got = module.redis_receive(conns, spec, until_ns, wall_offset_ns, wake_fd)
+            for (i, r, first), row in zip(going, got, strict=True):
+                headers, recv_ns, lens, flagged, received, short, acked, status, msg = row
+                error = r.lane_failure(status, msg) if status else None
+                part = LaneReceipt(headers, recv_ns, lens, flagged, received, short, acked, error)
+                out[i] = merged([first, part])
+        return out
 
     def receiver(self) -> Receiver:
         """Reuses a closed receiver's consumer name: it first gets that one's pending entries."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -168,6 +169,63 @@ class RedisReceiver(Receiver):
         if self.driver.sentinels:
             self.backlog = {k: b"0" for k in self.keys}
             self.held.drop()
+
+    # -- in lanes (RedisDriver.receive_lanes) ---------------------------------------------
+    def lane_prelude(self, max_messages: int) -> tuple[list[Delivery], int, DriverError | None]:
+        """What the compiled loop does not do, through this Python path: the own pending
+        entries (at the start and after a failure), and every ``reclaim_interval_s`` the
+        entries idle past the visibility timeout; each read is acked at once (its XACK
+        count summed), and the connection left with no reply unread. The deliveries, the
+        entries acked, and the failure that stopped it."""
+        assert isinstance(self.io, Wire)  # in lanes only with prefetch > 0
+        out: list[Delivery] = []
+        acked = 0
+        try:
+            while True:
+                got: list[Delivery] = []
+                if self.backlog:
+                    got = self._read_backlog(max_messages)
+                elif time.monotonic() - self.last_reclaim >= self.reclaim_interval:
+                    got = self._reclaim(max_messages)
+                if not got:
+                    break
+                out += got
+                replies = self.io.run(self._ack_commands([d.handle for d in got]))
+                acked += sum(
+                    int(n) for n in replies[:: 2 if self.driver.settings.delete_on_ack else 1]
+                )
+            self.io.settle()
+        except redis.RedisError as e:
+            self.lane_failure(3, str(e))
+            return out, acked, DriverError(f"redis: receive failed: {e}")
+        return out, acked, None
+
+    def lane_conn(self) -> tuple[int, bytes]:
+        """This receiver's connection for the compiled loop (its socket, no reply due) and
+        its consumer name."""
+        assert isinstance(self.io, Wire)
+        try:
+            conn = self.io._conn()
+            if conn._sock is None:
+                conn.connect()
+        except redis.RedisError as e:
+            self.lane_failure(3, str(e))
+            raise DriverError(f"redis: receive failed: {e}") from e
+        fd = conn._sock.fileno()
+        os.set_blocking(fd, False)  # as redis-py's timeout sets it: the loop never blocks
+        return fd, self.name.encode()
+
+    def lane_failure(self, status: int, message: str | None) -> DriverError:
+        """The connection is dropped; the own pending entries (read, maybe not acked) are
+        read again first, flagged redelivered."""
+        if isinstance(self.io, Wire):
+            self.io.reset()
+        self.backlog = {k: b"0" for k in self.keys}
+        self.held.drop()
+        what = {1: "an error reply", 2: "no reply in time", 3: "the connection failed"}
+        return DriverError(
+            f"redis: receive failed ({what.get(status, 'a reply out of step')}): {message}"
+        )
 
     def _ack_commands(self, items: Sequence[tuple[bytes, bytes]]) -> list[tuple[Any, ...]]:
         by_key: dict[bytes, list[bytes]] = {}
