@@ -101,12 +101,25 @@ put(conn *c, const char *s, size_t len)
     c->wlen += len;
 }
 
+/* kind, n's digits, CRLF (by hand, as mqlab's receive path writes them) */
+static void
+put_head(conn *c, char kind, size_t n)
+{
+    char h[24], *e = h + sizeof h, *p = e;
+    *--p = '\n';
+    *--p = '\r';
+    do {
+        *--p = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    *--p = kind;
+    put(c, p, (size_t)(e - p));
+}
+
 static void
 put_bulk(conn *c, const char *s, size_t len)
 {
-    char head[32];
-    int h = snprintf(head, sizeof head, "$%zu\r\n", len);
-    put(c, head, (size_t)h);
+    put_head(c, '$', len);
     put(c, s, len);
     put(c, "\r\n", 2);
 }
@@ -114,9 +127,7 @@ put_bulk(conn *c, const char *s, size_t len)
 static void
 put_array(conn *c, long n)
 {
-    char head[32];
-    int h = snprintf(head, sizeof head, "*%ld\r\n", n);
-    put(c, head, (size_t)h);
+    put_head(c, '*', (size_t)n);
 }
 
 /* the acks of the last read's entries, a batch at a time, then (unless stopping) a read */

@@ -474,9 +474,21 @@ parse(conn *c, int64_t now, int64_t wall_offset_ns, const spec_t *s)
 static int
 put_head(buf *b, char kind, int64_t n)
 {
-    char h[32];
-    int len = snprintf(h, sizeof h, "%c%lld\r\n", kind, (long long)n);
-    return buf_put(b, h, (size_t)len);
+    /* kind, n's digits, CRLF; written by hand: snprintf here was a fifth of the
+     * receiver's CPU (perf, 2026-11-29) */
+    char h[24], *e = h + sizeof h, *p = e;
+    uint64_t v = (uint64_t)(n < 0 ? -n : n);
+    *--p = '\n';
+    *--p = '\r';
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    if (n < 0) {
+        *--p = '-';
+    }
+    *--p = kind;
+    return buf_put(b, p, (size_t)(e - p));
 }
 
 static int
