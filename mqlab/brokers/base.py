@@ -281,7 +281,10 @@ class LaneReceipt(NamedTuple):
 def merged(parts: Sequence[LaneReceipt]) -> LaneReceipt:
     """One receiver's receipt from its connections' (in their order): headers, batch
     times and lengths one after the other, each flagged index moved past the headers
-    before it, the counts summed, the first failure."""
+    before it, the counts summed, the first failure. Parts with nothing in them (most
+    calls' Python-path part, in Redis's lanes) are left out: no bytes copied for them."""
+    kept = [p for p in parts if p.received or p.acked or p.error is not None]
+    parts = kept or parts[:1]
     if len(parts) == 1:
         return parts[0]
     flagged = array.array("q")

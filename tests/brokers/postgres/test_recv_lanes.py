@@ -280,3 +280,5 @@ def test_a_receivers_connections_make_one_receipt_each_flag_at_its_own_header() 
     assert array.array("q", one.recv_ns).tolist() == [103, 102]
     assert (one.received, one.short, one.acked, one.error) == (6, 1, 5, err)
     assert merged([a]) is a
+    empty = part([], [], [], 0)
+    assert merged([empty, b]) is b and merged([empty, empty]) is empty
