@@ -16,8 +16,10 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   does, with its read-ahead: ``XREADGROUP ... COUNT P STREAMS key >`` (P: the profile's
   ``prefetch``, 256), then for each batch of B entries read ``XACK`` and ``XDEL``
   pipelined ahead of the next read; each entry's id kept, its value's header read. Both
-  receive sides read a stream preloaded with mqlab messages (``--preload-rows``; 0: 3 x
-  what the sender sent in its window, 100,000 to 1,000,000).
+  receive sides read a stream preloaded with mqlab messages (``--preload-rows``; 0: twice
+  what the sender sends in the window and 2 s more, 100,000 to 1,600,000: the receivers
+  are faster than the senders, and with fewer they emptied their streams before their
+  window ended, 2026-11-29).
 - PostgreSQL, profile ``postgres-sync``: ``pgbench -n -M prepared -c C -j J -T S -f``
   a script holding the driver's own multi-row INSERT (B rows), against mqlab's sender;
   and a script holding the driver's own ``FOR UPDATE SKIP LOCKED`` claim of B rows (their
@@ -744,7 +746,7 @@ def redis_receive(
     exe = redisrecv_binary(s.workdir)
     cls = registry.driver_class("redis")
     tag = uuid.uuid4().hex[:8]
-    rows = s.preload_rows or max(100_000, min(1_000_000, round(3 * send_rate * s.duration_s)))
+    rows = s.preload_rows or max(100_000, min(1_600_000, round(2 * send_rate * (s.duration_s + 2))))
     d = cls(profile.settings, cluster.endpoints(), f"bench-mqlab-recv-{tag}")
     d.setup()
     try:

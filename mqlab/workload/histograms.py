@@ -14,6 +14,7 @@ from hdrh.histogram import HdrHistogram
 from mqlab.archive.codecs import HIGHEST_US, new_histogram
 
 _EMPTY_MIN = HdrHistogram(1, 2, 1).min_value  # sys.maxsize, as hdrh starts
+CHUNK = 8192  # values indexed at a time
 
 
 class BulkHistogram:
@@ -35,11 +36,19 @@ class BulkHistogram:
         self.above_max = 0
 
     def counts_index(self, values: np.ndarray) -> np.ndarray:
+        """Each value's index into the counts array (values within 0..HIGHEST_US)."""
         v = values.astype(np.int64, copy=False)
-        bitlen = np.frexp((v | self._mask).astype(np.float64))[1].astype(np.int64)
-        bucket = bitlen - self._unit_mag - (self._shcm + 1)
-        sub = v >> (bucket + self._unit_mag)
-        return ((bucket + 1) << self._shcm) + sub - self._half
+        # the bit length of (v | sub-bucket mask), from its float64 exponent: exact, as
+        # HIGHEST_US < 2**53
+        e = (v | self._mask).astype(np.float64).view(np.int64)
+        e >>= 52  # the biased exponent: bit length + 1022
+        e -= 1023 + self._shcm  # bucket + unit magnitude: how far v's sub-bucket is shifted
+        sub = v >> e
+        e -= self._unit_mag - 1  # bucket + 1
+        e <<= self._shcm
+        e += sub
+        e -= self._half
+        return e
 
     def record(self, values: np.ndarray, weights: np.ndarray | None = None) -> None:
         """Record ``values`` (us); ``weights`` gives each value's count (default 1)."""
@@ -47,23 +56,24 @@ class BulkHistogram:
             return
         v = np.asarray(values, dtype=np.int64)
         lo, hi = int(v.min()), int(v.max())
+        w = None if weights is None else np.asarray(weights, dtype=np.int64)
         if lo < 0 or hi > HIGHEST_US:
-            w = np.ones(v.size, np.int64) if weights is None else np.asarray(weights, np.int64)
-            self.below_zero += int(w[v < 0].sum())
-            self.above_max += int(w[v > HIGHEST_US].sum())
+            ones = np.ones(v.size, np.int64) if w is None else w
+            self.below_zero += int(ones[v < 0].sum())
+            self.above_max += int(ones[v > HIGHEST_US].sum())
             v = np.clip(v, 0, HIGHEST_US)
             lo, hi = max(lo, 0), min(hi, HIGHEST_US)
-        idx = self.counts_index(v)
-        n = self._counts.size
-        if weights is None:
-            self._counts += np.bincount(idx, minlength=n)[:n]
-            total = int(v.size)
-        else:
-            wt = np.asarray(weights, dtype=np.int64)
-            self._counts += np.bincount(idx, weights=wt, minlength=n)[:n].astype(np.int64)
-            total = int(wt.sum())
+        counts = self._counts
+        # in chunks: the temporaries stay small (in cache, off the allocator's mmap path)
+        for at in range(0, v.size, CHUNK):
+            idx = self.counts_index(v[at : at + CHUNK])
+            if w is None:
+                add = np.bincount(idx)  # up to the largest index only
+            else:
+                add = np.bincount(idx, weights=w[at : at + CHUNK]).astype(np.int64)
+            counts[: add.size] += add
         h = self.hist
-        h.total_count += total
+        h.total_count += int(v.size) if w is None else int(w.sum())
         h.min_value = min(h.min_value, lo)
         h.max_value = max(h.max_value, hi)
 

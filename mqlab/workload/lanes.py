@@ -53,7 +53,7 @@ import os
 import select
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,57 @@ class _Waker:
         os.close(self.wfd)
 
 
+class Signal(threading.Event):
+    """An event that also calls its listeners when set (the worker's ``stop``): a
+    compiled loop is woken by it at once, with no thread looking at it on a timer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._listeners: list[Callable[[], None]] = []
+        self._guard = threading.Lock()
+
+    def set(self) -> None:
+        super().set()
+        with self._guard:
+            listeners = list(self._listeners)
+        for call in listeners:
+            call()
+
+    def listen(self, call: Callable[[], None]) -> None:
+        """Call ``call`` when set (at once if set already)."""
+        with self._guard:
+            self._listeners.append(call)
+        if self.is_set():
+            call()
+
+    def unlisten(self, call: Callable[[], None]) -> None:
+        with self._guard:
+            self._listeners.remove(call)
+
+
+@contextlib.contextmanager
+def woken_on_stop(stop: threading.Event, waker: _Waker) -> Iterator[None]:
+    """``waker`` woken once ``stop`` is set, while the body runs: by the signal itself, or
+    (a plain event) by a thread that looks at it every ``STOP_POLL_S``."""
+    if isinstance(stop, Signal):
+        stop.listen(waker.wake)
+        try:
+            yield
+        finally:
+            stop.unlisten(waker.wake)
+        return
+    finished = threading.Event()
+    watcher = threading.Thread(
+        target=_watch, args=(stop, finished, waker), name="lanes-stop", daemon=True
+    )
+    watcher.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        watcher.join()
+
+
 def _watch(stop: threading.Event, finished: threading.Event, waker: _Waker) -> None:
     """Wake the compiled loop once ``stop`` is set (until the lanes are done)."""
     while not finished.is_set():
@@ -160,18 +211,12 @@ def drive(
     loop = _Loop(lanes, ls, waker, connector, pool, wall_offset_ns)
     for lane in lanes:
         lane.stats.watermark_ms = (start_ns + wall_offset_ns) // 1_000_000
-    finished = threading.Event()
-    watcher = threading.Thread(
-        target=_watch, args=(stop, finished, waker), name="lanes-stop", daemon=True
-    )
-    watcher.start()
     cuts.listen(waker.wake)
     try:
-        loop.run(stop, end_ns, cuts)
+        with woken_on_stop(stop, waker):
+            loop.run(stop, end_ns, cuts)
     finally:
         cuts.unlisten(waker.wake)
-        finished.set()
-        watcher.join()
         for lane in lanes:
             lane.stats.watermark_ms = None
         connector.shutdown(wait=True)

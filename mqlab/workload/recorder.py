@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import array
 import logging
+import struct
 import threading
 import time
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TextIO
 
 import numpy as np
-from pyroaring import BitMap64
+from pyroaring import BitMap, BitMap64
 
 from mqlab import clock, cpu, envelope
 from mqlab.archive import codecs, layout
@@ -35,6 +36,7 @@ from mqlab.workload.histograms import BulkHistogram
 from mqlab.workload.senderstats import SenderStats
 
 LOG = logging.getLogger(__name__)
+_LOW_ONLY = struct.pack("<QI", 1, 0)  # Roaring64's portable format: one 32-bit bitmap, high 0
 
 
 def _ms(wall_ns: int) -> int:
@@ -158,8 +160,9 @@ class _Order:
     tails: BitMap64 = field(default_factory=BitMap64)
     first: int = 0
 
-    def add(self, seqs: np.ndarray) -> int:
-        """Add first deliveries in delivery order; return how many more are out of place."""
+    def add(self, seqs: np.ndarray, as_set: BitMap64 | None = None) -> int:
+        """Add first deliveries in delivery order; return how many more are out of place.
+        ``as_set``: the same seqs as a bitmap, when the caller has one (saves building it)."""
         if seqs.size == 0:
             return 0
         tails = self.tails
@@ -167,13 +170,38 @@ class _Order:
         self.first += int(seqs.size)
         increasing = seqs.size == 1 or bool(np.all(seqs[1:] > seqs[:-1]))
         if increasing and (not tails or int(seqs[0]) > tails.max()):
-            tails.update(array.array("Q", seqs.astype(np.uint64).tobytes()))
+            tails |= as_set if as_set is not None else _bitmap(seqs)
         else:
             for x in seqs.tolist():
                 if tails and x <= tails.max():
                     tails.discard(tails.next_set_bit(x))  # the smallest tail >= x
                 tails.add(x)
         return int(seqs.size) - (len(tails) - before)
+
+
+def _bitmap(seqs: np.ndarray) -> BitMap64:
+    """``seqs`` as a bitmap. Below 2**32 (every run's seqs in practice) it is built as a
+    32-bit bitmap and turned into a 64-bit one through Roaring's portable format (a
+    count of 32-bit bitmaps, each one's upper 32 bits, then it): adding the values to a
+    64-bit bitmap one by one costs twice as much."""
+    if seqs.size and int(seqs.max()) < 1 << 32:
+        low = BitMap(array.array("I", seqs.astype(np.uint32).tobytes()))
+        return BitMap64.deserialize(_LOW_ONLY + low.serialize())
+    return BitMap64(array.array("Q", seqs.astype(np.uint64, copy=False).tobytes()))
+
+
+def by_sender(senders: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(sender id, the indices of its messages in delivery order) for each distinct sender
+    id, in ascending id order."""
+    if senders.size == 0:
+        return []
+    # a stable sort keeps delivery order within a sender (16-bit keys sort by radix)
+    key = senders.astype(np.uint16) if int(senders.max()) < 1 << 16 else senders
+    order = np.argsort(key, kind="stable")
+    ids = senders[order]
+    cuts = (np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist()
+    bounds = [0, *cuts, int(ids.size)]
+    return [(int(ids[lo]), order[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False)]
 
 
 class DeliveryTracker:
@@ -191,23 +219,19 @@ class DeliveryTracker:
         first = np.zeros(decoded.size, dtype=bool)
         if decoded.size == 0:
             return first
-        senders = decoded["sender"]
         seqs = decoded["seq"]
-        order = np.argsort(senders, kind="stable")  # keeps delivery order within a sender
-        s_sorted = senders[order]
-        uniq, starts = np.unique(s_sorted, return_index=True)
-        bounds = [*starts[1:].tolist(), s_sorted.size]
-        for sid, lo, hi in zip(uniq.tolist(), starts.tolist(), bounds, strict=True):
-            idx = order[lo:hi]
+        for sid, idx in by_sender(decoded["sender"]):
             q = seqs[idx]
             f = flagged[idx]
             rec = self.senders.get(sid)
             if rec is None:
                 rec = self.senders[sid] = ReceivedSender()
-            batch = BitMap64(array.array("Q", q.astype(np.uint64).tobytes()))
+            batch = _bitmap(q)
+            flags = int(np.count_nonzero(f))
             rec.received += int(q.size)
-            rec.redelivered += int(np.count_nonzero(f))
-            if len(batch) == q.size and not f.any() and rec.seqs.isdisjoint(batch):
+            rec.redelivered += flags
+            fresh = len(batch) == q.size and not flags and rec.seqs.isdisjoint(batch)
+            if fresh:  # the common case: every one a first delivery
                 mask = np.ones(q.size, dtype=bool)
             else:
                 mask = ~f
@@ -218,18 +242,23 @@ class DeliveryTracker:
                 if seen_before:
                     mask &= ~np.isin(q, np.array(seen_before.to_array(), dtype=np.uint64))
                 # a seq delivered here more than once: again in this batch, or seen before
-                again = BitMap64(array.array("Q", q[~once].astype(np.uint64).tobytes()))
+                again = _bitmap(q[~once])
                 again |= seen_before
                 if again:
                     rec.again = again if rec.again is None else rec.again | again
             rec.seqs |= batch
-            rec.first_received += int(np.count_nonzero(mask))
             key = (thread, sid)
             track = self._order.get(key)
             if track is None:
                 track = self._order[key] = _Order()
-            rec.reordered += track.add(q[mask])
-            first[idx[mask]] = True
+            if fresh:
+                rec.first_received += int(q.size)
+                rec.reordered += track.add(q, batch)
+                first[idx] = True
+            else:
+                rec.first_received += int(np.count_nonzero(mask))
+                rec.reordered += track.add(q[mask])
+                first[idx[mask]] = True
         return first
 
     def record(self) -> DeliveryRecord:
@@ -357,8 +386,6 @@ class IntervalRecorder:
         return last_ms, lag_ns // 1_000_000
 
     def _tick_receivers(self, counts: dict[str, int]) -> int:
-        lat: list[np.ndarray] = []
-        first_lat: list[np.ndarray] = []
         last_ms = 0
         for thread, stats in enumerate(self.receivers):
             headers, flagged, recv_ns, lens, c = stats.swap()
@@ -378,8 +405,9 @@ class IntervalRecorder:
                 correction = self._correction_us(decoded["sender"])
                 if correction is not None:
                     latency = latency - correction  # below 0: clamped and counted
-                lat.append(latency)
-                first_lat.append(latency[first])
+                # each thread's at once (no joined copies: the arrays stay small)
+                self.hists["processing_us"].record(latency)
+                self.hists["processing_first_us"].record(latency[first])
                 counts["first_received"] += int(np.count_nonzero(first))
             if foreign:
                 counts["foreign"] += foreign
@@ -391,9 +419,6 @@ class IntervalRecorder:
                         "foreign, left out of latency and delivery figures (logged once)",
                         foreign,
                     )
-        if lat:
-            self.hists["processing_us"].record(np.concatenate(lat))
-            self.hists["processing_first_us"].record(np.concatenate(first_lat))
         return last_ms
 
     def close(self) -> None:

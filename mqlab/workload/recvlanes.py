@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from mqlab import clock
 from mqlab.brokers.base import Driver, Receiver
 from mqlab.scenario.model import Workload
-from mqlab.workload.lanes import _Waker, _watch
+from mqlab.workload.lanes import _Waker, woken_on_stop
 from mqlab.workload.recorder import ReceiverStats
 from mqlab.workload.senderstats import Cuts
 from mqlab.workload.threads import Retry
@@ -45,50 +45,60 @@ def run_receiver_lanes(
     cuts = cuts or Cuts()
     receivers: list[Receiver] = []
     waker = _Waker()
-    finished = threading.Event()
     cuts.listen(waker.wake)
     for st in stats:
         st.watermark_ms = clock.wall_ms()
     try:
         receivers += [d.receiver() for d in drivers]
         ready.wait()
-        watcher = threading.Thread(target=_watch, args=(stop, finished, waker), daemon=True)
-        watcher.start()
-        retries = [Retry() for _ in receivers]
-        resume_ns = [0] * len(receivers)
-        driver = drivers[0]  # each receiver's connection runs its own queue's statement
-        while not stop.is_set():
-            now = time.monotonic_ns()
-            offset = clock.wall_ns() - now
-            until = min(now + RETURN_NS, cuts.next_ns(now + offset) - offset)
-            going = [i for i in range(len(receivers)) if resume_ns[i] <= now]
-            if not going:  # all backing off: until the first may go again
-                stop.wait(max(0.0, (min(resume_ns) - now) / 1e9))
-                mark = clock.wall_ms()
-                for st in stats:
-                    st.watermark_ms = mark
-                continue
-            got = driver.receive_lanes(
-                [receivers[i] for i in going], w.receive_batch_max, until, offset, waker.rfd
-            )
-            mark = (time.monotonic_ns() + offset) // 1_000_000  # all before it is in got
-            waker.drain()
-            for i, r in zip(going, got, strict=True):
-                st = stats[i]
-                st.received_headers(r.headers, r.recv_ns, r.lens, r.flagged, r.received, r.short)
-                st.acked(r.acked)
-                if r.error is None:
-                    retries[i].ok()
-                else:
-                    delay = retries[i].backoff(r.error, "receive")  # raises past the budget
-                    resume_ns[i] = time.monotonic_ns() + int(delay * 1e9)
-            for st in stats:
-                st.watermark_ms = mark
+        with woken_on_stop(stop, waker):
+            _receive(drivers[0], receivers, w, stats, stop, cuts, waker)
     finally:
         cuts.unlisten(waker.wake)
         for st in stats:
             st.watermark_ms = None
-        finished.set()
         waker.close()
         for receiver in receivers:
             receiver.close()
+
+
+def _receive(
+    driver: Driver,
+    receivers: Sequence[Receiver],
+    w: Workload,
+    stats: Sequence[ReceiverStats],
+    stop: threading.Event,
+    cuts: Cuts,
+    waker: _Waker,
+) -> None:
+    """The lanes' calls until ``stop`` (each receiver's connection runs its own queue's
+    statement: one driver's ``receive_lanes`` drives them all)."""
+    retries = [Retry() for _ in receivers]
+    resume_ns = [0] * len(receivers)
+    while not stop.is_set():
+        now = time.monotonic_ns()
+        offset = clock.wall_ns() - now
+        until = min(now + RETURN_NS, cuts.next_ns(now + offset) - offset)
+        going = [i for i in range(len(receivers)) if resume_ns[i] <= now]
+        if not going:  # all backing off: until the first may go again
+            stop.wait(max(0.0, (min(resume_ns) - now) / 1e9))
+            mark = clock.wall_ms()
+            for st in stats:
+                st.watermark_ms = mark
+            continue
+        got = driver.receive_lanes(
+            [receivers[i] for i in going], w.receive_batch_max, until, offset, waker.rfd
+        )
+        mark = (time.monotonic_ns() + offset) // 1_000_000  # all before it is in got
+        waker.drain()
+        for i, r in zip(going, got, strict=True):
+            st = stats[i]
+            st.received_headers(r.headers, r.recv_ns, r.lens, r.flagged, r.received, r.short)
+            st.acked(r.acked)
+            if r.error is None:
+                retries[i].ok()
+            else:
+                delay = retries[i].backoff(r.error, "receive")  # raises past the budget
+                resume_ns[i] = time.monotonic_ns() + int(delay * 1e9)
+        for st in stats:
+            st.watermark_ms = mark

@@ -29,6 +29,7 @@ from mqlab.brokers import registry
 from mqlab.brokers.base import Driver, Endpoints
 from mqlab.scenario.model import Workload
 from mqlab.workload import protocol
+from mqlab.workload.lanes import Signal
 from mqlab.workload.recorder import IntervalRecorder, ReceiverStats, now_ms
 from mqlab.workload.recvlanes import run_receiver_lanes
 from mqlab.workload.senderstats import Cuts, SenderStats
@@ -52,7 +53,12 @@ class Worker:
         self._out = events
         self._out_lock = threading.Lock()
         self.commands: set[str] = set()
-        self.stop = threading.Event()
+        self.stop = Signal()  # wakes the lanes' compiled loops, the ticker and run()
+        # run()'s loop waits on this: a command, a thread that ended, or stop sets it
+        self.attention = threading.Event()
+        self.stop.listen(self.attention.set)
+        self._ended = 0  # threads (of _start_threads) that returned
+        self._ended_lock = threading.Lock()
         self.interrupted = False
         self.errors: list[str] = []
         self.workload = typed.build(Workload, spec.workload, Path("worker-spec"), "workload")
@@ -95,6 +101,7 @@ class Worker:
         self.go_ms: int | None = None
         self.measure_ms: int | None = None  # the measured period's start, once told
         self.measure_told = threading.Event()  # wakes the ticker when it is told
+        self.stop.listen(self.measure_told.set)  # and when the worker stops
         self.cuts = Cuts()  # where intervals end: the senders' runs end there too
 
     # -- threads ----------------------------------------------------------------
@@ -105,6 +112,10 @@ class Worker:
             LOG.error("thread failed: %s", exc)
             self.errors.append(f"{type(exc).__name__}: {exc}"[:500])
             self.stop.set()
+        finally:
+            with self._ended_lock:
+                self._ended += 1
+            self.attention.set()
 
     def _start_threads(self, ready: threading.Barrier) -> list[threading.Thread]:
         spec, w = self.spec, self.workload
@@ -184,8 +195,8 @@ class Worker:
                 boundary_ms = max(measure, now)  # told when it had come: an interval starts now
             wait_s = boundary_ms / 1000 - clock.wall_s()
             if wait_s > 0:
-                # a measure command wakes the ticker at once; stop is looked at every 0.1 s
-                if self.measure_told.wait(min(wait_s, 0.1)):
+                # a measure command and stop wake the ticker at once
+                if self.measure_told.wait(wait_s):
                     self.measure_told.clear()
                     continue
                 if self.stop.is_set():
@@ -245,7 +256,9 @@ class Worker:
                 self.commands.add("receivers-stop")
             elif isinstance(cmd, protocol.Stop):
                 break
+            self.attention.set()
         self.commands.add("stop")
+        self.attention.set()
 
     def run(self) -> int:
         spec = self.spec
@@ -264,20 +277,22 @@ class Worker:
         deadline = time.monotonic() + self.workload.max_run_s
         next_progress = time.monotonic() + 0.5
         while not self.stop.is_set():
+            self.attention.clear()  # what comes after this wakes the wait below
             if "stop" in self.commands or time.monotonic() > deadline:
                 self.interrupted = True
                 break
             if spec.role == "sender":
                 if not self.go.is_set() and "go" in self.commands:
                     self._start_sending()
-                if self.go.is_set() and not any(t.is_alive() for t in threads):
+                if self.go.is_set() and self._ended >= len(threads):
                     break
             elif "receivers-stop" in self.commands:
                 break
             if time.monotonic() >= next_progress:
                 next_progress += 0.5
                 self._emit(protocol.Progress(dict(self.recorder.totals)))
-            self.stop.wait(0.002 if not self.go.is_set() and spec.role == "sender" else 0.05)
+            # commands, ended threads and stop wake it; else the next progress or deadline
+            self.attention.wait(max(0.0, min(next_progress, deadline) - time.monotonic()))
         self.stop.set()
         # a thread inside a call ends it within the driver's timeouts (a batch in flight,
         # a connect first); it then records what it holds

@@ -19,9 +19,11 @@ def test_bulk_record_equals_record_value_exactly() -> None:
     rng = np.random.default_rng(7)
     values = np.concatenate(
         [
-            rng.integers(0, 10_000, 5000),
+            rng.integers(0, 10_000, 15_000),  # several of record's chunks
             rng.integers(0, 3_600_000_000, 500),
             np.array([0, 1, 2047, 2048, 2049, 3_600_000_000]),
+            # each side of every power of two (the index comes from the bit length)
+            np.array([(1 << k) + d for k in range(1, 32) for d in (-1, 0, 1)]),
         ]
     )
     weights = rng.integers(1, 11, values.size)

@@ -522,3 +522,43 @@ def test_a_fixed_rate_lane_that_failed_reconnects_and_stamps_each_batch_with_its
     for seq, stamp in zip(peers[1].seqs, peers[1].stamps, strict=True):
         assert stamp - offset == schedules[1].slot(seq)
     assert st.confirmed_total + st.failed_total == sch.scheduled
+
+
+def test_a_signal_stop_wakes_a_waiting_loop_at_once_without_a_watcher(made: list) -> None:
+    """The worker's ``stop`` is a :class:`lanes.Signal`: setting it wakes the compiled loop
+    through its listener (no thread looks at it on a timer). A fixed-rate lane whose next
+    slot is 10 s away ends within 0.1 s of the stop (not at the next second's cut)."""
+    states, peers, pool = _lanes(made, 1)
+    start = time.monotonic_ns()
+    offset = time.time_ns() - time.monotonic_ns()
+    _fixed(states, 0.2, start)  # batches of 2: a slot each 10 s
+    stop = lanes.Signal()
+    names: list[str] = []
+    stopped: list[float] = []
+
+    def set_stop() -> None:
+        names.extend(t.name for t in threading.enumerate())
+        stopped.append(time.monotonic())
+        stop.set()
+
+    timer = threading.Timer(0.3, set_stop)
+    timer.start()
+    lanes.drive(states, pool, stop, start, start + 30_000_000_000, offset, Cuts())
+    late = time.monotonic() - stopped[0]
+    timer.join()
+    assert late < 0.1, late
+    assert "lanes-stop" not in names  # no watcher thread
+    assert not stop._listeners  # the loop's listener is gone
+    assert states[0].stats.confirmed_total == 2 and len(peers[0].stamps) == 1
+
+
+def test_a_signal_calls_its_listeners_when_set_and_at_once_if_set_already() -> None:
+    s = lanes.Signal()
+    calls: list[str] = []
+    s.listen(lambda: calls.append("a"))
+    s.set()
+    assert calls == ["a"] and s.is_set()
+    s.listen(lambda: calls.append("b"))  # set already: called at once
+    assert calls == ["a", "b"]
+    s.unlisten(s._listeners[0])
+    assert len(s._listeners) == 1

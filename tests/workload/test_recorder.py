@@ -108,6 +108,58 @@ def test_sequence_numbers_are_64_bit() -> None:
     assert codecs.decode_bitmap(codecs.encode_bitmap(r.seqs)) == r.seqs
 
 
+def test_seqs_on_either_side_of_2_to_the_32_are_kept_exactly() -> None:
+    t = DeliveryTracker()
+    low = [(2, 2**32 - 2), (2, 2**32 - 1)]  # built as a 32-bit bitmap
+    assert _add(t, 0, low).tolist() == [True, True]
+    assert _add(t, 1, [(2, 2**32), *low[:1]]).tolist() == [True, False]  # the max is 2**32
+    assert _add(t, 1, [(2, 2**32 + 1)]).tolist() == [True]
+    r = t.senders[2]
+    assert sorted(r.seqs) == [2**32 - 2, 2**32 - 1, 2**32, 2**32 + 1]
+    assert sorted(r.again or []) == [2**32 - 2]
+    assert r.received == 5 and r.first_received == 4 and r.reordered == 0
+
+
+def test_interleaved_senders_and_threads_match_a_set_by_set_account() -> None:
+    """Batches of several senders' runs, over threads, with repeats and flags: each
+    figure against plain Python sets and the independent LIS."""
+    rng = random.Random(5)
+    t = DeliveryTracker()
+    seen: dict[int, set[int]] = {}
+    received: dict[int, int] = {}
+    first_count: dict[int, int] = {}
+    order: dict[tuple[int, int], list[int]] = {}
+    nxt = dict.fromkeys(range(4), 0)
+    for _ in range(60):
+        thread = rng.randrange(3)
+        pairs, flags = [], []
+        for _ in range(rng.randrange(1, 6)):
+            sender = rng.randrange(4)
+            for _ in range(rng.randrange(1, 12)):
+                if nxt[sender] and rng.random() < 0.1:  # one already sent, again
+                    q = rng.randrange(nxt[sender])
+                else:
+                    q, nxt[sender] = nxt[sender], nxt[sender] + 1
+                pairs.append((sender, q))
+                flags.append(rng.random() < 0.05)
+        got = _add(t, thread, pairs, flags).tolist()
+        for (sender, q), flag, is_first in zip(pairs, flags, got, strict=True):
+            s = seen.setdefault(sender, set())
+            want = not flag and q not in s
+            assert is_first == want, (sender, q, flag)
+            s.add(q)
+            received[sender] = received.get(sender, 0) + 1
+            if want:
+                first_count[sender] = first_count.get(sender, 0) + 1
+                order.setdefault((thread, sender), []).append(q)
+    for sender, r in t.senders.items():
+        assert set(r.seqs) == seen[sender]
+        assert r.received == received[sender]
+        assert r.first_received == first_count.get(sender, 0)
+        lis = sum(_out_of_place(v) for (_, s), v in order.items() if s == sender)
+        assert r.reordered == lis
+
+
 def _hlog_counts(path: Path) -> list[int]:
     lines, _ = hlog.read_lines(str(path))
     assert lines is not None
