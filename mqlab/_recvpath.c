@@ -81,20 +81,29 @@ typedef struct { /* a growing byte buffer */
     size_t len, cap;
 } buf;
 
-static int
+/* Room for need bytes in all (out of line: buf_put's common case stays small enough to
+ * be inlined where it is called, once per entry id, header and ack) */
+static __attribute__((noinline)) int
+buf_grow(buf *b, size_t need)
+{
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < need) {
+        cap *= 2;
+    }
+    unsigned char *p = realloc(b->p, cap);
+    if (p == NULL) {
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int
 buf_put(buf *b, const void *src, size_t n)
 {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n) {
-            cap *= 2;
-        }
-        unsigned char *p = realloc(b->p, cap);
-        if (p == NULL) {
-            return -1;
-        }
-        b->p = p;
-        b->cap = cap;
+    if (b->len + n > b->cap && buf_grow(b, b->len + n) < 0) {
+        return -1;
     }
     memcpy(b->p + b->len, src, n);
     b->len += n;
@@ -959,6 +968,38 @@ conn_free(conn *c)
     free(c->flagged.p);
 }
 
+/* The call's result: a tuple per connection (see the top of the file; with_again, the
+ * statements each sent again last, as PostgreSQL's has it); every connection freed. */
+static PyObject *
+results_of(conn *cs, Py_ssize_t n, int with_again)
+{
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        conn *c = &cs[i];
+        const char *message = c->status ? c->message : NULL;
+        PyObject *item =
+            with_again
+                ? Py_BuildValue("(NNNNLLLizL)", bytes_of(&c->headers), bytes_of(&c->recv_ns),
+                                bytes_of(&c->lens), bytes_of(&c->flagged),
+                                (long long)c->received, (long long)c->shorts,
+                                (long long)c->acked, c->status, message, (long long)c->again_n)
+                : Py_BuildValue("(NNNNLLLiz)", bytes_of(&c->headers), bytes_of(&c->recv_ns),
+                                bytes_of(&c->lens), bytes_of(&c->flagged),
+                                (long long)c->received, (long long)c->shorts,
+                                (long long)c->acked, c->status, message);
+        if (item == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        conn_free(&cs[i]);
+    }
+    free(cs);
+    return out;
+}
+
 static PyObject *
 pg_receive(PyObject *self, PyObject *args)
 {
@@ -1003,25 +1044,7 @@ pg_receive(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS;
     drive(cs, n, &s, return_ns, wall_offset_ns, wake_fd);
     Py_END_ALLOW_THREADS;
-    PyObject *out = PyList_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        conn *c = &cs[i];
-        PyObject *item = Py_BuildValue(
-            "(NNNNLLLizL)", bytes_of(&c->headers), bytes_of(&c->recv_ns), bytes_of(&c->lens),
-            bytes_of(&c->flagged), (long long)c->received, (long long)c->shorts,
-            (long long)c->acked, c->status, c->status ? c->message : NULL,
-            (long long)c->again_n);
-        if (item == NULL) {
-            Py_CLEAR(out);
-            break;
-        }
-        PyList_SET_ITEM(out, i, item);
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        conn_free(&cs[i]);
-    }
-    free(cs);
-    return out;
+    return results_of(cs, n, 1);
 }
 
 /* redis_receive(conns, spec, return_ns, wall_offset_ns, wake_fd): see the top of the
@@ -1106,23 +1129,7 @@ redis_receive(PyObject *self, PyObject *args)
     drive(cs, n, &s, return_ns, wall_offset_ns, wake_fd);
     Py_END_ALLOW_THREADS;
     Py_DECREF(seq); /* the names pointed into its bytes until now */
-    PyObject *out = PyList_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        conn *c = &cs[i];
-        PyObject *item = Py_BuildValue(
-            "(NNNNLLLiz)", bytes_of(&c->headers), bytes_of(&c->recv_ns), bytes_of(&c->lens),
-            bytes_of(&c->flagged), (long long)c->received, (long long)c->shorts,
-            (long long)c->acked, c->status, c->status ? c->message : NULL);
-        if (item == NULL) {
-            Py_CLEAR(out);
-            break;
-        }
-        PyList_SET_ITEM(out, i, item);
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        conn_free(&cs[i]);
-    }
-    free(cs);
+    PyObject *out = results_of(cs, n, 0);
     free(s.keys);
     free(s.key_lens);
     return out;
