@@ -195,8 +195,9 @@ class Worker:
                 boundary_ms = max(measure, now)  # told when it had come: an interval starts now
             wait_s = boundary_ms / 1000 - clock.wall_s()
             if wait_s > 0:
-                # a measure command and stop wake the ticker at once
-                if self.measure_told.wait(wait_s):
+                # a measure command and stop wake the ticker at once; the cut is looked
+                # at again at least once a second (a wall clock stepped back)
+                if self.measure_told.wait(min(wait_s, 1.0)):
                     self.measure_told.clear()
                     continue
                 if self.stop.is_set():
