@@ -63,7 +63,7 @@ from mqlab import envelope
 from mqlab.brokers.base import Sender, lanes_engine
 from mqlab.errors import DriverError
 from mqlab.workload.schedules import FixedRate
-from mqlab.workload.senderstats import Cuts, SenderStats
+from mqlab.workload.senderstats import Cuts, Listeners, SenderStats
 
 RUN_BATCHES = 1024  # sizes handed to a lane at once (its records: two i64 each)
 # a fixed-rate lane's run: its slots of FIXED_RUN_S (RUN_BATCHES .. FIXED_RUN_MAX batches);
@@ -132,26 +132,20 @@ class Signal(threading.Event):
 
     def __init__(self) -> None:
         super().__init__()
-        self._listeners: list[Callable[[], None]] = []
-        self._guard = threading.Lock()
+        self._listeners = Listeners()
 
     def set(self) -> None:
         super().set()
-        with self._guard:
-            listeners = list(self._listeners)
-        for call in listeners:
-            call()
+        self._listeners.call_all()
 
     def listen(self, call: Callable[[], None]) -> None:
         """Call ``call`` when set (at once if set already)."""
-        with self._guard:
-            self._listeners.append(call)
+        self._listeners.add(call)
         if self.is_set():
             call()
 
     def unlisten(self, call: Callable[[], None]) -> None:
-        with self._guard:
-            self._listeners.remove(call)
+        self._listeners.remove(call)
 
 
 @contextlib.contextmanager

@@ -17,30 +17,49 @@ from mqlab.archive.records import SentSender
 from mqlab.workload.schedules import Schedule
 
 
+class Listeners:
+    """Calls to make when something happens (added and removed from any thread)."""
+
+    def __init__(self) -> None:
+        self._calls: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def add(self, call: Callable[[], None]) -> None:
+        with self._lock:
+            self._calls.append(call)
+
+    def remove(self, call: Callable[[], None]) -> None:
+        with self._lock:
+            self._calls.remove(call)
+
+    def call_all(self) -> None:
+        with self._lock:
+            calls = list(self._calls)
+        for call in calls:
+            call()
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+
 class Cuts:
     """Where the worker's intervals end: every whole wall-clock second, and the measured
     period's start (the warm-up end) once the coordinator told it (``measure_ms``)."""
 
     def __init__(self) -> None:
         self.measure_ms: int | None = None
-        self._listeners: list[Callable[[], None]] = []
-        self._lock = threading.Lock()
+        self._listeners = Listeners()
 
     def set_measure(self, at_ms: int) -> None:
         """The coordinator told the warm-up end: every listener is called."""
         self.measure_ms = at_ms
-        with self._lock:
-            listeners = list(self._listeners)
-        for call in listeners:
-            call()
+        self._listeners.call_all()
 
     def listen(self, call: Callable[[], None]) -> None:
-        with self._lock:
-            self._listeners.append(call)
+        self._listeners.add(call)
 
     def unlisten(self, call: Callable[[], None]) -> None:
-        with self._lock:
-            self._listeners.remove(call)
+        self._listeners.remove(call)
 
     def next_ns(self, wall_ns: int) -> int:
         """The first cut after ``wall_ns`` (wall-clock ns)."""

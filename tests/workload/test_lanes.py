@@ -555,10 +555,14 @@ def test_a_signal_stop_wakes_a_waiting_loop_at_once_without_a_watcher(made: list
 def test_a_signal_calls_its_listeners_when_set_and_at_once_if_set_already() -> None:
     s = lanes.Signal()
     calls: list[str] = []
-    s.listen(lambda: calls.append("a"))
+
+    def a() -> None:
+        calls.append("a")
+
+    s.listen(a)
     s.set()
     assert calls == ["a"] and s.is_set()
     s.listen(lambda: calls.append("b"))  # set already: called at once
     assert calls == ["a", "b"]
-    s.unlisten(s._listeners[0])
+    s.unlisten(a)
     assert len(s._listeners) == 1
