@@ -471,6 +471,9 @@ def drop_orphan_shm(data_dir: Path, wait_s: float = 5.0) -> None:
 server_children = process.children  # PostgreSQL's backends each call setsid()
 
 
+KILLED_WAIT_S = 10.0  # how long _kill_leftovers waits for SIGKILLed children to exit
+
+
 def _kill_leftovers(host: Host, children: list[ProcessRecord], grace_s: float = 2.0) -> None:
     """Children normally exit with their postmaster; SIGKILL any still there after ``grace_s``."""
     deadline = time.monotonic() + grace_s
@@ -484,6 +487,11 @@ def _kill_leftovers(host: Host, children: list[ProcessRecord], grace_s: float = 
                     os.kill(c.pid, signal.SIGKILL)
             else:
                 host.run(f"kill -KILL {c.pid} 2>/dev/null; true", check=False)
+    # a SIGKILLed process is gone only once it has exited (one in an fsync finishes that
+    # first): wait for it, so that a crash's processes are all gone when this returns
+    deadline = time.monotonic() + KILLED_WAIT_S
+    while children and any(host.alive(children)) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 CLUSTER = PostgresCluster
