@@ -65,8 +65,10 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
 - RocketMQ, profile ``rocketmq-sync`` (DLedger: SEND_OK once 2 of the 3 brokers have it):
   ``benchmark.BatchProducer`` (``rocketmq-example``; Maven Central has 5.5.0, not 5.4.0; C
   threads, batches of B sent synchronously over the remoting protocol) against mqlab's
-  sender through the gRPC proxy, and ``benchmark.Consumer`` (a push consumer of C threads)
-  against mqlab's receiver. Their reports, once a second, are not the second's count but
+  sender, and ``benchmark.Consumer`` (a push consumer of C threads, pulls of 32) against
+  mqlab's receiver; mqlab's client is the profile's (``remoting`` since 2026-11-29: the
+  same protocol, straight to the group's master; it was the Python gRPC client through the
+  proxy before). Their reports, once a second, are not the second's count but
   the rate over their last 10 snapshots (9 s), printed from their 10th second on: the
   window is the 9 s ending at the last report, at least ``--duration-s`` after the first
   report of a rate above 0, its messages the last rate times 9 s, the JVM's CPU
@@ -1395,7 +1397,9 @@ def rocketmq_counter(what: str) -> Any:
 
 ROCKETMQ_SPAN_S = 9.0  # their rate: over their last 10 snapshots, taken 1 s apart
 ROCKETMQ_PRELOAD = 800_000  # messages in the native consumer's topic (--preload-rows)
-MQLAB_PRELOAD = 20_000  # in mqlab's receiver's (it takes a few hundred a second here)
+# in mqlab's receiver's topic: its remoting client takes ~5,000-10,000 a second here, 8 s
+# and its start with room to spare (1 KiB each: ~200 MB over the 3 brokers)
+MQLAB_PRELOAD = 200_000
 
 
 def rocketmq_fill(cmd: list[str], driver: Any, rows: int, timeout_s: float = 120.0) -> int:
@@ -1464,9 +1468,10 @@ def rocketmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
     remoting protocol, straight to the brokers, routed by the name server) on a topic of
     mqlab's driver: C threads each sending batches of B synchronously (one SendMessage per
     batch, answered SEND_OK once the DLedger group's majority has it) against mqlab's
-    sender through the gRPC proxy (B sends, then their answers); a push consumer of C
-    threads (offsets committed by the client) against mqlab's SimpleConsumer receiver
-    (receives of B, each message acked with an AckMessage call)."""
+    sender (the profile's client: remoting, one SEND_BATCH_MESSAGE per batch to the
+    master); a push consumer of C threads (pulls of 32, offsets committed by the client)
+    against mqlab's receiver (pops of 32 read ahead, handed out B at a time, each batch's
+    acks in one BATCH_ACK_MESSAGE)."""
     from mqlab.brokers import servers
     from mqlab.brokers.rocketmq import admin
 

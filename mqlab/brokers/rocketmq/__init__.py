@@ -37,6 +37,14 @@ BROKER = Broker(
             # remaining() counts ready messages, and unacked ones once the broker revived
             # them (a few seconds after their invisible duration): it agrees within seconds
             remaining_exact=False,
+            prefetches=True,  # a pop reads up to 32 ahead of what a receive hands out
+        ),
+        # the official Python client through the gRPC proxy (the driver's client = "grpc")
+        Contract(
+            "rocketmq-grpc",
+            {"client": "grpc", "invisible_duration_s": 5, "send_timeout_s": 30.0},
+            visibility_s=5.0,
+            remaining_exact=False,
         ),
     ),
 )

@@ -56,13 +56,16 @@ class Reply:
     body: bytes
 
 
-def encode(code: int, ext: dict[str, str], opaque: int, body: bytes = b"") -> bytes:
-    """One request frame."""
+def encode(
+    code: int, ext: dict[str, str], opaque: int, body: bytes = b"", version: int = 0
+) -> bytes:
+    """One request frame (``version``: the client's MQVersion ordinal; 0 for admin calls,
+    whose answers are read with bare integer map keys quoted, ``loads``)."""
     header = json.dumps(
         {
             "code": code,
             "language": "PYTHON",
-            "version": 0,
+            "version": version,
             "opaque": opaque,
             "flag": 0,
             "extFields": ext,

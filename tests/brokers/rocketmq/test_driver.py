@@ -38,7 +38,9 @@ def endpoints(n: int = 3, **extra: Any) -> Endpoints:
 
 
 def driver(queue: str = "mqlab_20261123t101010z_42", **settings: Any) -> rm.RocketmqDriver:
-    return rm.RocketmqDriver(rm.Settings(**settings), endpoints(), queue)
+    """A driver of the gRPC client (what these tests stand in for); ``client`` may say
+    otherwise."""
+    return rm.RocketmqDriver(rm.Settings(**{"client": "grpc", **settings}), endpoints(), queue)
 
 
 # -- names, settings, endpoints ------------------------------------------------------------

@@ -1,11 +1,15 @@
-"""The DLedger group under a killed leader, through a whole mqlab run (the sync profile):
-the broker leading the group is killed mid-run and restarted 3 s later; Raft elects
-another leader, the proxy's route follows it, the senders' failed batches are retried, and
-every confirmed message is received; the restarted broker is back in the group. Runs on
-the session's shared cluster."""
+"""RocketMQ's row of the local durability matrix (scenarios/faults/durability-matrix-local.toml,
+profile rocketmq-sync) through one mqlab run on the session's shared cluster: the broker
+leading the DLedger group killed and restarted 3 s later (Raft elects another leader, the
+clients follow the name server to it, the senders' failed batches are retried), a broker
+paused for 3 s, then every broker killed at once and restarted 2 s later. Every confirmed
+message is received, but for what was sent in the second of the leader's kill (one loss
+seen there, in the gRPC client's time: docs/brokers.md); the restarted broker is back in
+the group."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -39,12 +43,16 @@ def lost_by_second(run_dir: Path) -> dict[tuple[str, int], int]:
     return out
 
 
-RATE_PER_S, THREADS, DURATION_S = 50, 2, 30
-FAULTS = [{"at_s": 6, "action": "kill_leader", "restart_after_s": 3}]
+RATE_PER_S, THREADS, DURATION_S = 50, 2, 32
+FAULTS = [
+    {"at_s": 4, "action": "kill_leader", "restart_after_s": 3},
+    {"at_s": 13, "action": "pause_node", "node": 1, "duration_s": 3},
+    {"at_s": 22, "action": "crash_all", "restart_after_s": 2},
+]
 
 
 @pytest.mark.timeout(900)
-def test_a_killed_leader_loses_nothing_but_what_was_sent_as_it_died(
+def test_the_matrix_row_loses_nothing_but_what_was_sent_as_the_leader_died(
     tmp_path: Path, shared_lab: SharedLab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster = shared_lab.cluster("rocketmq")
@@ -63,23 +71,30 @@ def test_a_killed_leader_loses_nothing_but_what_was_sent_as_it_died(
     manifest = read_json(result.run_dir / "manifest.json")
     assert manifest["broker"]["stand_in"] is None
     assert any("RocketMQ 5.4.0" in v for v in manifest["broker"]["server_versions"])
-    actions = [(f["action"], f["node"]) for f in manifest["faults"]]
-    assert [a for a, _ in actions] == ["kill_leader", "restart_node"], actions
+    actions = [(f["action"], f.get("node")) for f in manifest["faults"]]
+    assert [a for a, _ in actions[:2]] == ["kill_leader", "restart_node"], actions
     assert actions[0][1] == actions[1][1], actions
-    d = read_json(result.run_dir / "summary.json")["delivery"]
-    print(f"rocketmq kill_leader: {d}; drain {manifest.get('drain')}")
+    assert {"pause_node", "crash_all"} <= {a for a, _ in actions}, actions
+    summary = read_json(result.run_dir / "summary.json")
+    assert [c["action"] for c in summary["faults"]] == ["kill_leader", "pause_node", "crash_all"]
+    d = summary["delivery"]
+    print(f"rocketmq matrix row: {d}; faults {summary['faults']}; drain {manifest.get('drain')}")
     assert d["confirmed"] > 0 and d["undrained"] == 0, d
     # Lost: 0 in most runs here; in one of two on 2026-11-29, 14 (one batch of 7 per
     # sender, each sent in the second in which the leader was killed, confirmed, never
     # delivered; docs/brokers.md, Apache RocketMQ). Whatever is lost must be of those
     # seconds: anything confirmed well before the kill or after the restart is delivered.
-    kill_ms, restart_ms = (f["at_ms"] for f in manifest["faults"])
+    kill_ms, restart_ms = (f["at_ms"] for f in manifest["faults"][:2])
     lost = lost_by_second(result.run_dir)
     assert len(lost) == d["lost"], (lost, d)
     for (sender, seq), second in lost.items():
         assert kill_ms - 2_000 <= second <= restart_ms, (sender, seq, second, kill_ms)
-    # the killed broker, restarted, is back in the group: a leader and 2 followers listed
-    # (whether its commit log caught up with the leader's is not asserted: seen here once
-    # still behind 120 s after the run, on a machine at load 30-40)
+    # every broker, restarted, is back in the group: a leader and 2 followers listed
+    # (whether their commit logs caught up with the leader's is not asserted: seen here
+    # once still behind 120 s after the run, on a machine at load 30-40)
+    deadline = time.monotonic() + 120
     group = cluster.group()
-    assert 0 in group and len(group) == 3, group
+    while not (0 in group and len(group) == 3):
+        assert time.monotonic() < deadline, group
+        time.sleep(1)
+        group = cluster.group()

@@ -1,0 +1,283 @@
+"""A RocketMQ sender and receiver on mqlab's own remoting connections, straight to the
+broker group's master, as RocketMQ's own Java clients and benchmark tools reach it (the
+protocol: ``remoting.py``). The driver's ``client = "remoting"`` (its default).
+
+- the master: the group that has a broker id 0 in the name servers' cluster info (with
+  DLedger, the Raft leader), looked up when a sender or receiver starts and again after a
+  failure, at most once per ``LOOKUP_EVERY_S``. A failed request closes the connection:
+  the next one connects to the master as then listed (after a leader change, the new
+  one), and the runner retries what failed. Until a master is listed, a send or receive
+  fails at once ("no master").
+- send: the batch in one SEND_BATCH_MESSAGE to the next of the topic's queues in turn
+  (each sender starts at a queue of its own), answered once the broker stored it as its
+  durability says (DLedger: 2 of the 3 brokers appended it); a code other than SUCCESS,
+  no answer within ``send_timeout_s`` or a broken connection fails the batch
+  (DriverError). A batch stored by an attempt whose answer was lost is stored again by
+  the retry (mqlab counts duplicates).
+- receive: one POP_MESSAGE of ``read_ahead`` messages (at most 32) with the invisible
+  duration, waiting at most ``timeout_s`` on the broker (long polling) for the first;
+  the first ``max_messages`` are handed out, each with its receipt (flagged redelivered
+  when the broker delivered it before), the rest by the next receives, with no request,
+  until none is left. What was read ahead is hidden from other receivers as what was
+  handed out is; a receiver closed with some comes again after the invisible duration.
+- ack: every delivery handed out and not acked yet is acked by one BATCH_ACK_MESSAGE (a
+  bit per message, as the Java client acks a batch), written at once; its answer is read
+  with the next pop's (or at close), not waited for. A refused ack, or one whose
+  connection was lost before its answer, is reported by the next ack() (DriverError): its
+  messages come again when their invisible duration ends. With no connection (a failed
+  one, until the next pop connects again) the acks wait for the next pop's request. A
+  delivery this receiver did not hand out, or acked already, is refused (DriverError,
+  after acking the others).
+- close: the connection is closed; what was handed out and not acked comes again once
+  its invisible duration ends.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from mqlab.brokers.base import Delivery, Receiver, Sender
+from mqlab.brokers.rocketmq import admin, remoting
+from mqlab.errors import DriverError
+
+LOG = logging.getLogger(__name__)
+LOOKUP_EVERY_S = 1.0  # at most one lookup of the master this often per sender/receiver
+MAX_POP = 32  # the broker pops at most 32 messages per request
+
+
+def find_master(
+    namesrvs: list[tuple[str, int]], timeout_s: float
+) -> tuple[str, tuple[str, int]] | None:
+    """(the group's name, its master's address) as the first name server that answers
+    lists a broker id 0; None while none does (an election) or none answers."""
+    for ns in namesrvs:
+        try:
+            groups = admin.cluster_info(ns, timeout_s)
+        except DriverError as e:
+            LOG.debug("%s", e)
+            continue
+        for name, addrs in sorted(groups.items()):
+            if 0 in addrs:
+                host, _, port = addrs[0].rpartition(":")
+                return name, (host, int(port))
+    return None
+
+
+class MasterLink:
+    """A connection to the broker group's master, made on first use and again after a
+    failure (``drop``), the master looked up each time at most once per
+    ``LOOKUP_EVERY_S``."""
+
+    def __init__(self, namesrvs: list[tuple[str, int]], timeout_s: float):
+        self.namesrvs = namesrvs
+        self.timeout_s = timeout_s
+        self.conn: remoting.Connection | None = None
+        self.broker_name = ""
+        self.looked_up_at = -LOOKUP_EVERY_S
+        self.lookups = 0
+
+    def get(self) -> remoting.Connection:
+        if self.conn is not None:
+            return self.conn
+        now = time.monotonic()
+        if now - self.looked_up_at < LOOKUP_EVERY_S:
+            raise DriverError("rocketmq: no connection to a master (looked up less than 1 s ago)")
+        self.looked_up_at = now
+        self.lookups += 1
+        found = find_master(self.namesrvs, self.timeout_s)
+        if found is None:
+            where = ", ".join(f"{h}:{p}" for h, p in self.namesrvs)
+            raise DriverError(f"rocketmq: no name server ({where}) lists a master now")
+        self.broker_name, address = found
+        self.conn = remoting.Connection(address, self.timeout_s)
+        return self.conn
+
+    def drop(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def close(self) -> None:
+        self.drop()
+
+
+class DirectSender(Sender):
+    def __init__(self, driver: Any, namesrvs: list[tuple[str, int]]):
+        s = driver.settings
+        self.topic = driver.topic
+        self.queues = s.queues
+        self.timeout_s = s.send_timeout_s
+        self.link = MasterLink(namesrvs, s.request_timeout_s)
+        self.ids = remoting.UniqueIds()
+        self.next_queue = int.from_bytes(os.urandom(2), "big") % self.queues
+
+    def send(self, batch: Sequence[bytes]) -> None:
+        queue = self.next_queue
+        self.next_queue = (queue + 1) % self.queues
+        body = remoting.encode_batch(batch, self.ids.take(len(batch)))
+        try:
+            conn = self.link.get()
+            header = remoting.send_header(self.topic, queue, self.link.broker_name)
+            answer = conn.call(remoting.SEND_BATCH_MESSAGE, header, self.timeout_s, body)
+        except DriverError as e:
+            self.link.drop()
+            raise DriverError(f"rocketmq: a batch of {len(batch)} failed: {e}") from e
+        if answer.code != remoting.SUCCESS:
+            self.link.drop()
+            raise DriverError(
+                f"rocketmq: a batch of {len(batch)} refused by {conn.where()} "
+                f"(code {answer.code}: {answer.remark})"
+            )
+
+    def close(self) -> None:
+        self.link.close()
+
+
+class DirectReceiver(Receiver):
+    def __init__(self, driver: Any, namesrvs: list[tuple[str, int]]):
+        s = driver.settings
+        self.topic = driver.topic
+        self.group = driver.group
+        self.invisible_ms = int(s.invisible_duration_s * 1000)
+        self.margin_s = float(s.request_timeout_s)
+        self.link = MasterLink(namesrvs, s.request_timeout_s)
+        self.read_ahead = s.read_ahead
+        self.ahead: collections.deque[remoting.Popped] = collections.deque()  # not handed out
+        self.out: Counter[str] = Counter()  # receipts handed out, unacked -> how often
+        self.pending: list[remoting.Popped] = []  # acked, not written yet
+        self.written: dict[int, list[remoting.Popped]] = {}  # acks written, unanswered
+        self.failed: list[str] = []  # why written acks failed, for the next ack() to report
+        self.lock = threading.Lock()  # the connection: one request and its answer at a time
+
+    def receive(self, max_messages: int, timeout_s: float) -> list[Delivery]:
+        """Up to ``max_messages`` of what the last pop read ahead; when none is left, a
+        pop of ``read_ahead`` (at least ``max_messages``, at most 32) whose first
+        ``max_messages`` are handed out and the rest kept."""
+        want = max(1, max_messages)
+        with self.lock:
+            if not self.ahead:
+                self.ahead.extend(self._pop(min(max(want, self.read_ahead), MAX_POP), timeout_s))
+            out: list[Delivery] = []
+            ahead, handed = self.ahead, self.out
+            while ahead and len(out) < want:
+                m = ahead.popleft()
+                handed[m.receipt] += 1
+                out.append(Delivery(m.body, m, m.redelivered))
+        return out
+
+    def _pop(self, n: int, timeout_s: float) -> list[remoting.Popped]:
+        """One POP_MESSAGE of at most ``n``, the pending acks written before it."""
+        poll_ms = max(0, int(timeout_s * 1000))
+        header = remoting.pop_header(self.group, self.topic, n, self.invisible_ms, poll_ms)
+        try:
+            conn = self.link.get()
+            op = conn.next_opaque()
+            conn.write(self._acks(conn) + remoting.frame(remoting.POP_MESSAGE, header, op))
+            answer = conn.answer(op, timeout_s + self.margin_s)
+        except DriverError as e:
+            self._lost()
+            raise DriverError(f"rocketmq: receive failed: {e}") from e
+        self._answered(conn)
+        if answer.code in remoting.NOTHING_POPPED or answer.code == remoting.POLLING_FULL:
+            return []
+        if answer.code != remoting.SUCCESS:
+            self._lost()
+            raise DriverError(
+                f"rocketmq: receive refused by {conn.where()} (code {answer.code}: {answer.remark})"
+            )
+        return remoting.popped(answer, self.link.broker_name, self.group)
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Every delivery handed out and not acked yet is acked by one BATCH_ACK_MESSAGE
+        written now, its answer read later; the acks of earlier calls that the broker
+        refused, or whose connection was lost before it answered, are reported here
+        (DriverError; their messages come again)."""
+        refused = 0
+        taken: list[remoting.Popped] = []
+        for d in deliveries:
+            m = d.handle
+            if not isinstance(m, remoting.Popped) or self.out[m.receipt] <= 0:
+                refused += 1
+                continue
+            self.out[m.receipt] -= 1  # acked: the same delivery twice is refused
+            if not self.out[m.receipt]:
+                del self.out[m.receipt]
+            taken.append(m)
+        with self.lock:
+            self.pending += taken
+            if self.pending and self.link.conn is not None:
+                try:
+                    self.link.conn.write(self._acks(self.link.conn))
+                except DriverError as e:  # reported by the next ack(); messages come again
+                    self._lost(str(e))
+            failed, self.failed = self.failed, []
+        if failed:
+            raise DriverError(
+                f"rocketmq: {len(failed)} acks of earlier batches failed (their messages come "
+                f"again): {failed[0]}"
+            )
+        if refused:
+            raise DriverError(
+                f"rocketmq: {refused} of {len(deliveries)} deliveries were not handed out "
+                "by this receiver or were acked already: not acked"
+            )
+
+    def _acks(self, conn: remoting.Connection) -> bytes:
+        """The pending acks as one request to write on ``conn``; its answer is matched by
+        opaque."""
+        if not self.pending:
+            return b""
+        op = conn.next_opaque()
+        body = remoting.batch_ack_body(self.link.broker_name, self.group, self.topic, self.pending)
+        self.written[op] = self.pending
+        self.pending = []
+        return remoting.frame(remoting.BATCH_ACK_MESSAGE, {}, op, body)
+
+    def _answered(self, conn: remoting.Connection, wait_s: float = 0.0) -> None:
+        """The written acks' answers that came (waiting up to ``wait_s`` for the rest);
+        a refusal is recorded for the next ack() to report."""
+        if not self.written:
+            return
+        conn.buffered()
+        for op in list(self.written):
+            a = conn.early.pop(op, None)
+            if a is None and wait_s > 0:
+                try:
+                    a = conn.answer(op, wait_s)
+                except DriverError as e:
+                    self._lost(str(e))
+                    return
+            if a is None:
+                continue
+            taken = self.written.pop(op)
+            if a.code != remoting.SUCCESS:
+                self.failed.append(f"{len(taken)} refused (code {a.code}: {a.remark})")
+
+    def _lost(self, why: str = "the connection was lost before the broker answered") -> None:
+        """The connection dropped: acks written on it and not answered are failed."""
+        for taken in self.written.values():
+            self.failed.append(f"{len(taken)}: {why}")
+        self.written = {}
+        self.link.drop()
+
+    def close(self) -> None:
+        """The pending acks written and answered (at most the request timeout), then
+        the connection closed."""
+        with self.lock:
+            if self.pending or self.written:
+                try:
+                    conn = self.link.get()
+                    conn.write(self._acks(conn))
+                    self._answered(conn, self.margin_s)
+                except DriverError as e:
+                    LOG.warning("rocketmq: acks at close: %s (their messages come again)", e)
+            if self.failed:
+                LOG.warning("rocketmq: acks failed at close: %s", "; ".join(self.failed))
+            self.link.close()
