@@ -79,7 +79,8 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   CONSUME_FROM_LAST_OFFSET). Here the consumer's pulls were refused for its first 10-30 s
   ("the subscription is not latest" in ``logs/rocketmqlogs/tools_default.log`` under the
   JVM's ``user.home``, the bench's folder, until a later heartbeat), hence the wait for a
-  rate above 0; mqlab's receiver's topic holds at least 20,000 mqlab messages. Before
+  rate above 0; mqlab's receiver's topic is filled first, with 200,000 mqlab messages (20,000
+  before 2026-11-29), which also warms the brokers up before either sender is measured. Before
   2026-11-28 the bench summed the rolling rates of the consumer's reports after it had
   drained its small topic: "2,080 msgs/s at 0.01 cores" was a rolling average of a burst,
   over an idle JVM's CPU.
@@ -1485,6 +1486,11 @@ def rocketmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
     topic = ["-t", native.topic, "-n", namesrv, "-ri", "1000"]
     out: list[Comparison] = []
     try:
+        # mqlab's receiver's topic filled first: it also warms the brokers up before either
+        # sender is measured (on the cluster just started, mqlab's 8 senders sent 881 msgs/s,
+        # in the next minute 3,253 at the same CPU per message: 2026-11-29)
+        rows = s.preload_rows or ROCKETMQ_PRELOAD
+        rocketmq_preload(ours, min(rows, MQLAB_PRELOAD), s.message_bytes)
         mq_s = run_mqlab("sender", ours, profile, s)
         prod = [*java, f"{bench}.BatchProducer", *topic, "-w", str(s.connections)]
         prod += ["-b", str(s.batch), "-s", str(s.message_bytes)]
@@ -1492,10 +1498,6 @@ def rocketmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
         sent = rocketmq_counter("Send MPS")
         nat_s = windowed_tool(prod, s.duration_s, sent, label, rolling_s=ROCKETMQ_SPAN_S)
         out.append(Comparison("rocketmq", "send", profile.name, mq_s, nat_s))
-        rows = s.preload_rows or ROCKETMQ_PRELOAD
-        rocketmq_preload(
-            ours, max(0, min(rows, MQLAB_PRELOAD) - ours.remaining().count), s.message_bytes
-        )
         mq_r = run_mqlab("receiver", ours, profile, s)
         if ours.remaining().count == 0:
             print("warning: mqlab's receiver emptied the topic: its rate is understated")

@@ -3,11 +3,13 @@ broker group's master, as RocketMQ's own Java clients and benchmark tools reach 
 protocol: ``remoting.py``). The driver's ``client = "remoting"`` (its default).
 
 - the master: the group that has a broker id 0 in the name servers' cluster info (with
-  DLedger, the Raft leader), looked up when a sender or receiver starts and again after a
-  failure, at most once per ``LOOKUP_EVERY_S``. A failed request closes the connection:
-  the next one connects to the master as then listed (after a leader change, the new
-  one), and the runner retries what failed. Until a master is listed, a send or receive
-  fails at once ("no master").
+  DLedger, the Raft leader; one broker group, as the launcher and the images run it),
+  looked up when a sender or receiver starts and again after a failure, at most once per
+  ``LOOKUP_EVERY_S``. A broken connection or a refusal closes the connection, but for
+  the refusals of a broker that is still the master (busy, flush or replica timeouts:
+  ``remoting.MASTER_STILL``); the next request connects to the master as then listed
+  (after a leader change, the new one), and the runner retries what failed. Until a
+  master is listed, a send or receive fails at once ("no master").
 - send: the batch in one SEND_BATCH_MESSAGE to the next of the topic's queues in turn
   (each sender starts at a queue of its own), answered once the broker stored it as its
   durability says (DLedger: 2 of the 3 brokers appended it); a code other than SUCCESS,
@@ -130,7 +132,8 @@ class DirectSender(Sender):
             self.link.drop()
             raise DriverError(f"rocketmq: a batch of {len(batch)} failed: {e}") from e
         if answer.code != remoting.SUCCESS:
-            self.link.drop()
+            if answer.code not in remoting.MASTER_STILL:
+                self.link.drop()
             raise DriverError(
                 f"rocketmq: a batch of {len(batch)} refused by {conn.where()} "
                 f"(code {answer.code}: {answer.remark})"
@@ -188,7 +191,8 @@ class DirectReceiver(Receiver):
         if answer.code in remoting.NOTHING_POPPED or answer.code == remoting.POLLING_FULL:
             return []
         if answer.code != remoting.SUCCESS:
-            self._lost()
+            if answer.code not in remoting.MASTER_STILL:
+                self._lost()
             raise DriverError(
                 f"rocketmq: receive refused by {conn.where()} (code {answer.code}: {answer.remark})"
             )

@@ -54,6 +54,13 @@ SEND_BATCH_MESSAGE = 320
 POP_MESSAGE = 200050
 BATCH_ACK_MESSAGE = 200151
 SUCCESS = 0
+SYSTEM_BUSY = 2
+FLUSH_DISK_TIMEOUT = 10
+SLAVE_NOT_AVAILABLE = 11
+FLUSH_SLAVE_TIMEOUT = 12
+# refusals from a broker that is still the master: its connection is kept (any other
+# refusal, or a broken connection, sends the client to the name server for the master)
+MASTER_STILL = (SYSTEM_BUSY, FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT)
 PULL_NOT_FOUND = 19
 POLLING_FULL = 209
 POLLING_TIMEOUT = 210

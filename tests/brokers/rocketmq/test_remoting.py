@@ -355,6 +355,31 @@ def test_a_refused_batch_names_the_code_and_the_next_send_looks_the_master_up_ag
     s.close()
 
 
+def test_a_busy_master_keeps_its_connection(peer: Peer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SYSTEM_BUSY (flow control: the broker is still the master) fails the batch but
+    keeps the connection: the retry goes on it, with no lookup in between."""
+    lookups = []
+    monkeypatch.setattr(
+        direct, "find_master", lambda ns, t: lookups.append(1) or ("grp-a", peer.address)
+    )
+    s = direct.DirectSender(fake_driver(send_timeout_s=5.0), [("127.0.0.1", 1)])
+
+    def serve() -> None:
+        c = peer.accept()
+        for code in (remoting.SYSTEM_BUSY, remoting.SUCCESS):
+            ((_, op, _, _),) = read_all(c, 1)
+            c.sendall(response(op, code))
+
+    th = threading.Thread(target=serve)
+    th.start()
+    with pytest.raises(DriverError, match="code 2"):
+        s.send([b"a"])
+    s.send([b"a"])
+    th.join(5)
+    assert len(lookups) == 1 and len(peer.conns) == 1
+    s.close()
+
+
 def test_no_master_listed_fails_at_once_and_lookups_are_throttled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
