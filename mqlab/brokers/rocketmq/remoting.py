@@ -364,9 +364,10 @@ def retry_flag(topic: str) -> str:
 
 
 def ack_topic(flag: str, topic: str, group: str) -> str:
-    """The topic a message's own ack (ACK_MESSAGE) names: the group's retry topic for a
-    message revived from it (retry flag 1, or 2 for the broker's second naming scheme),
-    else ``topic`` (``ExtraInfoUtil.getRealTopic``, ``KeyBuilder.buildPopRetryTopic``)."""
+    """The topic a popped message was stored in (``Popped.topic``): the group's retry
+    topic for a message revived from it (retry flag 1, or 2 for the broker's second naming
+    scheme), else ``topic`` (``ExtraInfoUtil.getRealTopic``,
+    ``KeyBuilder.buildPopRetryTopic``). A batch ack names ``topic`` and the flag instead."""
     if topic.startswith(RETRY_PREFIX) or flag not in ("1", "2"):
         return topic
     return f"{RETRY_PREFIX}{group}{'_' if flag == '1' else '+'}{topic}"

@@ -23,6 +23,7 @@ from mqlab.brokers import registry
 from mqlab.brokers.base import Delivery, Endpoints, NodeEndpoint
 from mqlab.brokers.rocketmq import admin, library
 from mqlab.brokers.rocketmq import driver as rm
+from mqlab.brokers.rocketmq import producer as rp
 from mqlab.errors import DriverError, ScenarioError
 from mqlab.typed import build
 
@@ -266,11 +267,11 @@ class Consumer:
         raise RuntimeError("already shut down")  # close must not fail for it
 
 
-def sender(outcomes: list[Any], **settings: Any) -> tuple[rm.RocketmqSender, Producer]:
+def sender(outcomes: list[Any], **settings: Any) -> tuple[rp.RocketmqSender, Producer]:
     d = driver(**settings)
     d.new_message = lambda payload: {"topic": d.topic, "body": payload}  # type: ignore[method-assign]
     p = Producer(outcomes)
-    return rm.RocketmqSender(d, p), p
+    return rp.RocketmqSender(d, p), p
 
 
 def receiver(batches: list[Any], **settings: Any) -> tuple[rm.RocketmqReceiver, Consumer]:
@@ -313,16 +314,16 @@ def test_an_empty_route_is_looked_up_again_and_the_retry_goes_through(
     queue: the send fails (the runner retries it) and the sender asks for the topic's route
     at once, at most once per ROUTE_LOOKUP_EVERY_S; a failed lookup is no new error."""
     now = [1000.0]
-    monkeypatch.setattr(rm.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(rp.time, "monotonic", lambda: now[0])
     s, p = sender(["empty", "empty", "empty", "ok", "ok"])
     with pytest.raises(DriverError, match="no available message queues"):
         s.send([b"a", b"b"])
     assert p.route_manager.looked_up == [s.topic] and s.lookups == 1
-    now[0] += rm.ROUTE_LOOKUP_EVERY_S / 2  # again at once: not looked up again so soon
+    now[0] += rp.ROUTE_LOOKUP_EVERY_S / 2  # again at once: not looked up again so soon
     with pytest.raises(DriverError, match="no available message queues"):
         s.send([b"a", b"b"])
     assert s.lookups == 1
-    now[0] += rm.ROUTE_LOOKUP_EVERY_S
+    now[0] += rp.ROUTE_LOOKUP_EVERY_S
     p.route_manager.fail = True
     with pytest.raises(DriverError, match="no available message queues"):
         s.send([b"a", b"b"])
@@ -394,7 +395,7 @@ def batching_sender(answers: list[Any], **settings: Any) -> tuple[Any, BatchingP
     d = driver(**settings)
     d.new_message = lambda payload: {"topic": d.topic, "body": payload}  # type: ignore[method-assign]
     p = BatchingProducer(answers)
-    return rm.RocketmqSender(d, p), p
+    return rp.RocketmqSender(d, p), p
 
 
 def test_a_batch_goes_in_one_call_of_every_message_in_order() -> None:
@@ -472,7 +473,7 @@ def test_a_route_with_no_writable_queue_leaves_the_producers_queues() -> None:
     for route in (no_master, read_only, back, Route([])):
         p.update_queue_selector(s.topic, route)
     assert p.selected == [(s.topic, back)]
-    assert rm.writable(back) and not rm.writable(no_master) and not rm.writable(Route([]))
+    assert rp.writable(back) and not rp.writable(no_master) and not rp.writable(Route([]))
 
 
 def test_a_client_without_the_hook_is_left_alone() -> None:
@@ -480,7 +481,7 @@ def test_a_client_without_the_hook_is_left_alone() -> None:
         pass
 
     bare = Bare()
-    rm.keep_writable_queues(bare)
+    rp.keep_writable_queues(bare)
     assert not hasattr(bare, "update_queue_selector")
 
 
