@@ -853,6 +853,26 @@ read_in(conn *c, int64_t now, int64_t wall_offset_ns, const spec_t *s)
     }
 }
 
+/* Whether a connection would send a new claim now. */
+static int
+claim_due(const conn *cs, Py_ssize_t n, int64_t now)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (cs[i].state == IDLE && cs[i].next_ns <= now) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether wake_fd is readable (a poll that does not wait). */
+static int
+woken(int wake_fd)
+{
+    struct pollfd w = {.fd = wake_fd, .events = POLLIN, .revents = 0};
+    return poll(&w, 1, 0) > 0 && (w.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
 /* The receive loop (no interpreter lock): see the top of the file. */
 static void
 drive(conn *cs, Py_ssize_t n, const spec_t *s, int64_t return_ns, int64_t wall_offset_ns,
@@ -866,11 +886,20 @@ drive(conn *cs, Py_ssize_t n, const spec_t *s, int64_t return_ns, int64_t wall_o
         return;
     }
     int ending = 0;
+    int first = 1;
     for (;;) {
         int64_t now = monotonic_ns();
         if (now >= return_ns) {
             ending = 1;
         }
+        /* a read can take a reply and the next after a statement sent again (a deadlock)
+         * without a poll between them: the wake fd is looked at before any new claim, so
+         * that no claim goes out once the call was told to end (the first round's claims
+         * go out whatever it says: a call takes a batch per connection) */
+        if (!ending && !first && claim_due(cs, n, now) && woken(wake_fd)) {
+            ending = 1;
+        }
+        first = 0;
         int64_t wait_ns = ending ? s->timeout_ns : return_ns - now;
         int busy = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
