@@ -244,11 +244,13 @@ class DirectReceiver(Receiver):
         self.pending = []
         return remoting.frame(remoting.BATCH_ACK_MESSAGE, {}, op, body)
 
-    def _answered(self, conn: remoting.Connection, wait_s: float = 0.0) -> None:
-        """The written acks' answers that came (waiting up to ``wait_s`` for the rest);
-        a refusal is recorded for the next ack() to report."""
+    def _answered(self, conn: remoting.Connection, wait_s: float = 0.0) -> int:
+        """The written acks' answers that came (waiting up to ``wait_s`` for the rest):
+        how many messages they acked; a refusal is recorded for the next ack() to
+        report."""
+        acked = 0
         if not self.written:
-            return
+            return acked
         conn.buffered()
         for op in list(self.written):
             a = conn.early.pop(op, None)
@@ -257,12 +259,15 @@ class DirectReceiver(Receiver):
                     a = conn.answer(op, wait_s)
                 except DriverError as e:
                     self._lost(str(e))
-                    return
+                    return acked
             if a is None:
                 continue
             taken = self.written.pop(op)
             if a.code != remoting.SUCCESS:
                 self.failed.append(f"{len(taken)} refused (code {a.code}: {a.remark})")
+            else:
+                acked += len(taken)
+        return acked
 
     def _lost(self, why: str = "the connection was lost before the broker answered") -> None:
         """The connection dropped: acks written on it and not answered are failed."""

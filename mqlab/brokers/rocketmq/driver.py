@@ -89,11 +89,12 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mqlab.brokers.base import Driver, Endpoints, Receiver, Remaining, Sender
-from mqlab.brokers.rocketmq import admin
+from mqlab.brokers.base import Driver, Endpoints, LaneReceipt, Receiver, Remaining, Sender
+from mqlab.brokers.rocketmq import admin, lanes
 from mqlab.brokers.rocketmq.direct import DirectReceiver, DirectSender
 from mqlab.brokers.rocketmq.library import client, describe, shutdown
 from mqlab.brokers.rocketmq.producer import RocketmqSender
@@ -252,6 +253,26 @@ class RocketmqDriver(Driver):
         if self.settings.client == "remoting":
             return DirectReceiver(self, self.namesrvs())
         return RocketmqReceiver(self, self._started(self.new_consumer, "simple consumer"))
+
+    def receives_in_lanes(self) -> bool:
+        """With the remoting client, a worker's receivers are driven from one thread
+        (:meth:`receive_lanes`, ``lanes.py``)."""
+        return self.settings.client == "remoting"
+
+    def receive_lanes(
+        self,
+        receivers: Sequence[Receiver],
+        max_messages: int,
+        until_ns: int,
+        wall_offset_ns: int,
+        wake_fd: int,
+    ) -> list[LaneReceipt]:
+        """Each receiver's pops in flight together, recorded and acked as they come
+        (``lanes.py`` says how); every batch acked by the time it returns unless its
+        receiver failed."""
+        if self.settings.client != "remoting":
+            raise NotImplementedError('rocketmq: receivers in lanes need client = "remoting"')
+        return lanes.receive_lanes(receivers, max_messages, until_ns, wall_offset_ns, wake_fd)
 
     # -- the topic -----------------------------------------------------------------------
     def setup(self) -> None:

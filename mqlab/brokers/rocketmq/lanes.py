@@ -1,0 +1,268 @@
+"""RocketMQ receivers in lanes (the driver's ``receive_lanes``, with ``client =
+"remoting"``): every receiver of a worker on its own connection to the group's master
+(``direct.DirectReceiver``'s), all driven from one thread, as RocketMQ's own push
+consumer drives its pulls, instead of a thread each handing the interpreter lock to the
+others once a batch.
+
+Each lane keeps one POP_MESSAGE of ``read_ahead`` (at most 32) in flight, long-polling
+at most ``POLL_CAP_MS`` and never past the call's end. When its answer comes, its
+messages are recorded at once (each one's header cut from its body, the pop split into
+batches of at most ``max_messages``, those the broker delivered before flagged) and acked
+by one BATCH_ACK_MESSAGE written together with the lane's next pop; the acks' answers are
+read as they come. At the end (``until_ns``, or ``wake_fd`` readable) no pop is started,
+those in flight are awaited (their poll ends by then), what they brought is recorded
+and acked, and every ack's answer awaited: what the call returns is acked unless its lane
+failed. A failed lane (an answer refused, a connection lost, no answer in time) stops
+there with the error; what it popped and did not get acked comes again once its
+invisible time ends, flagged.
+"""
+
+from __future__ import annotations
+
+import array
+import selectors
+import time
+from collections.abc import Sequence
+
+from mqlab import envelope
+from mqlab.brokers.base import LaneReceipt, Receiver
+from mqlab.brokers.rocketmq import remoting
+from mqlab.brokers.rocketmq.direct import MAX_POP, DirectReceiver
+from mqlab.errors import DriverError
+
+POLL_CAP_MS = 500  # a pop's long poll at most (the threaded receiver's too: receive's 0.5 s)
+
+
+class _Lane:
+    """One receiver's part of a call: its pop in flight and what it got."""
+
+    def __init__(self, r: DirectReceiver):
+        self.r = r
+        self.conn: remoting.Connection | None = None
+        self.watched = False  # its connection is in the call's selector
+        self.op: int | None = None  # the pop in flight
+        self.due_ns = 0  # its answer's deadline
+        self.headers = bytearray()
+        self.recv_ns = array.array("q")
+        self.lens = array.array("q")
+        self.flagged = array.array("q")
+        self.received = self.short = self.acked = 0
+        self.error: Exception | None = None
+
+    def receipt(self) -> LaneReceipt:
+        return LaneReceipt(
+            bytes(self.headers),
+            self.recv_ns.tobytes(),
+            self.lens.tobytes(),
+            self.flagged.tobytes(),
+            self.received,
+            self.short,
+            self.acked,
+            self.error,
+        )
+
+
+def receive_lanes(
+    receivers: Sequence[Receiver],
+    max_messages: int,
+    until_ns: int,
+    wall_offset_ns: int,
+    wake_fd: int,
+) -> list[LaneReceipt]:
+    """See the top of the module; a receipt per receiver, in their order."""
+    lanes = []
+    for r in receivers:
+        if not isinstance(r, DirectReceiver):
+            raise TypeError(f"rocketmq: receive_lanes takes the remoting client's receivers: {r!r}")
+        lanes.append(_Lane(r))
+    sel = selectors.DefaultSelector()
+    try:
+        sel.register(wake_fd, selectors.EVENT_READ, None)
+        batch = max(1, max_messages)
+        for lane in lanes:
+            _start(lane, sel, batch, wall_offset_ns)
+        _drive(lanes, sel, batch, until_ns, wall_offset_ns)
+        for lane in lanes:
+            _finish(lane, sel)
+    finally:
+        sel.close()
+    return [lane.receipt() for lane in lanes]
+
+
+def _start(lane: _Lane, sel: selectors.BaseSelector, batch: int, wall_offset_ns: int) -> None:
+    """The lane's connection; what its receiver read ahead outside lanes (handed out here,
+    acked with the first pop)."""
+    r = lane.r
+    with r.lock:
+        if r.ahead:
+            held = list(r.ahead)
+            r.ahead.clear()
+            _record(lane, held, batch, time.monotonic_ns() + wall_offset_ns)
+            r.pending += held
+        try:
+            lane.conn = r.link.get()
+        except DriverError as e:
+            lane.error = DriverError(f"rocketmq: receive failed: {e}")
+            return
+    sel.register(lane.conn.sock, selectors.EVENT_READ, lane)
+    lane.watched = True
+
+
+def _drive(
+    lanes: list[_Lane],
+    sel: selectors.BaseSelector,
+    batch: int,
+    until_ns: int,
+    wall_offset_ns: int,
+) -> None:
+    """Pops until ``until_ns`` or the wake fd, then until none is in flight."""
+    ending = False
+    while True:
+        now = time.monotonic_ns()
+        if now >= until_ns:
+            ending = True
+        if not ending:
+            for lane in lanes:
+                if lane.op is None and lane.error is None:
+                    _pop(lane, sel, batch, now, until_ns)
+        waiting = [lane for lane in lanes if lane.op is not None]
+        if not waiting and (ending or all(lane.error is not None for lane in lanes)):
+            return
+        wait_ns = min((lane.due_ns for lane in waiting), default=until_ns) - now
+        if not ending:
+            wait_ns = min(wait_ns, until_ns - now)
+        ready = sel.select(max(0.0, wait_ns / 1e9))
+        now = time.monotonic_ns()
+        for key, _ in ready:
+            lane = key.data
+            if lane is None:
+                ending = True  # the wake fd: it stays readable, the caller drains it
+            elif lane.error is None:
+                _read(lane, sel, batch, now + wall_offset_ns)
+        for lane in waiting:
+            if lane.op is not None and lane.error is None and now >= lane.due_ns:
+                _fail(lane, sel, "no answer to a pop in time", lost=True)
+
+
+def _pop(lane: _Lane, sel: selectors.BaseSelector, batch: int, now: int, until_ns: int) -> None:
+    """The lane's next pop, its receiver's pending acks written before it; none when less
+    than a millisecond is left."""
+    poll_ms = min(POLL_CAP_MS, (until_ns - now) // 1_000_000)
+    if poll_ms < 1 or lane.conn is None:
+        return
+    r = lane.r
+    n = min(max(batch, r.read_ahead), MAX_POP)
+    header = remoting.pop_header(r.group, r.topic, n, r.invisible_ms, int(poll_ms))
+    try:
+        op = lane.conn.next_opaque()
+        lane.conn.write(r._acks(lane.conn) + remoting.frame(remoting.POP_MESSAGE, header, op))
+    except DriverError as e:
+        _fail(lane, sel, str(e), lost=True)
+        return
+    lane.op = op
+    lane.due_ns = now + poll_ms * 1_000_000 + int(r.margin_s * 1e9)
+
+
+def _read(lane: _Lane, sel: selectors.BaseSelector, batch: int, wall_ns: int) -> None:
+    """What the lane's connection has: the acks' answers, and the pop's answer if it came
+    (recorded; its messages acked with the next pop, or at the end)."""
+    conn = lane.conn
+    assert conn is not None
+    try:
+        chunk = conn.sock.recv(remoting.RECV_CHUNK)
+    except BlockingIOError:
+        return
+    except OSError as e:
+        _fail(lane, sel, f"{conn.where()}: {e}", lost=True)
+        return
+    if not chunk:
+        _fail(lane, sel, f"{conn.where()} closed the connection", lost=True)
+        return
+    conn.buf += chunk
+    r = lane.r
+    try:
+        conn.buffered()
+        lane.acked += r._answered(conn)
+    except DriverError as e:
+        _fail(lane, sel, str(e), lost=True)
+        return
+    if lane.op is None or lane.op not in conn.early:
+        return
+    answer = conn.early.pop(lane.op)
+    lane.op = None
+    if answer.code in remoting.NOTHING_POPPED or answer.code == remoting.POLLING_FULL:
+        return
+    if answer.code != remoting.SUCCESS:
+        why = f"refused by {conn.where()} (code {answer.code}: {answer.remark})"
+        _fail(lane, sel, why, lost=answer.code not in remoting.MASTER_STILL)
+        return
+    try:
+        got = remoting.popped(answer, r.link.broker_name, r.group)
+    except DriverError as e:
+        _fail(lane, sel, str(e), lost=True)
+        return
+    _record(lane, got, batch, wall_ns)
+    r.pending += got
+
+
+def _record(lane: _Lane, got: list[remoting.Popped], batch: int, wall_ns: int) -> None:
+    """A pop's messages: their headers (a body shorter than one is counted short), in
+    batches of at most ``batch``, those delivered before flagged."""
+    hb = envelope.HEADER_BYTES
+    headers, flagged = lane.headers, lane.flagged
+    for i in range(0, len(got), batch):
+        kept = 0
+        for m in got[i : i + batch]:
+            body = m.body
+            if len(body) < hb:
+                lane.short += 1
+                continue
+            if m.redelivered:
+                flagged.append(len(headers) // hb)
+            headers += body[:hb]
+            kept += 1
+        if kept:
+            lane.recv_ns.append(wall_ns)
+            lane.lens.append(kept)
+    lane.received += len(got)
+
+
+def _fail(lane: _Lane, sel: selectors.BaseSelector, why: str, *, lost: bool) -> None:
+    """The lane stops with ``why``; ``lost``: its connection is dropped (acks written on
+    it and unanswered failed; the next call looks the master up again), else kept for
+    the lane's acks at the end (a busy master's refusal)."""
+    lane.op = None
+    lane.error = DriverError(f"rocketmq: receive failed: {why}")
+    _unwatch(lane, sel)
+    if lost and lane.conn is not None:
+        lane.r._lost(why)
+        lane.conn = None
+
+
+def _unwatch(lane: _Lane, sel: selectors.BaseSelector) -> None:
+    if lane.watched and lane.conn is not None:
+        sel.unregister(lane.conn.sock)
+    lane.watched = False
+
+
+def _finish(lane: _Lane, sel: selectors.BaseSelector) -> None:
+    """The lane's pending acks written and every ack's answer awaited (at most the
+    request timeout); acks that failed, now or in an earlier call, are its error."""
+    r = lane.r
+    conn = lane.conn
+    if conn is not None:
+        _unwatch(lane, sel)
+        lane.conn = None
+        with r.lock:
+            try:
+                if r.pending:
+                    conn.write(r._acks(conn))
+                lane.acked += r._answered(conn, r.margin_s)
+            except DriverError as e:
+                r._lost(str(e))
+    if r.failed:
+        failed, r.failed = r.failed, []
+        if lane.error is None:
+            lane.error = DriverError(
+                f"rocketmq: {len(failed)} acks failed (their messages come again): {failed[0]}"
+            )
