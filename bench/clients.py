@@ -101,7 +101,8 @@ senders from one thread, each on its own connection, writing each batch into its
 bytes (RESP; PostgreSQL's extended query protocol), sending it and reading the replies
 of all of them as they come, without the interpreter lock (``mqlab.workload.lanes``);
 the label names the path the worker reported (``compiled-lanes``, ``compiled`` or
-``python``).
+``python``); receivers in lanes, the driver's receive path (``compiled-lanes``: PostgreSQL
+and Redis in C; ``lanes``: RocketMQ's, one thread in Python).
 
 Each native run's stored messages are checked to be ``--message-bytes`` long (the
 payload redis-benchmark reads with ``-x`` is cut at its first NUL byte, so a random one
@@ -194,7 +195,7 @@ from mqlab.brokers.base import Driver, Endpoints
 from mqlab.brokers.cluster import LocalCluster
 from mqlab.brokers.local import cluster_class
 from mqlab.brokers.redis.streams import FIELD
-from mqlab.errors import MqlabError
+from mqlab.errors import DriverError, MqlabError
 from mqlab.scenario.load import PROJECT_PROFILES, load_profile
 from mqlab.scenario.model import Profile, Workload
 from mqlab.workload.spec import WorkerSpec
@@ -632,7 +633,7 @@ def run_mqlab(role: str, driver: Driver, profile: Profile, s: Setup) -> Measured
     wall = t1 - t0
     what = "sender" if role == "sender" else "receiver"
     if role == "receiver" and driver.receives_in_lanes():  # the worker's own test
-        send_path = "compiled-lanes"
+        send_path = driver.receive_path()
     path = f", {send_path}" if send_path else ""
     each = "senders" if role == "sender" else "receivers"
     per = getattr(profile.settings, "receive_connections", 1) if role == "receiver" else 1
@@ -1401,6 +1402,10 @@ ROCKETMQ_PRELOAD = 800_000  # messages in the native consumer's topic (--preload
 # in mqlab's receiver's topic: its remoting client takes ~5,000-10,000 a second here, 8 s
 # and its start with room to spare (1 KiB each: ~200 MB over the 3 brokers)
 MQLAB_PRELOAD = 200_000
+# a preload batch refused (the broker's flow control, "broker busy", seen 2026-11-29 on a
+# cluster just started) is sent again, at most this often, this long apart
+PRELOAD_TRIES = 50
+PRELOAD_RETRY_S = 0.2
 
 
 def rocketmq_fill(cmd: list[str], driver: Any, rows: int, timeout_s: float = 120.0) -> int:
@@ -1436,7 +1441,15 @@ def rocketmq_preload(driver: Any, rows: int, message_bytes: int, senders: int = 
         try:
             first, last = k * share, min(rows, (k + 1) * share)
             for at in range(first, last, 100):
-                sender.send(envelope.encode_batch(999, at, min(100, last - at), now, pool))
+                batch = envelope.encode_batch(999, at, min(100, last - at), now, pool)
+                for tries_left in range(PRELOAD_TRIES - 1, -1, -1):
+                    try:
+                        sender.send(batch)
+                        break
+                    except DriverError:  # a busy broker's flow control: the batch again
+                        if not tries_left:
+                            raise
+                        time.sleep(PRELOAD_RETRY_S)
         finally:
             sender.close()
 

@@ -390,6 +390,12 @@ class Driver(ABC):
         together, through :meth:`receive_lanes` (else: a thread each)."""
         return False
 
+    def receive_path(self) -> str:
+        """How a worker's receivers run: "python" (a thread each), "lanes" (all from one
+        thread, :meth:`receive_lanes` in Python) or "compiled-lanes" (from one thread, in
+        C)."""
+        return "lanes" if self.receives_in_lanes() else "python"
+
     def receive_lanes(
         self,
         receivers: Sequence[Receiver],

@@ -215,6 +215,9 @@ class PostgresDriver(Driver):
         """Where ``mqlab._recvpath`` is built and the connections are not TLS."""
         return compiled.recv_module is not None and self.sends_in_lanes()
 
+    def receive_path(self) -> str:
+        return "compiled-lanes" if self.receives_in_lanes() else "python"
+
     def receive_lanes(
         self,
         receivers: Sequence[Receiver],

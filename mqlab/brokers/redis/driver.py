@@ -307,6 +307,9 @@ class RedisDriver(Driver):
             module is not None and hasattr(module, "redis_receive") and self.settings.prefetch > 0
         )
 
+    def receive_path(self) -> str:
+        return "compiled-lanes" if self.receives_in_lanes() else "python"
+
     def receive_lanes(
         self,
         receivers: Sequence[Receiver],

@@ -478,3 +478,4 @@ def test_receivers_run_a_thread_each_where_the_receive_extension_is_not_built(
     monkeypatch.setattr(compiled, "recv_module", None)
     d = PostgresDriver(Settings(), Endpoints("postgres", (NodeEndpoint(0, "127.0.0.1", 1),)), "q")
     assert d.receives_in_lanes() is False  # asked nothing of the server
+    assert d.receive_path() == "python"

@@ -90,6 +90,7 @@ def _send(driver: RedisDriver, messages: list[bytes]) -> None:
 
 def test_receivers_in_lanes_on_this_machine(driver: RedisDriver) -> None:
     assert driver.receives_in_lanes()  # else the tests below test the Python path
+    assert driver.receive_path() == "compiled-lanes"
 
 
 def test_every_entry_once_acked_and_deleted_when_the_call_returns(

@@ -108,9 +108,10 @@ def _until(
 
 
 def test_receivers_in_lanes_with_the_remoting_client(driver: RocketmqDriver) -> None:
-    assert driver.receives_in_lanes()
+    assert driver.receives_in_lanes() and driver.receive_path() == "lanes"
     grpc = RocketmqDriver(type(driver.settings)(client="grpc"), driver.endpoints, "not_set_up")
     assert not grpc.receives_in_lanes()  # asked nothing of the cluster
+    assert grpc.receive_path() == "python"
 
 
 @pytest.mark.integration
