@@ -81,7 +81,7 @@ def receive_lanes(
         batch = max(1, max_messages)
         for lane in lanes:
             _start(lane, sel, batch, wall_offset_ns)
-        _drive(lanes, sel, batch, until_ns, wall_offset_ns)
+        _drive(lanes, sel, batch, until_ns, wall_offset_ns, wake_fd)
         for lane in lanes:
             _finish(lane, sel)
     finally:
@@ -114,13 +114,15 @@ def _drive(
     batch: int,
     until_ns: int,
     wall_offset_ns: int,
+    wake_fd: int,
 ) -> None:
     """Pops until ``until_ns`` or the wake fd, then until none is in flight."""
     ending = False
     while True:
         now = time.monotonic_ns()
-        if now >= until_ns:
+        if now >= until_ns and not ending:
             ending = True
+            sel.unregister(wake_fd)  # nothing more to wake for
         if not ending:
             for lane in lanes:
                 if lane.op is None and lane.error is None:
@@ -135,8 +137,9 @@ def _drive(
         now = time.monotonic_ns()
         for key, _ in ready:
             lane = key.data
-            if lane is None:
-                ending = True  # the wake fd: it stays readable, the caller drains it
+            if lane is None:  # the wake fd: it stays readable (the caller drains it), so
+                ending = True  # it is watched no more, or each select would return at once
+                sel.unregister(wake_fd)
             elif lane.error is None:
                 _read(lane, sel, batch, now + wall_offset_ns)
         for lane in waiting:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import os
+import selectors
 import socket
 import threading
 import time
@@ -21,7 +22,7 @@ import pytest
 
 from mqlab import envelope
 from mqlab.brokers.base import LaneReceipt
-from mqlab.brokers.rocketmq import direct, remoting
+from mqlab.brokers.rocketmq import direct, lanes, remoting
 from mqlab.brokers.rocketmq.driver import RocketmqDriver
 from mqlab.scenario.model import Workload
 from mqlab.workload.recorder import ReceiverStats
@@ -306,4 +307,39 @@ def test_a_busy_masters_refusal_fails_the_lane_and_its_acks_still_go(
     ((ack, pop),) = seen
     assert (ack[0], pop[0]) == (remoting.BATCH_ACK_MESSAGE, remoting.POP_MESSAGE)
     assert r.link.conn is not None  # kept: a busy master is still the master
+    r.close()
+
+
+def test_once_woken_a_call_waits_for_its_pops_without_spinning(
+    peer: Peer, wake: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Told to end before it starts, a call still sends its first pop and waits for the
+    answer (here 0.5 s later: nothing popped), watching the wake fd no more: a handful of
+    selects, not one per turn of a loop while the fd stays readable."""
+    monkeypatch.setattr(direct, "find_master", lambda ns, t: ("grp-a", peer.address))
+    selects = []
+
+    class Counting(selectors.DefaultSelector):
+        def select(self, timeout: float | None = None) -> Any:
+            selects.append(timeout)
+            return super().select(timeout)
+
+    monkeypatch.setattr(lanes.selectors, "DefaultSelector", Counting)
+    d = RocketmqDriver.__new__(RocketmqDriver)
+    d.settings = fake_driver().settings
+    r = direct.DirectReceiver(fake_driver(), [("127.0.0.1", 1)])
+
+    def serve() -> None:
+        c = peer.accept()
+        (pop,) = read_all(c, 1)
+        time.sleep(0.5)
+        c.sendall(response(pop[1], remoting.POLLING_TIMEOUT))
+
+    th = threading.Thread(target=serve)
+    th.start()
+    os.write(wake[1], b"x")
+    (got,) = d.receive_lanes([r], 10, time.monotonic_ns() + 5_000_000_000, 0, wake[0])
+    th.join(5)
+    assert (got.received, got.error) == (0, None)
+    assert len(selects) <= 5, len(selects)
     r.close()
