@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import array
 import os
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,9 +20,7 @@ from mqlab.brokers.base import LaneReceipt
 from mqlab.brokers.postgres.cluster import PostgresCluster
 from mqlab.brokers.postgres.driver import PostgresDriver, Settings, merged
 from mqlab.errors import DriverError
-from mqlab.scenario.model import Workload
-from mqlab.workload.recorder import ReceiverStats
-from mqlab.workload.recvlanes import run_receiver_lanes
+from tests.brokers.conftest import worker_loop_headers
 
 pytestmark = [
     pytest.mark.integration,
@@ -204,28 +201,11 @@ def test_a_lane_whose_connection_died_fails_alone_and_connects_again(
 def test_the_worker_loop_records_and_acks_every_message(cluster: PostgresCluster) -> None:
     d = _driver(cluster, "lanes_loop")
     s = d.sender()
-    stats = [ReceiverStats(), ReceiverStats()]
-    stop = threading.Event()
-    ready = threading.Barrier(2)
-    w = Workload(receive_batch_max=10)
-    t = threading.Thread(target=run_receiver_lanes, args=([d, d], w, stats, stop, ready))
     try:
-        t.start()
-        ready.wait(30)
-        s.send(_messages(50))
-        give_up = time.monotonic_ns() + PATIENCE_NS
-        while sum(st.acked_total for st in stats) < 50 and time.monotonic_ns() < give_up:
-            time.sleep(0.05)
-        stop.set()
-        t.join(60)
-        assert not t.is_alive()
-        assert sum(st.received_total for st in stats) == 50
-        assert sum(st.acked_total for st in stats) == 50
-        headers = b"".join(st.swap()[0] for st in stats)
+        headers = worker_loop_headers(d, lambda: s.send(_messages(50)), 50)
         assert len(headers) == 50 * envelope.HEADER_BYTES
         assert d.remaining().count == 0
     finally:
-        stop.set()
         s.close()
         d.teardown()
 

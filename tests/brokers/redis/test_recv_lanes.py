@@ -20,10 +20,7 @@ from mqlab import envelope
 from mqlab.brokers import compiled
 from mqlab.brokers.base import LaneReceipt
 from mqlab.brokers.redis.driver import RedisDriver
-from mqlab.scenario.model import Workload
-from mqlab.workload.recorder import ReceiverStats
-from mqlab.workload.recvlanes import run_receiver_lanes
-from tests.brokers.conftest import driver_on
+from tests.brokers.conftest import driver_on, worker_loop_headers
 from tests.conftest import SharedLab
 
 pytestmark = [
@@ -197,30 +194,11 @@ def test_a_killed_connection_fails_its_receiver_alone_and_its_entries_come_again
 def test_the_worker_loop_records_what_the_lanes_received(driver: RedisDriver) -> None:
     """run_receiver_lanes with two receivers until stop: every entry recorded once (the
     stats' headers), all acked, the stream empty."""
-    stats = [ReceiverStats(), ReceiverStats()]
-    stop = threading.Event()
-    ready = threading.Barrier(2)
-    w = Workload(receive_batch_max=10)
-    t = threading.Thread(target=run_receiver_lanes, args=([driver, driver], w, stats, stop, ready))
-    try:
-        t.start()
-        ready.wait(30)
-        _send(driver, _messages(0, 500))
-        give_up = time.monotonic_ns() + PATIENCE_NS
-        while sum(st.acked_total for st in stats) < 500 and time.monotonic_ns() < give_up:
-            time.sleep(0.05)
-        stop.set()
-        t.join(60)
-        assert not t.is_alive()
-        assert sum(st.received_total for st in stats) == 500
-        assert sum(st.acked_total for st in stats) == 500
-        headers = b"".join(st.swap()[0] for st in stats)
-        assert len(headers) == 500 * envelope.HEADER_BYTES
-        seqs = sorted(
-            envelope.HEADER.unpack_from(headers, i)[3]
-            for i in range(0, len(headers), envelope.HEADER_BYTES)
-        )
-        assert seqs == list(range(500))
-        assert driver.remaining().count == 0
-    finally:
-        stop.set()
+    headers = worker_loop_headers(driver, lambda: _send(driver, _messages(0, 500)), 500)
+    assert len(headers) == 500 * envelope.HEADER_BYTES
+    seqs = sorted(
+        envelope.HEADER.unpack_from(headers, i)[3]
+        for i in range(0, len(headers), envelope.HEADER_BYTES)
+    )
+    assert seqs == list(range(500))
+    assert driver.remaining().count == 0

@@ -24,10 +24,7 @@ from mqlab import envelope
 from mqlab.brokers.base import LaneReceipt
 from mqlab.brokers.rocketmq import direct, lanes, remoting
 from mqlab.brokers.rocketmq.driver import RocketmqDriver
-from mqlab.scenario.model import Workload
-from mqlab.workload.recorder import ReceiverStats
-from mqlab.workload.recvlanes import run_receiver_lanes
-from tests.brokers.conftest import driver_on
+from tests.brokers.conftest import driver_on, worker_loop_headers
 from tests.brokers.rocketmq.test_remoting import (
     Peer,
     fake_driver,
@@ -221,32 +218,12 @@ def test_a_cut_connection_fails_its_receiver_alone_and_its_messages_come_again(
 def test_the_worker_loop_records_what_the_lanes_received(driver: RocketmqDriver) -> None:
     """run_receiver_lanes with two receivers until stop: every message recorded once,
     all acked."""
-    stats = [ReceiverStats(), ReceiverStats()]
-    stop = threading.Event()
-    ready = threading.Barrier(2)
-    w = Workload(receive_batch_max=10)
-    t = threading.Thread(target=run_receiver_lanes, args=([driver, driver], w, stats, stop, ready))
-    try:
-        t.start()
-        ready.wait(60)
-        _send(driver, _messages(0, 500))
-        give_up = time.monotonic_ns() + PATIENCE_NS
-        while sum(st.acked_total for st in stats) < 500 and time.monotonic_ns() < give_up:
-            time.sleep(0.05)
-        stop.set()
-        t.join(60)
-        assert not t.is_alive()
-        assert sum(st.received_total for st in stats) == 500
-        assert sum(st.acked_total for st in stats) == 500
-        headers = b"".join(st.swap()[0] for st in stats)
-        seqs = sorted(
-            envelope.HEADER.unpack_from(headers, i)[3]
-            for i in range(0, len(headers), envelope.HEADER_BYTES)
-        )
-        assert seqs == list(range(500))
-    finally:
-        stop.set()
-        t.join(60)
+    headers = worker_loop_headers(driver, lambda: _send(driver, _messages(0, 500)), 500)
+    seqs = sorted(
+        envelope.HEADER.unpack_from(headers, i)[3]
+        for i in range(0, len(headers), envelope.HEADER_BYTES)
+    )
+    assert seqs == list(range(500))
 
 
 # -- against a fake broker ------------------------------------------------------------------
