@@ -68,18 +68,27 @@ the broker's own C tool. Each side gets a fresh queue (stream key or table).
   sender, and ``benchmark.Consumer`` (a push consumer of C threads, pulls of 32) against
   mqlab's receiver; mqlab's client is the profile's (``remoting`` since 2026-11-29: the
   same protocol, straight to the group's master; it was the Python gRPC client through the
-  proxy before). Their reports, once a second, are not the second's count but
-  the rate over their last 10 snapshots (9 s), printed from their 10th second on: the
+  proxy before). The producer's reports, once a second, are not the second's count but
+  the rate over its last 10 snapshots (9 s), printed from its 10th second on: its
   window is the 9 s ending at the last report, at least ``--duration-s`` after the first
   report of a rate above 0, its messages the last rate times 9 s, the JVM's CPU
   (``/proc/<java pid>/stat``, all its threads) between the two reports 9 s apart. The
   consumer's topic is filled first (``benchmark.BatchProducer`` with batches of 100, to
-  ``--preload-rows``, default 800,000) and its group created with offset 0 in every queue
-  (a push consumer's new group may otherwise start at the queues' end:
-  CONSUME_FROM_LAST_OFFSET). Here the consumer's pulls were refused for its first 10-30 s
+  ``--preload-rows``, default 2,000,000) and its group created with offset 0 in every
+  queue (a push consumer's new group may otherwise start at the queues' end:
+  CONSUME_FROM_LAST_OFFSET). The consumer's window (since 2026-11-30) runs for
+  ``--duration-s`` from 6 s after its group's pulls first move (the broker's
+  ``pullOffset`` of the group in each queue, moved by each pull; the 6 s are the JVM's
+  warm-up), its count what those pulls took, its CPU the JVM's over the window; what a
+  push consumer pulled it consumes next (at most 1,000 a queue buffered). A consumer that
+  pulled the whole topic inside its window is an error naming ``--preload-rows``. Before,
+  its window was its rolling report, as the producer's, and a topic it emptied only a
+  warning: with 800,000 and 2,000,000 messages its pulls reached the topic's end 3 and 9 s
+  after its first report of a rate, so a window of 9 s then held idle seconds.
+  Here the consumer's pulls were refused for its first 10-30 s
   ("the subscription is not latest" in ``logs/rocketmqlogs/tools_default.log`` under the
-  JVM's ``user.home``, the bench's folder, until a later heartbeat), hence the wait for a
-  rate above 0; mqlab's receiver's topic is filled first, with 200,000 mqlab messages (20,000
+  JVM's ``user.home``, the bench's folder, until a later heartbeat), hence the wait for
+  its first pull; mqlab's receiver's topic is filled first, with 200,000 mqlab messages (20,000
   before 2026-11-29), which also warms the brokers up before either sender is measured. Before
   2026-11-28 the bench summed the rolling rates of the consumer's reports after it had
   drained its small topic: "2,080 msgs/s at 0.01 cores" was a rolling average of a burst,
@@ -1398,7 +1407,14 @@ def rocketmq_counter(what: str) -> Any:
 
 
 ROCKETMQ_SPAN_S = 9.0  # their rate: over their last 10 snapshots, taken 1 s apart
-ROCKETMQ_PRELOAD = 800_000  # messages in the native consumer's topic (--preload-rows)
+# messages in the native consumer's topic (--preload-rows): its warm-up and 8 s of its
+# pulls, and more (it pulled 75,000 msgs/s in its first 8 s, 2026-11-30)
+ROCKETMQ_PRELOAD = 2_000_000
+# the consumer's first seconds of pulls are left out of its window: its JIT compiles then
+# (over its first 8 s it took 73,730 msgs per CPU-second, 2026-11-30; its rolling reports
+# 10-20 s in had said 94,422-150,986)
+ROCKETMQ_WARMUP_S = 6.0
+ROCKETMQ_FILL_RATE = 8_000  # msgs/s the fill is given time for, at least (1.1 M in 120 s)
 # in mqlab's receiver's topic: its remoting client takes ~5,000-10,000 a second here, 8 s
 # and its start with room to spare (1 KiB each: ~200 MB over the 3 brokers)
 MQLAB_PRELOAD = 200_000
@@ -1408,9 +1424,11 @@ PRELOAD_TRIES = 50
 PRELOAD_RETRY_S = 0.2
 
 
-def rocketmq_fill(cmd: list[str], driver: Any, rows: int, timeout_s: float = 120.0) -> int:
+def rocketmq_fill(cmd: list[str], driver: Any, rows: int) -> int:
     """Run ``benchmark.BatchProducer`` (``cmd``) until the driver's topic holds ``rows``
-    messages its own group did not take (the driver's ``remaining``); how many it holds."""
+    messages its own group did not take (the driver's ``remaining``), or for the time
+    ``ROCKETMQ_FILL_RATE`` gives them; how many it holds."""
+    timeout_s = 30 + rows / ROCKETMQ_FILL_RATE
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     held, deadline = 0, time.monotonic() + timeout_s
     try:
@@ -1521,14 +1539,20 @@ def rocketmq_pairs(cluster: LocalCluster, profile: Profile, s: Setup) -> list[Co
         rocketmq_from_first(native, group)
         cons = [*java, f"{bench}.Consumer", *topic, "-w", str(s.connections), "-g", group]
         label = f"benchmark.Consumer (-w {s.connections}, push)"
-        took = rocketmq_counter("Consume TPS")
-        nat_r = windowed_tool(cons, s.duration_s, took, label, rolling_s=ROCKETMQ_SPAN_S)
         leader, t = native.leader_broker(), native.settings.admin_timeout_s
-        if (
-            sum(e - at for e, at in admin.consume_stats(leader, group, native.topic, t).values())
-            == 0
-        ):
-            print("warning: benchmark.Consumer emptied the topic: its rate is understated")
+
+        def unpulled() -> int:  # what the consumer's pulls have not taken yet
+            stats = admin.consume_stats(leader, group, native.topic, t, pulled=True)
+            return sum(end - at for end, at in stats.values())
+
+        nat_r, left = backlog_window(
+            cons, s.duration_s, unpulled, label, warmup_s=ROCKETMQ_WARMUP_S
+        )
+        if left == 0:
+            raise BenchError(
+                f"{label}: it took all {held:,} messages before its window ended: "
+                "give it more (--preload-rows)"
+            )
         out.append(Comparison("rocketmq", "receive", profile.name, mq_r, nat_r))
     finally:
         for d in (ours, native):
@@ -1595,11 +1619,12 @@ def pulsar_preload(driver: Any, rows: int, message_bytes: int) -> None:
 
 
 def backlog_window(
-    cmd: list[str], seconds: float, backlog: Any, label: str
+    cmd: list[str], seconds: float, backlog: Any, label: str, warmup_s: float = 0.0
 ) -> tuple[Measured, int]:
     """Run a consuming JVM tool; from the moment its subscription's ``backlog()`` first
-    shrinks, for ``seconds``: the messages it took off the backlog (received and acked)
-    and its CPU; then stop it. Also the backlog left (0: it ran dry, understated)."""
+    shrinks and ``warmup_s`` more, for ``seconds``: the messages it took off the backlog
+    (received and acked) and its CPU; then stop it. Also the backlog left (0: it ran dry,
+    understated)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tail: collections.deque[str] = collections.deque(maxlen=6)
     drain = threading.Thread(target=lambda: tail.extend(proc.stdout or ()), daemon=True)
@@ -1611,6 +1636,8 @@ def backlog_window(
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise BenchError(f"{label}: consumed nothing: {''.join(tail).strip()[-300:]}")
             time.sleep(0.1)
+        time.sleep(warmup_s)
+        b0 = backlog()
         t0, cpu0 = time.monotonic(), proc_cpu_s(proc.pid)
         time.sleep(seconds)
         b1 = backlog()

@@ -347,22 +347,27 @@ def test_pulsar_perf_counts_the_messages_since_its_last_report() -> None:
 def test_a_consumers_window_counts_what_its_backlog_lost_from_its_first_drop() -> None:
     """A stand-in consumer (it only sleeps) and a backlog that stays at 1000 until the tool
     has run 0.3 s, then loses 100 each time it is read: the window starts at the first
-    drop, its count is what the backlog lost inside it."""
+    drop (and a warm-up after it), its count is what the backlog lost inside it."""
     import time as _time
 
-    start = _time.monotonic()
-    reads: list[int] = []
-
-    def backlog() -> int:
-        left = 1000 if _time.monotonic() - start < 0.3 else max(0, 900 - 100 * len(reads))
-        if left < 1000:
-            reads.append(left)
-        return left
-
     tool = [sys.executable, "-c", "import time; time.sleep(30)"]
-    got, left = backlog_window(tool, 0.2, backlog, "stand-in")
-    assert got.messages == reads[0] - reads[-1] == 100 and left == reads[-1] == 800
-    assert got.seconds >= 0.2 and got.label == "stand-in"
+    for warmup_s in (0.0, 0.4):
+        start = _time.monotonic()
+        reads: list[tuple[float, int]] = []
+
+        def backlog(start: float = start, reads: list[tuple[float, int]] = reads) -> int:
+            now = _time.monotonic()
+            left = 1000 if now - start < 0.3 else max(0, 900 - 100 * len(reads))
+            if left < 1000:
+                reads.append((now, left))
+            return left
+
+        got, left = backlog_window(tool, 0.2, backlog, "stand-in", warmup_s=warmup_s)
+        # read at the first drop, at the window's start and at its end
+        assert [b for _, b in reads] == [900, 800, 700]
+        assert got.messages == 100 and left == 700
+        assert reads[1][0] - reads[0][0] >= warmup_s
+        assert got.seconds >= 0.2 and got.label == "stand-in"
     with pytest.raises(BenchError, match="consumed nothing"):
         backlog_window([sys.executable, "-c", "print('bye')"], 0.2, lambda: 5, "idle")
 

@@ -247,11 +247,13 @@ _QUEUE_ENTRY = re.compile(r"(\{[^{}]*\}):(\{[^{}]*\})")
 
 
 def consume_stats(
-    broker: tuple[str, int], group: str, topic: str, timeout_s: float
+    broker: tuple[str, int], group: str, topic: str, timeout_s: float, *, pulled: bool = False
 ) -> dict[int, tuple[int, int]]:
     """``group``'s position in ``topic`` on ``broker``: queue id -> (the queue's end
     offset, the group's offset in it). A pop consumer's offset moves when it pops, so
-    ``end - offset`` counts the messages no one took yet."""
+    ``end - offset`` counts the messages no one took yet. ``pulled``: the offset up to which
+    the group's pulls (or pops) took messages (``pullOffset``, moved at each pull) instead
+    of the offset it committed (a push consumer commits every few seconds)."""
     reply = call(broker, GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic}, timeout_s)
     _check(reply, f"the consume stats of {group} in {topic}", broker)
     out = {}
@@ -261,6 +263,7 @@ def consume_stats(
         except ValueError as e:
             raise DriverError(f"rocketmq admin: unreadable consume stats: {e}") from None
         if queue.get("topic") == topic:
-            end, at = int(offsets["brokerOffset"]), int(offsets["consumerOffset"])
+            at_key = "pullOffset" if pulled else "consumerOffset"
+            end, at = int(offsets["brokerOffset"]), int(offsets[at_key])
             out[int(queue["queueId"])] = (end, max(at, 0))
     return out

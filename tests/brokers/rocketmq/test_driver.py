@@ -143,7 +143,7 @@ def test_consume_stats_and_cluster_info_bodies_are_read_despite_their_keys(
     assert admin.loads(b'{"a":{0:"h:1",1:"h:2"}}') == {"a": {"0": "h:1", "1": "h:2"}}
     body = (
         b'{"consumeTps":0.0,"offsetTable":{{"brokerName":"b","queueId":3,"topic":"t"}:'
-        b'{"brokerOffset":9,"consumerOffset":4,"lastTimestamp":0,"pullOffset":4},'
+        b'{"brokerOffset":9,"consumerOffset":4,"lastTimestamp":0,"pullOffset":7},'
         b'{"brokerName":"b","queueId":0,"topic":"t"}:{"brokerOffset":2,"consumerOffset":-1,'
         b'"lastTimestamp":0,"pullOffset":0}}}'
     )
@@ -155,6 +155,8 @@ def test_consume_stats_and_cluster_info_bodies_are_read_despite_their_keys(
 
     monkeypatch.setattr(admin, "call", call)
     assert admin.consume_stats(("h", 1), "g", "t", 1.0) == {3: (9, 4), 0: (2, 0)}
+    # where the group's pulls got to (a push consumer commits its offset later)
+    assert admin.consume_stats(("h", 1), "g", "t", 1.0, pulled=True) == {3: (9, 7), 0: (2, 0)}
     assert admin.consume_stats(("h", 1), "g", "other", 1.0) == {}
     assert sent[0] == (admin.GET_CONSUME_STATS, {"consumerGroup": "g", "topic": "t"})
 
