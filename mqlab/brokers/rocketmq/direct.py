@@ -155,7 +155,10 @@ class DirectReceiver(Receiver):
         self.ahead: collections.deque[remoting.Popped] = collections.deque()  # not handed out
         self.out: Counter[str] = Counter()  # receipts handed out, unacked -> how often
         self.pending: list[remoting.Popped] = []  # acked, not written yet
-        self.written: dict[int, list[remoting.Popped]] = {}  # acks written, unanswered
+        # acked, not written yet, by receivers in lanes: their batch ack's entries, how many
+        self.pending_bits: dict[remoting.Checkpoint, int] = {}
+        self.pending_count = 0
+        self.written: dict[int, int] = {}  # acks written, unanswered: how many messages
         self.failed: list[str] = []  # why written acks failed, for the next ack() to report
         self.lock = threading.Lock()  # the connection: one request and its answer at a time
 
@@ -216,7 +219,7 @@ class DirectReceiver(Receiver):
             taken.append(m)
         with self.lock:
             self.pending += taken
-            if self.pending and self.link.conn is not None:
+            if (self.pending or self.pending_count) and self.link.conn is not None:
                 try:
                     self.link.conn.write(self._acks(self.link.conn))
                 except DriverError as e:  # reported by the next ack(); messages come again
@@ -236,13 +239,21 @@ class DirectReceiver(Receiver):
     def _acks(self, conn: remoting.Connection) -> bytes:
         """The pending acks as one request to write on ``conn``; its answer is matched by
         opaque."""
-        if not self.pending:
+        if not self.pending and not self.pending_count:
             return b""
         op = conn.next_opaque()
-        body = remoting.batch_ack_body(self.link.broker_name, self.group, self.topic, self.pending)
-        self.written[op] = self.pending
-        self.pending = []
+        bits = remoting.ack_bits(self.pending, into=self.pending_bits)
+        body = remoting.ack_body(self.link.broker_name, self.group, self.topic, bits)
+        self.written[op] = len(self.pending) + self.pending_count
+        self.pending, self.pending_bits, self.pending_count = [], {}, 0
         return remoting.frame(remoting.BATCH_ACK_MESSAGE, {}, op, body)
+
+    def pend(self, popped: remoting.PoppedHeaders) -> None:
+        """A pop's messages, taken by receivers in lanes, acked with the next request."""
+        into = self.pending_bits
+        for cp, b in popped.bits.items():
+            into[cp] = into.get(cp, 0) | b
+        self.pending_count += popped.messages
 
     def _answered(self, conn: remoting.Connection, wait_s: float = 0.0) -> int:
         """The written acks' answers that came (waiting up to ``wait_s`` for the rest):
@@ -264,15 +275,15 @@ class DirectReceiver(Receiver):
                 continue
             taken = self.written.pop(op)
             if a.code != remoting.SUCCESS:
-                self.failed.append(f"{len(taken)} refused (code {a.code}: {a.remark})")
+                self.failed.append(f"{taken} refused (code {a.code}: {a.remark})")
             else:
-                acked += len(taken)
+                acked += taken
         return acked
 
     def _lost(self, why: str = "the connection was lost before the broker answered") -> None:
         """The connection dropped: acks written on it and not answered are failed."""
         for taken in self.written.values():
-            self.failed.append(f"{len(taken)}: {why}")
+            self.failed.append(f"{taken}: {why}")
         self.written = {}
         self.link.drop()
 
@@ -280,7 +291,7 @@ class DirectReceiver(Receiver):
         """The pending acks written and answered (at most the request timeout), then
         the connection closed."""
         with self.lock:
-            if self.pending or self.written:
+            if self.pending or self.pending_count or self.written:
                 try:
                     conn = self.link.get()
                     conn.write(self._acks(conn))

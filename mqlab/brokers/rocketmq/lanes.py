@@ -6,9 +6,11 @@ others once a batch.
 
 Each lane keeps one POP_MESSAGE of ``read_ahead`` (at most 32) in flight, long-polling
 at most ``POLL_CAP_MS`` and never past the call's end. When its answer comes, its
-messages are recorded at once (each one's header cut from its body, the pop split into
-batches of at most ``max_messages``, those the broker delivered before flagged) and acked
-by one BATCH_ACK_MESSAGE written together with the lane's next pop; the acks' answers are
+messages are recorded at once (each one's header cut from the answer, the pop split into
+batches of at most ``max_messages``, those the broker delivered before flagged; no object
+or receipt per message: ``remoting.popped_headers``) and acked by one BATCH_ACK_MESSAGE,
+its entries made as the answer is read, written together with the lane's next pop (its
+header's JSON written once per lane: ``remoting.PopFrames``); the acks' answers are
 read as they come. At the end (``until_ns``, or ``wake_fd`` readable) no pop is started,
 those in flight are awaited (their poll ends by then), what they brought is recorded
 and acked, and every ack's answer awaited: what the call returns is acked unless its lane
@@ -20,6 +22,7 @@ invisible time ends, flagged.
 from __future__ import annotations
 
 import array
+import itertools
 import selectors
 import time
 from collections.abc import Sequence
@@ -38,8 +41,10 @@ class _Lane:
 
     def __init__(self, r: DirectReceiver):
         self.r = r
+        self.pops = remoting.PopFrames(r.group, r.topic, r.invisible_ms)
         self.conn: remoting.Connection | None = None
-        self.watched = False  # its connection is in the call's selector
+        self.watched = False  # its connection is in the call's selector (no timeout)
+        self.timeout: float | None = None  # its socket's timeout, while watched
         self.op: int | None = None  # the pop in flight
         self.due_ns = 0  # its answer's deadline
         self.headers = bytearray()
@@ -85,6 +90,8 @@ def receive_lanes(
         for lane in lanes:
             _finish(lane, sel)
     finally:
+        for lane in lanes:  # after an error: each socket's timeout back
+            _unwatch(lane, sel)
         sel.close()
     return [lane.receipt() for lane in lanes]
 
@@ -97,7 +104,15 @@ def _start(lane: _Lane, sel: selectors.BaseSelector, batch: int, wall_offset_ns:
         if r.ahead:
             held = list(r.ahead)
             r.ahead.clear()
-            _record(lane, held, batch, time.monotonic_ns() + wall_offset_ns)
+            hb = envelope.HEADER_BYTES
+            got = remoting.PoppedHeaders(
+                b"".join(m.body[:hb] for m in held if len(m.body) >= hb),
+                len(held),
+                [i for i, m in enumerate(held) if len(m.body) < hb],
+                [i for i, m in enumerate(held) if m.redelivered],
+                {},
+            )
+            _record(lane, got, batch, time.monotonic_ns() + wall_offset_ns)
             r.pending += held
         try:
             lane.conn = r.link.get()
@@ -106,6 +121,10 @@ def _start(lane: _Lane, sel: selectors.BaseSelector, batch: int, wall_offset_ns:
             return
     sel.register(lane.conn.sock, selectors.EVENT_READ, lane)
     lane.watched = True
+    # no timeout while watched: with one, Python polls the socket before each recv and
+    # send, once more than the selector does (the timeout is back once unwatched)
+    lane.timeout = lane.conn.sock.gettimeout()
+    lane.conn.sock.setblocking(False)
 
 
 def _drive(
@@ -155,10 +174,9 @@ def _pop(lane: _Lane, sel: selectors.BaseSelector, batch: int, now: int, until_n
         return
     r = lane.r
     n = min(max(batch, r.read_ahead), MAX_POP)
-    header = remoting.pop_header(r.group, r.topic, n, r.invisible_ms, int(poll_ms))
     try:
         op = lane.conn.next_opaque()
-        lane.conn.write(r._acks(lane.conn) + remoting.frame(remoting.POP_MESSAGE, header, op))
+        _write(lane.conn, r._acks(lane.conn) + lane.pops.frame(n, int(poll_ms), op), lane.timeout)
     except DriverError as e:
         _fail(lane, sel, str(e), lost=True)
         return
@@ -200,34 +218,34 @@ def _read(lane: _Lane, sel: selectors.BaseSelector, batch: int, wall_ns: int) ->
         _fail(lane, sel, why, lost=answer.code not in remoting.MASTER_STILL)
         return
     try:
-        got = remoting.popped(answer, r.link.broker_name, r.group)
+        got = remoting.popped_headers(answer, r.group, envelope.HEADER_BYTES)
     except DriverError as e:
         _fail(lane, sel, str(e), lost=True)
         return
     _record(lane, got, batch, wall_ns)
-    r.pending += got
+    r.pend(got)
 
 
-def _record(lane: _Lane, got: list[remoting.Popped], batch: int, wall_ns: int) -> None:
+def _record(lane: _Lane, got: remoting.PoppedHeaders, batch: int, wall_ns: int) -> None:
     """A pop's messages: their headers (a body shorter than one is counted short), in
     batches of at most ``batch``, those delivered before flagged."""
-    hb = envelope.HEADER_BYTES
-    headers, flagged = lane.headers, lane.flagged
-    for i in range(0, len(got), batch):
-        kept = 0
-        for m in got[i : i + batch]:
-            body = m.body
-            if len(body) < hb:
-                lane.short += 1
-                continue
-            if m.redelivered:
-                flagged.append(len(headers) // hb)
-            headers += body[:hb]
-            kept += 1
+    first = len(lane.headers) // envelope.HEADER_BYTES  # the pop's first header's index
+    lane.headers += got.headers
+    n = got.messages
+    if got.short:  # kept headers renumbered: a short message has none
+        short = set(got.short)
+        kept_at = list(itertools.accumulate(i not in short for i in range(n)))
+        lane.flagged.extend(first + kept_at[i] - 1 for i in got.redelivered if i not in short)
+    else:
+        lane.flagged.extend(first + i for i in got.redelivered)
+    for start in range(0, n, batch):
+        stop = min(n, start + batch)
+        kept = stop - start - sum(start <= i < stop for i in got.short)
         if kept:
             lane.recv_ns.append(wall_ns)
             lane.lens.append(kept)
-    lane.received += len(got)
+    lane.short += len(got.short)
+    lane.received += n
 
 
 def _fail(lane: _Lane, sel: selectors.BaseSelector, why: str, *, lost: bool) -> None:
@@ -245,7 +263,25 @@ def _fail(lane: _Lane, sel: selectors.BaseSelector, why: str, *, lost: bool) -> 
 def _unwatch(lane: _Lane, sel: selectors.BaseSelector) -> None:
     if lane.watched and lane.conn is not None:
         sel.unregister(lane.conn.sock)
+        lane.conn.sock.settimeout(lane.timeout)
     lane.watched = False
+
+
+def _write(conn: remoting.Connection, data: bytes, timeout: float | None) -> None:
+    """``data`` on a watched connection (no timeout): what its socket's buffer does not
+    take at once is written with ``timeout``, as on any other connection."""
+    try:
+        sent = conn.sock.send(data)
+    except BlockingIOError:
+        sent = 0
+    except OSError as e:
+        raise DriverError(f"rocketmq: {conn.where()}: {e}") from e
+    if sent < len(data):
+        conn.sock.settimeout(timeout)
+        try:
+            conn.write(data[sent:])
+        finally:
+            conn.sock.setblocking(False)
 
 
 def _finish(lane: _Lane, sel: selectors.BaseSelector) -> None:
@@ -258,8 +294,9 @@ def _finish(lane: _Lane, sel: selectors.BaseSelector) -> None:
         lane.conn = None
         with r.lock:
             try:
-                if r.pending:
-                    conn.write(r._acks(conn))
+                acks = r._acks(conn)
+                if acks:
+                    conn.write(acks)
                 lane.acked += r._answered(conn, r.margin_s)
             except DriverError as e:
                 r._lost(str(e))

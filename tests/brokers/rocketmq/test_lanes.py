@@ -105,6 +105,51 @@ def _until(
     return out
 
 
+def test_a_pops_headers_are_recorded_in_batches_short_ones_left_out_flags_renumbered() -> None:
+    """Messages 0-6 of a pop, 2 and 5 shorter than a header, 3 and 6 redelivered, taken
+    in batches of 3 after 4 headers recorded before: headers of 0 1 3 4 6, batches of
+    2 (0 1), 2 (3 4) and 1 (6), flags at the kept headers' places (4+2 and 4+4)."""
+    hb = envelope.HEADER_BYTES
+    lane = lanes._Lane.__new__(lanes._Lane)
+    lane.headers = bytearray(b"h" * 4 * hb)
+    lane.recv_ns, lane.lens, lane.flagged = (array.array("q") for _ in range(3))
+    lane.received = lane.short = 0
+    kept = [bytes([i]) * hb for i in (0, 1, 3, 4, 6)]
+    got = remoting.PoppedHeaders(b"".join(kept), 7, [2, 5], [3, 6], {})
+    lanes._record(lane, got, 3, 123)
+    assert bytes(lane.headers[4 * hb :]) == b"".join(kept)
+    assert list(lane.lens) == [2, 2, 1] and list(lane.recv_ns) == [123] * 3
+    assert list(lane.flagged) == [4 + 2, 4 + 4]
+    assert (lane.received, lane.short) == (7, 2)
+    # with none short, as the pop came
+    lanes._record(lane, remoting.PoppedHeaders(b"z" * 4 * hb, 4, [], [0], {}), 3, 9)
+    assert list(lane.lens)[3:] == [3, 1] and list(lane.flagged)[2:] == [9]
+
+
+def test_a_write_its_socket_takes_in_part_is_written_whole_with_the_timeout() -> None:
+    a, b = socket.socketpair()
+    conn = remoting.Connection.__new__(remoting.Connection)
+    conn.sock, conn.address = a, ("127.0.0.1", 0)
+    a.setblocking(False)  # as while watched
+    data = os.urandom(16 << 20)  # more than the socket pair's buffers hold
+    got = bytearray()
+
+    def read() -> None:
+        while len(got) < len(data):
+            got.extend(b.recv(1 << 20))
+
+    reader = threading.Timer(0.2, read)  # nothing read at first: the send is partial
+    reader.start()
+    try:
+        lanes._write(conn, data, 10.0)
+        reader.join(10)
+        assert bytes(got) == data
+        assert a.gettimeout() == 0.0  # still unwatched only by the lane
+    finally:
+        a.close()
+        b.close()
+
+
 def test_receivers_in_lanes_with_the_remoting_client(driver: RocketmqDriver) -> None:
     assert driver.receives_in_lanes() and driver.receive_path() == "lanes"
     grpc = RocketmqDriver(type(driver.settings)(client="grpc"), driver.endpoints, "not_set_up")
@@ -178,6 +223,9 @@ def test_a_stop_before_the_call_takes_one_pop_per_receiver_and_acks_it(
         assert all(g.received <= direct.MAX_POP and g.acked == g.received for g in got)
         assert sum(g.received for g in got) > 0
         assert len(set(_seqs(got))) == len(_seqs(got))  # no message twice
+        # watched without a timeout during the call, each socket with one after it (the
+        # last answer awaited set it to what was left of its wait)
+        assert all((r.link.conn.sock.gettimeout() or 0) > 0 for r in receivers)
     finally:
         for r in receivers:
             r.close()

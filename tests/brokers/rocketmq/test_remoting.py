@@ -405,6 +405,77 @@ def acked_offsets(body: bytes) -> dict[tuple[str, str, int, int], list[int]]:
     return out
 
 
+def test_the_lanes_headers_and_acks_are_those_of_the_popped_messages() -> None:
+    """``popped_headers`` (receivers in lanes) against ``popped``: the same headers in
+    order, the same redelivered, the same batch ack, for every kind of stored message
+    (hosts, a long topic, compressed, reconsumed, revived with its receipt, the retry
+    topic, a body shorter than a header, queues out of order)."""
+    hb = 8
+    ck = "2 900 5000 4 1 grp-a 0 12"
+    ext = {
+        "popTime": "1000",
+        "invisibleTime": "5000",
+        "reviveQid": "3",
+        "startOffsetInfo": "0 1 40;0 0 7;1 2 30",
+    }
+    msgs = [
+        stored_message(b"first-of-1" + b"x" * 20, "t", 1, 40),
+        stored_message(b"first-of-0" + b"y" * 20, "t", 0, 9, born_v6=True),
+        stored_message(b"short", "t", 1, 41),  # shorter than a header
+        stored_message(b"long-topic" * 3, "t" * 200, 3, 5, long_topic=True),
+        stored_message(b"compressed" * 9, "t", 0, 7, compressed=True),
+        stored_message(b"again-once" * 2, "t", 0, 10, reconsume=1, store_v6=True),
+        stored_message(b"revived-12" * 2, "t", 0, 12, reconsume=1, props=f"POP_CK\x01{ck}\x02"),
+        stored_message(b"from-retry" * 2, "%RETRY%g_t", 2, 31),
+        stored_message(b"last-of-1!" * 2, "t", 1, 57),
+    ]
+    a = answer(ext, *msgs)
+    got = remoting.popped_headers(a, "g", hb)
+    want = remoting.popped(a, "grp-a", "g")
+    assert got.messages == len(want) == 9
+    assert got.short == [2]
+    assert got.headers == b"".join(m.body[:hb] for m in want if len(m.body) >= hb)
+    assert got.redelivered == [i for i, m in enumerate(want) if m.redelivered] == [5, 6]
+    assert got.bits == remoting.ack_bits(want)
+    body = remoting.ack_body("grp-a", "g", "t", got.bits)
+    assert body == remoting.batch_ack_body("grp-a", "g", "t", want)
+    # one stored message at a time, each kind, the same
+    for m in msgs:
+        one = remoting.popped_headers(answer(ext, m), "g", hb)
+        assert one.bits == remoting.ack_bits(remoting.popped(answer(ext, m), "grp-a", "g"))
+
+
+@pytest.mark.parametrize("cut", [1, 10, 60])
+def test_the_lanes_refuse_a_message_cut_short_as_the_decoder_does(cut: int) -> None:
+    ext = {"popTime": "1", "invisibleTime": "2", "reviveQid": "0"}
+    data = stored_message(b"payload", "t", 0, 0) + stored_message(b"payload", "t", 0, 1)
+    with pytest.raises(DriverError, match="rocketmq: a popped message"):
+        remoting.popped_headers(answer(ext, data[:-cut]), "g", 4)
+    with pytest.raises(DriverError, match="rocketmq: a popped message"):
+        remoting.popped(answer(ext, data[:-cut]), "b", "g")
+
+
+def test_a_pop_frame_is_the_frame_of_its_header_written_whole() -> None:
+    def parsed(frame: bytes) -> tuple[int, dict[str, Any], bytes]:
+        total, size = struct.unpack_from(">ii", frame)
+        assert total == len(frame) - 4
+        return size, json.loads(frame[8 : 8 + size]), frame[8 + size :]
+
+    pops = remoting.PopFrames('g"roup', "topic-1", 30_000)
+    for n, poll, op in [(32, 500, 7), (1, 1, 2**31 - 1)]:
+        size, got, rest = parsed(pops.frame(n, poll, op))
+        _, want, _ = parsed(
+            remoting.frame(
+                remoting.POP_MESSAGE, remoting.pop_header('g"roup', "topic-1", n, 30_000, poll), op
+            )
+        )
+        assert rest == b""
+        born, want_born = int(got["extFields"].pop("bornTime")), want["extFields"].pop("bornTime")
+        assert abs(born - int(want_born)) < 5_000
+        assert got == want
+        assert got["extFields"]["maxMsgNums"] == str(n) and got["opaque"] == op
+
+
 def test_a_batch_ack_names_each_checkpoint_and_a_bit_per_message() -> None:
     ext = {
         "popTime": "1000",
