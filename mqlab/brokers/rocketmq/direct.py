@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mqlab.brokers.base import Delivery, Receiver, Sender
-from mqlab.brokers.rocketmq import admin, remoting
+from mqlab.brokers.rocketmq import admin, popping, remoting
 from mqlab.errors import DriverError
 
 LOG = logging.getLogger(__name__)
@@ -152,11 +152,11 @@ class DirectReceiver(Receiver):
         self.margin_s = float(s.request_timeout_s)
         self.link = MasterLink(namesrvs, s.request_timeout_s)
         self.read_ahead = s.read_ahead
-        self.ahead: collections.deque[remoting.Popped] = collections.deque()  # not handed out
+        self.ahead: collections.deque[popping.Popped] = collections.deque()  # not handed out
         self.out: Counter[str] = Counter()  # receipts handed out, unacked -> how often
-        self.pending: list[remoting.Popped] = []  # acked, not written yet
+        self.pending: list[popping.Popped] = []  # acked, not written yet
         # acked, not written yet, by receivers in lanes: their batch ack's entries, how many
-        self.pending_bits: dict[remoting.Checkpoint, int] = {}
+        self.pending_bits: dict[popping.Checkpoint, int] = {}
         self.pending_count = 0
         self.written: dict[int, int] = {}  # acks written, unanswered: how many messages
         self.failed: list[str] = []  # why written acks failed, for the next ack() to report
@@ -178,10 +178,10 @@ class DirectReceiver(Receiver):
                 out.append(Delivery(m.body, m, m.redelivered))
         return out
 
-    def _pop(self, n: int, timeout_s: float) -> list[remoting.Popped]:
+    def _pop(self, n: int, timeout_s: float) -> list[popping.Popped]:
         """One POP_MESSAGE of at most ``n``, the pending acks written before it."""
         poll_ms = max(0, int(timeout_s * 1000))
-        header = remoting.pop_header(self.group, self.topic, n, self.invisible_ms, poll_ms)
+        header = popping.pop_header(self.group, self.topic, n, self.invisible_ms, poll_ms)
         try:
             conn = self.link.get()
             op = conn.next_opaque()
@@ -199,7 +199,7 @@ class DirectReceiver(Receiver):
             raise DriverError(
                 f"rocketmq: receive refused by {conn.where()} (code {answer.code}: {answer.remark})"
             )
-        return remoting.popped(answer, self.link.broker_name, self.group)
+        return popping.popped(answer, self.link.broker_name, self.group)
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
         """Every delivery handed out and not acked yet is acked by one BATCH_ACK_MESSAGE
@@ -207,10 +207,10 @@ class DirectReceiver(Receiver):
         refused, or whose connection was lost before it answered, are reported here
         (DriverError; their messages come again)."""
         refused = 0
-        taken: list[remoting.Popped] = []
+        taken: list[popping.Popped] = []
         for d in deliveries:
             m = d.handle
-            if not isinstance(m, remoting.Popped) or self.out[m.receipt] <= 0:
+            if not isinstance(m, popping.Popped) or self.out[m.receipt] <= 0:
                 refused += 1
                 continue
             self.out[m.receipt] -= 1  # acked: the same delivery twice is refused
@@ -242,13 +242,13 @@ class DirectReceiver(Receiver):
         if not self.pending and not self.pending_count:
             return b""
         op = conn.next_opaque()
-        bits = remoting.ack_bits(self.pending, into=self.pending_bits)
-        body = remoting.ack_body(self.link.broker_name, self.group, self.topic, bits)
+        bits = popping.ack_bits(self.pending, into=self.pending_bits)
+        body = popping.ack_body(self.link.broker_name, self.group, self.topic, bits)
         self.written[op] = len(self.pending) + self.pending_count
         self.pending, self.pending_bits, self.pending_count = [], {}, 0
         return remoting.frame(remoting.BATCH_ACK_MESSAGE, {}, op, body)
 
-    def pend(self, popped: remoting.PoppedHeaders) -> None:
+    def pend(self, popped: popping.PoppedHeaders) -> None:
         """A pop's messages, taken by receivers in lanes, acked with the next request."""
         into = self.pending_bits
         for cp, b in popped.bits.items():

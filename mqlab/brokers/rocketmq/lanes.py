@@ -8,9 +8,9 @@ Each lane keeps one POP_MESSAGE of ``read_ahead`` (at most 32) in flight, long-p
 at most ``POLL_CAP_MS`` and never past the call's end. When its answer comes, its
 messages are recorded at once (each one's header cut from the answer, the pop split into
 batches of at most ``max_messages``, those the broker delivered before flagged; no object
-or receipt per message: ``remoting.popped_headers``) and acked by one BATCH_ACK_MESSAGE,
+or receipt per message: ``popping.popped_headers``) and acked by one BATCH_ACK_MESSAGE,
 its entries made as the answer is read, written together with the lane's next pop (its
-header's JSON written once per lane: ``remoting.PopFrames``); the acks' answers are
+header's JSON written once per lane: ``popping.PopFrames``); the acks' answers are
 read as they come. At the end (``until_ns``, or ``wake_fd`` readable) no pop is started,
 those in flight are awaited (their poll ends by then), what they brought is recorded
 and acked, and every ack's answer awaited: what the call returns is acked unless its lane
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from mqlab import envelope
 from mqlab.brokers.base import LaneReceipt, Receiver
-from mqlab.brokers.rocketmq import remoting
+from mqlab.brokers.rocketmq import popping, remoting
 from mqlab.brokers.rocketmq.direct import MAX_POP, DirectReceiver
 from mqlab.errors import DriverError
 
@@ -41,7 +41,7 @@ class _Lane:
 
     def __init__(self, r: DirectReceiver):
         self.r = r
-        self.pops = remoting.PopFrames(r.group, r.topic, r.invisible_ms)
+        self.pops = popping.PopFrames(r.group, r.topic, r.invisible_ms)
         self.conn: remoting.Connection | None = None
         self.watched = False  # its connection is in the call's selector (no timeout)
         self.timeout: float | None = None  # its socket's timeout, while watched
@@ -105,7 +105,7 @@ def _start(lane: _Lane, sel: selectors.BaseSelector, batch: int, wall_offset_ns:
             held = list(r.ahead)
             r.ahead.clear()
             hb = envelope.HEADER_BYTES
-            got = remoting.PoppedHeaders(
+            got = popping.PoppedHeaders(
                 b"".join(m.body[:hb] for m in held if len(m.body) >= hb),
                 len(held),
                 [i for i, m in enumerate(held) if len(m.body) < hb],
@@ -218,7 +218,7 @@ def _read(lane: _Lane, sel: selectors.BaseSelector, batch: int, wall_ns: int) ->
         _fail(lane, sel, why, lost=answer.code not in remoting.MASTER_STILL)
         return
     try:
-        got = remoting.popped_headers(answer, r.group, envelope.HEADER_BYTES)
+        got = popping.popped_headers(answer, r.group, envelope.HEADER_BYTES)
     except DriverError as e:
         _fail(lane, sel, str(e), lost=True)
         return
@@ -226,7 +226,7 @@ def _read(lane: _Lane, sel: selectors.BaseSelector, batch: int, wall_ns: int) ->
     r.pend(got)
 
 
-def _record(lane: _Lane, got: remoting.PoppedHeaders, batch: int, wall_ns: int) -> None:
+def _record(lane: _Lane, got: popping.PoppedHeaders, batch: int, wall_ns: int) -> None:
     """A pop's messages: their headers (a body shorter than one is counted short), in
     batches of at most ``batch``, those delivered before flagged."""
     first = len(lane.headers) // envelope.HEADER_BYTES  # the pop's first header's index

@@ -22,7 +22,7 @@ import pytest
 
 from mqlab import envelope
 from mqlab.brokers.base import LaneReceipt
-from mqlab.brokers.rocketmq import direct, lanes, remoting
+from mqlab.brokers.rocketmq import direct, lanes, popping, remoting
 from mqlab.brokers.rocketmq.driver import RocketmqDriver
 from tests.brokers.conftest import driver_on, worker_loop_headers
 from tests.brokers.rocketmq.test_remoting import (
@@ -115,14 +115,14 @@ def test_a_pops_headers_are_recorded_in_batches_short_ones_left_out_flags_renumb
     lane.recv_ns, lane.lens, lane.flagged = (array.array("q") for _ in range(3))
     lane.received = lane.short = 0
     kept = [bytes([i]) * hb for i in (0, 1, 3, 4, 6)]
-    got = remoting.PoppedHeaders(b"".join(kept), 7, [2, 5], [3, 6], {})
+    got = popping.PoppedHeaders(b"".join(kept), 7, [2, 5], [3, 6], {})
     lanes._record(lane, got, 3, 123)
     assert bytes(lane.headers[4 * hb :]) == b"".join(kept)
     assert list(lane.lens) == [2, 2, 1] and list(lane.recv_ns) == [123] * 3
     assert list(lane.flagged) == [4 + 2, 4 + 4]
     assert (lane.received, lane.short) == (7, 2)
     # with none short, as the pop came
-    lanes._record(lane, remoting.PoppedHeaders(b"z" * 4 * hb, 4, [], [0], {}), 3, 9)
+    lanes._record(lane, popping.PoppedHeaders(b"z" * 4 * hb, 4, [], [0], {}), 3, 9)
     assert list(lane.lens)[3:] == [3, 1] and list(lane.flagged)[2:] == [9]
 
 

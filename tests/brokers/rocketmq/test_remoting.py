@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from mqlab.brokers.rocketmq import admin, direct, remoting
+from mqlab.brokers.rocketmq import admin, direct, popping, remoting
 from mqlab.brokers.rocketmq.driver import RocketmqDriver, Settings
 from mqlab.errors import DriverError
 from tests.conftest import SharedLab
@@ -126,7 +126,7 @@ def test_stored_messages_decode_whatever_their_hosts_and_topic_length(
         )
         for i in range(5)
     )
-    got = remoting.decode_messages(data)
+    got = popping.decode_messages(data)
     assert [(m.topic, m.queue_id, m.offset, m.reconsume, m.body) for m in got] == [
         (topic, i % 3, 100 + i, i % 2, f"body-{i}".encode() * (i + 1)) for i in range(5)
     ]
@@ -135,21 +135,21 @@ def test_stored_messages_decode_whatever_their_hosts_and_topic_length(
 
 def test_a_compressed_body_is_inflated() -> None:
     data = stored_message(b"z" * 5000, "t", 0, 0, compressed=True)
-    assert remoting.decode_messages(data)[0].body == b"z" * 5000
+    assert popping.decode_messages(data)[0].body == b"z" * 5000
 
 
 @pytest.mark.parametrize("cut", [1, 10, 60])
 def test_a_message_cut_short_is_an_error_not_a_wrong_message(cut: int) -> None:
     data = stored_message(b"payload", "t", 0, 0)
     with pytest.raises(DriverError, match="rocketmq: a popped message"):
-        remoting.decode_messages(data[:-cut])
+        popping.decode_messages(data[:-cut])
 
 
 def test_an_unknown_magic_code_is_an_error() -> None:
     data = bytearray(stored_message(b"payload", "t", 0, 0))
     data[4:8] = struct.pack(">i", 12345)
     with pytest.raises(DriverError, match="magic code 12345"):
-        remoting.decode_messages(bytes(data))
+        popping.decode_messages(bytes(data))
 
 
 def answer(ext: dict[str, str], *messages: bytes) -> remoting.Answer:
@@ -172,7 +172,7 @@ def test_receipts_name_the_checkpoint_of_their_queue_and_their_own_offset() -> N
         stored_message(b"c", "t", 1, 41),
         stored_message(b"d", "t", 0, 7),
     ]
-    got = remoting.popped(answer(ext, *msgs), "grp-a", "g")
+    got = popping.popped(answer(ext, *msgs), "grp-a", "g")
     assert [(p.body, p.topic, p.queue_id, p.offset, p.receipt, p.redelivered) for p in got] == [
         (b"a", "t", 1, 40, "40 1000 5000 3 0 grp-a 1 40", False),
         (b"b", "t", 0, 9, "7 1000 5000 3 0 grp-a 0 9", False),
@@ -196,22 +196,22 @@ def test_a_revived_message_keeps_the_brokers_receipt_and_acks_in_the_retry_topic
         ),
         stored_message(b"new", "t", 2, 8),
     ]
-    again, new = remoting.popped(answer(ext, *msgs), "grp-a", "g")
+    again, new = popping.popped(answer(ext, *msgs), "grp-a", "g")
     cp = ("1", 0, 0, 2000, 4, 5000)
-    assert again == remoting.Popped(b"again", True, "%RETRY%g_t", 0, 3, ck, cp)
+    assert again == popping.Popped(b"again", True, "%RETRY%g_t", 0, 3, ck, cp)
     assert new.receipt == "8 2000 5000 4 0 grp-a 2 8" and not new.redelivered
 
 
 def test_without_checkpoint_fields_each_queues_first_offset_is_the_checkpoint() -> None:
     ext = {"popTime": "1", "invisibleTime": "2", "reviveQid": "0"}
     msgs = [stored_message(b"a", "t", 0, 5), stored_message(b"b", "t", 0, 6)]
-    got = remoting.popped(answer(ext, *msgs), "b", "g")
+    got = popping.popped(answer(ext, *msgs), "b", "g")
     assert [p.receipt for p in got] == ["5 1 2 0 0 b 0 5", "5 1 2 0 0 b 0 6"]
 
 
 def test_a_pop_answer_without_its_checkpoint_fields_is_an_error() -> None:
     with pytest.raises(DriverError, match="checkpoint fields"):
-        remoting.popped(answer({"popTime": "1"}), "b", "g")
+        popping.popped(answer({"popTime": "1"}), "b", "g")
 
 
 @pytest.mark.parametrize(
@@ -224,7 +224,7 @@ def test_a_pop_answer_without_its_checkpoint_fields_is_an_error() -> None:
     ],
 )
 def test_the_ack_topic_follows_the_retry_flag(flag: str, topic: str, want: str) -> None:
-    assert remoting.ack_topic(flag, topic, "g") == want
+    assert popping.ack_topic(flag, topic, "g") == want
 
 
 # -- a connection against a peer on a socket pair -------------------------------------------
@@ -430,19 +430,19 @@ def test_the_lanes_headers_and_acks_are_those_of_the_popped_messages() -> None:
         stored_message(b"last-of-1!" * 2, "t", 1, 57),
     ]
     a = answer(ext, *msgs)
-    got = remoting.popped_headers(a, "g", hb)
-    want = remoting.popped(a, "grp-a", "g")
+    got = popping.popped_headers(a, "g", hb)
+    want = popping.popped(a, "grp-a", "g")
     assert got.messages == len(want) == 9
     assert got.short == [2]
     assert got.headers == b"".join(m.body[:hb] for m in want if len(m.body) >= hb)
     assert got.redelivered == [i for i, m in enumerate(want) if m.redelivered] == [5, 6]
-    assert got.bits == remoting.ack_bits(want)
-    body = remoting.ack_body("grp-a", "g", "t", got.bits)
-    assert body == remoting.batch_ack_body("grp-a", "g", "t", want)
+    assert got.bits == popping.ack_bits(want)
+    body = popping.ack_body("grp-a", "g", "t", got.bits)
+    assert body == popping.batch_ack_body("grp-a", "g", "t", want)
     # one stored message at a time, each kind, the same
     for m in msgs:
-        one = remoting.popped_headers(answer(ext, m), "g", hb)
-        assert one.bits == remoting.ack_bits(remoting.popped(answer(ext, m), "grp-a", "g"))
+        one = popping.popped_headers(answer(ext, m), "g", hb)
+        assert one.bits == popping.ack_bits(popping.popped(answer(ext, m), "grp-a", "g"))
 
 
 @pytest.mark.parametrize("cut", [1, 10, 60])
@@ -450,9 +450,9 @@ def test_the_lanes_refuse_a_message_cut_short_as_the_decoder_does(cut: int) -> N
     ext = {"popTime": "1", "invisibleTime": "2", "reviveQid": "0"}
     data = stored_message(b"payload", "t", 0, 0) + stored_message(b"payload", "t", 0, 1)
     with pytest.raises(DriverError, match="rocketmq: a popped message"):
-        remoting.popped_headers(answer(ext, data[:-cut]), "g", 4)
+        popping.popped_headers(answer(ext, data[:-cut]), "g", 4)
     with pytest.raises(DriverError, match="rocketmq: a popped message"):
-        remoting.popped(answer(ext, data[:-cut]), "b", "g")
+        popping.popped(answer(ext, data[:-cut]), "b", "g")
 
 
 def test_a_pop_frame_is_the_frame_of_its_header_written_whole() -> None:
@@ -461,12 +461,12 @@ def test_a_pop_frame_is_the_frame_of_its_header_written_whole() -> None:
         assert total == len(frame) - 4
         return size, json.loads(frame[8 : 8 + size]), frame[8 + size :]
 
-    pops = remoting.PopFrames('g"roup', "topic-1", 30_000)
+    pops = popping.PopFrames('g"roup', "topic-1", 30_000)
     for n, poll, op in [(32, 500, 7), (1, 1, 2**31 - 1)]:
         size, got, rest = parsed(pops.frame(n, poll, op))
         _, want, _ = parsed(
             remoting.frame(
-                remoting.POP_MESSAGE, remoting.pop_header('g"roup', "topic-1", n, 30_000, poll), op
+                remoting.POP_MESSAGE, popping.pop_header('g"roup', "topic-1", n, 30_000, poll), op
             )
         )
         assert rest == b""
@@ -491,8 +491,8 @@ def test_a_batch_ack_names_each_checkpoint_and_a_bit_per_message() -> None:
         stored_message(b"d", "t", 0, 7),
         stored_message(b"e", "t", 0, 12, reconsume=1, props=f"POP_CK\x01{ck}\x02"),
     ]
-    got = remoting.popped(answer(ext, *msgs), "grp-a", "g")
-    body = remoting.batch_ack_body("grp-a", "g", "t", got)
+    got = popping.popped(answer(ext, *msgs), "grp-a", "g")
+    body = popping.batch_ack_body("grp-a", "g", "t", got)
     doc = json.loads(body)
     assert doc["brokerName"] == "grp-a"
     assert {(e["c"], e["rq"], e["it"]) for e in doc["acks"]} == {("g", 3, 5000), ("g", 4, 5000)}
@@ -592,15 +592,15 @@ def test_a_batch_is_stored_as_its_messages_and_an_unacked_one_comes_back(
             assert a.code == remoting.SUCCESS, a
             assert len(a.ext["msgId"].split(",")) == 5 and a.ext["queueOffset"] == "0"
 
-        def pop_until(n: int, within_s: float) -> list[remoting.Popped]:
+        def pop_until(n: int, within_s: float) -> list[popping.Popped]:
             """Pops (invisible 2 s, long-polling 1 s) until ``n`` came or time ran out."""
-            out: list[remoting.Popped] = []
+            out: list[popping.Popped] = []
             deadline = time.monotonic() + within_s
             while len(out) < n and time.monotonic() < deadline:
-                header = remoting.pop_header(d.group, d.topic, 32, 2000, 1000)
+                header = popping.pop_header(d.group, d.topic, 32, 2000, 1000)
                 a = conn.call(remoting.POP_MESSAGE, header, 10)
                 if a.code == remoting.SUCCESS:
-                    out += remoting.popped(a, name, d.group)
+                    out += popping.popped(a, name, d.group)
             return out
 
         got = pop_until(15, 30)
@@ -609,16 +609,16 @@ def test_a_batch_is_stored_as_its_messages_and_an_unacked_one_comes_back(
         )
         assert {(p.queue_id, p.offset) for p in got} == {(q, i) for q in range(3) for i in range(5)}
         kept = [p for p in got if p.body in (b"m-0-3", b"m-2-4")]
-        ack = remoting.batch_ack_body(name, d.group, d.topic, [p for p in got if p not in kept])
+        ack = popping.batch_ack_body(name, d.group, d.topic, [p for p in got if p not in kept])
         assert conn.call(remoting.BATCH_ACK_MESSAGE, {}, 10, ack).code == remoting.SUCCESS
         again = pop_until(2, 60)
         assert sorted(p.body for p in again) == [b"m-0-3", b"m-2-4"]
         assert all(p.redelivered and p.topic == f"%RETRY%{d.group}_{d.topic}" for p in again)
-        ack = remoting.batch_ack_body(name, d.group, d.topic, again)
+        ack = popping.batch_ack_body(name, d.group, d.topic, again)
         assert conn.call(remoting.BATCH_ACK_MESSAGE, {}, 10, ack).code == remoting.SUCCESS
         time.sleep(4)  # past the invisible duration: an acked message would be back by now
         a = conn.call(
-            remoting.POP_MESSAGE, remoting.pop_header(d.group, d.topic, 32, 2000, 1000), 10
+            remoting.POP_MESSAGE, popping.pop_header(d.group, d.topic, 32, 2000, 1000), 10
         )
         assert a.code in remoting.NOTHING_POPPED, (a.code, a.remark)
         assert admin.consume_stats(address, d.group, d.topic, 5)
