@@ -104,6 +104,13 @@ class Workload:
         "x 2 + 10 s. Receivers stop earlier once the broker holds nothing",
     )
     max_run_s: float = spec(3600.0, min=1, help="hard cap on one run's wall time")
+    error_budget_s: float = spec(
+        30.0,
+        min=1,
+        max=3600,
+        help="a sender or receiver thread gives up after this long without one successful "
+        "broker call; raise it for faults that leave the cluster without a leader longer",
+    )
     order: str = spec(
         "any",
         choices=ORDERS,

@@ -73,7 +73,7 @@ def _receive(
 ) -> None:
     """The lanes' calls until ``stop`` (each receiver's connection runs its own queue's
     statement: one driver's ``receive_lanes`` drives them all)."""
-    retries = [Retry() for _ in receivers]
+    retries = [Retry(w.error_budget_s) for _ in receivers]
     resume_ns = [0] * len(receivers)
     while not stop.is_set():
         now = time.monotonic_ns()

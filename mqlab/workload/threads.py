@@ -20,6 +20,7 @@ from mqlab.workload.senderstats import Cuts, SenderStats
 
 LOG = logging.getLogger(__name__)
 ERROR_BUDGET_S = 30.0  # a thread gives up after this long without one successful call
+# (the default of a scenario's ``workload.error_budget_s``)
 RUN_BATCHES = 64  # a closed-loop sender's batches per run (Sender.send_run), at most
 RUN_NS = 20_000_000  # and its time: stop and the end are looked at at least this often
 WATERMARK_WAIT_S = 0.25  # the ticker waits this long, at most, for a run to be recorded
@@ -31,8 +32,10 @@ class ThreadFailed(Exception):
 
 @dataclass
 class Retry:
-    """Backoff between failed broker calls; fails the thread after ERROR_BUDGET_S."""
+    """Backoff between failed broker calls; fails the thread after ``budget_s`` of them
+    without one success (the scenario's ``workload.error_budget_s``)."""
 
+    budget_s: float = ERROR_BUDGET_S
     errors: int = 0
     failing_since: float | None = None
 
@@ -42,14 +45,16 @@ class Retry:
 
     def backoff(self, exc: BaseException, what: str) -> float:
         """Count a failure; the seconds to wait before the next call (raises ThreadFailed
-        after ERROR_BUDGET_S of failures)."""
+        after ``budget_s`` of failures)."""
         now = time.monotonic()
         self.errors += 1
         if self.failing_since is None:
             self.failing_since = now
         LOG.warning("%s failed (%d in a row): %s", what, self.errors, exc)
-        if now - self.failing_since > ERROR_BUDGET_S:
-            raise ThreadFailed(f"{what} failing for {ERROR_BUDGET_S:.0f} s: {exc}") from exc
+        if now - self.failing_since > self.budget_s:
+            raise ThreadFailed(
+                f"{what} failing for {self.budget_s:g} s (workload.error_budget_s): {exc}"
+            ) from exc
         return min(0.05 * 2 ** min(self.errors, 5), 1.0)
 
     def failed(self, exc: BaseException, stop: threading.Event, what: str) -> None:
@@ -115,13 +120,14 @@ def run_sender(
         sizes = BatchSizes(random.Random(seed), w.send_batch_min, w.send_batch_max, limit)
         try:
             if isinstance(schedule, ClosedLoop) and in_lanes(client):
-                state = lanes_mod.LaneState(client, stats, sizes, Retry())
+                state = lanes_mod.LaneState(client, stats, sizes, Retry(w.error_budget_s))
                 _drive([state], pool, stop, start, cuts)
             elif isinstance(schedule, ClosedLoop):
-                lane = _Lane(client, stats, sizes)
+                lane = _Lane(client, stats, sizes, retry=Retry(w.error_budget_s))
                 _closed_loop([lane], _one_by_one, pool, stop, start, cuts or Cuts())
             else:
-                _on_schedule(client, stats, schedule, sizes, pool, stop, start)
+                retry = Retry(w.error_budget_s)
+                _on_schedule(client, stats, schedule, sizes, pool, stop, start, retry)
         finally:
             _finish(stats, time.monotonic_ns(), start.end_ns, limit)
     finally:
@@ -184,7 +190,7 @@ def run_sender_lanes(
             st.schedule = schedule = make_schedule(w.mode, w.rate_per_s, start.start_ns)
             fixed = schedule if isinstance(schedule, FixedRate) else None
             sizes = BatchSizes(random.Random(seed), w.send_batch_min, w.send_batch_max, limit)
-            lanes.append(lanes_mod.LaneState(client, st, sizes, Retry(), fixed))
+            lanes.append(lanes_mod.LaneState(client, st, sizes, Retry(w.error_budget_s), fixed))
         try:
             _drive(lanes, pool, stop, start, cuts)
         finally:
@@ -259,11 +265,11 @@ def _on_schedule(
     pool: envelope.PayloadPool,
     stop: threading.Event,
     start: _Start,
+    retry: Retry,
 ) -> None:
     """A batch at a time, each when the schedule says (fixed rate)."""
     sid, end_ns, wall_offset_ns = stats.sender_id, start.end_ns, start.wall_offset_ns
     seq = 0
-    retry = Retry()
     while (n := sizes.next()) > 0:
         intended = schedule.next_batch(n, stop, end_ns)
         if intended is None:
@@ -404,7 +410,7 @@ def run_receiver(
     client = driver.receiver()
     try:
         ready.wait()
-        retry = Retry()
+        retry = Retry(w.error_budget_s)
         while not stop.is_set():
             try:
                 batch = client.receive(w.receive_batch_max, 0.5)

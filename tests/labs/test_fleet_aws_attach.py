@@ -16,6 +16,7 @@ lab's bridge reaches it), the shipped worker bundle, and the server left running
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -71,6 +72,9 @@ def _one_node_standin(tmp_path: Path) -> Path:
     return path
 
 
+_LABS = itertools.count()
+
+
 @pytest.fixture
 def kafka_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KafkaLab]:
     """A live "AWS" lab record whose hosts are netns hosts, with the Kafka API on 9092."""
@@ -79,7 +83,7 @@ def kafka_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kafka
     scenario = _one_node_standin(tmp_path)
     [s] = load_scenario(scenario)
     spec = spec_from_scenarios([s])
-    name = f"awk{os.getpid() % 100000}"
+    name = f"awk{os.getpid() % 100000}-{next(_LABS)}"  # one per test: a failed down stays apart
     up = netns_lab.up(name, brokers=1, senders=1, receivers=1)
     host: Host | None = None
     server: ProcessRecord | None = None

@@ -328,3 +328,39 @@ def test_owned_paths_are_only_mqlab_temp_dirs(tmp_path: Path) -> None:
         Path("/tmp/mqlab-pgdata-b2"),
     ]
     assert netns_lab.owned_paths(tmp_path / "nothing") == []
+
+
+@pytest.mark.parametrize("gone", [True, False])
+def test_down_takes_a_veth_gone_with_its_peer_as_removed_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gone: bool
+) -> None:
+    """`ip link del` of a veth whose namespace took it away meanwhile fails ("No such device"
+    or "Cannot find device"): down goes on when the link is gone, and fails when it is not."""
+    monkeypatch.setenv("MQLAB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(netns_state, "REGISTRY_DIR", tmp_path / "registry")
+    monkeypatch.setattr(netns_machine, "require_root", lambda: None)
+    monkeypatch.setattr(netns_machine, "require_tool", lambda tool: None)
+    monkeypatch.setattr(netns_state, "labs_lock", contextlib.nullcontext)
+    link = netns_plan.link_prefix("lab") + "v1"
+    present = [{"ifname": link}]
+    monkeypatch.setattr(netns_machine, "namespaces", lambda: [])
+    monkeypatch.setattr(netns_machine, "links", lambda: list(present))
+    monkeypatch.setattr(netns_machine, "end_processes", lambda namespaces, records: None)
+    ran: list[list[str]] = []
+
+    def run(cmd: list[str], timeout_s: float = 30.0) -> str:
+        ran.append(cmd)
+        if gone:
+            present.clear()  # the kernel removed it between `ip`'s lookup and its delete
+        raise FleetError(f"`{' '.join(cmd)}` failed: RTNETLINK answers: No such device")
+
+    monkeypatch.setattr(netns_machine, "run", run)
+    netns_state.lab_dir("lab").mkdir(parents=True)
+    netns_state.claim("lab")
+    if gone:
+        assert netns_lab.down("lab") is True
+        assert not netns_state.lab_dir("lab").exists()
+    else:
+        with pytest.raises(FleetError, match="No such device"):
+            netns_lab.down("lab")
+    assert ran == [["ip", "link", "del", link]]

@@ -193,13 +193,14 @@ def test_lanes_with_unequal_latencies_keep_their_own_pace(made: list) -> None:
 
 
 def test_a_lane_failing_past_its_budget_leaves_every_confirmed_batch_recorded(
-    made: list, monkeypatch: pytest.MonkeyPatch
+    made: list,
 ) -> None:
     """One lane's sends fail until its error budget runs out (shortened to 0.4 s) while
     the others confirm: the thread fails, after every other lane's confirmed batch was
     recorded and nothing is in flight."""
-    monkeypatch.setattr(threads, "ERROR_BUDGET_S", 0.4)
     states, peers, pool = _lanes(made, 3)
+    for state in states:
+        state.retry.budget_s = 0.4
     peers[0].failing = lambda: True
     for p in peers[1:]:
         p.delay_s = lambda: 0.002

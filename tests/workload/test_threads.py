@@ -13,12 +13,21 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 
 from mqlab import envelope
-from mqlab.brokers.base import Sender
+from mqlab.brokers.base import Delivery, Sender
 from mqlab.scenario.model import Workload
+from mqlab.workload.recorder import ReceiverStats
 from mqlab.workload.senderstats import SenderStats
-from mqlab.workload.threads import BatchSizes, _Lane, _ran, run_sender
+from mqlab.workload.threads import (
+    BatchSizes,
+    ThreadFailed,
+    _Lane,
+    _ran,
+    run_receiver,
+    run_sender,
+)
 
 
 class _SlowSender(Sender):
@@ -187,3 +196,52 @@ def test_a_failure_after_confirmed_batches_in_a_run_is_the_first_in_a_row() -> N
     _ran(lane, 0, RuntimeError("refused"), 0)
     assert lane.retry.errors == 2  # no batch confirmed in between: a second in a row
     assert (lane.stats.confirmed_total, lane.stats.failed_total, lane.seq) == (12, 8, 20)
+
+
+class _DownReceiver:
+    """Fails every receive() for ``down_s`` (a broker with no leader), then hands out one
+    message per call and keeps the acks."""
+
+    def __init__(self, down_s: float):
+        self.until = time.monotonic() + down_s
+        self.failures = 0
+        self.acked: list[int] = []
+        self.seq = itertools.count()
+
+    def receive(self, max_messages: int, wait_s: float) -> list[Delivery]:
+        if time.monotonic() < self.until:
+            self.failures += 1
+            raise ConnectionError("no leader")
+        time.sleep(0.01)
+        seq = next(self.seq)
+        return [Delivery(envelope.encode(7, seq, time.time_ns(), bytes(40)), seq)]
+
+    def ack(self, batch: Sequence[Delivery]) -> None:
+        self.acked += [d.handle for d in batch]
+
+    def close(self) -> None:
+        pass
+
+
+def _receive_through(down_s: float, budget_s: float) -> tuple[_DownReceiver, ReceiverStats]:
+    client = _DownReceiver(down_s)
+    driver: Any = type("D", (), {"receiver": lambda self: client})()
+    stats, stop = ReceiverStats(), threading.Event()
+    timer = threading.Timer(down_s + 0.5, stop.set)
+    timer.start()
+    try:
+        run_receiver(driver, Workload(error_budget_s=budget_s), stats, stop, threading.Barrier(1))
+    finally:
+        timer.cancel()
+    return client, stats
+
+
+def test_a_receiver_outlasts_an_outage_shorter_than_its_error_budget() -> None:
+    client, stats = _receive_through(down_s=1.5, budget_s=3.0)
+    assert client.failures >= 3  # it kept calling through the outage, backing off
+    assert client.acked and stats.received_total == stats.acked_total == len(client.acked)
+
+
+def test_a_receiver_gives_up_once_an_outage_outlasts_its_error_budget() -> None:
+    with pytest.raises(ThreadFailed, match=r"receive failing for 1 s \(workload.error_budget_s\)"):
+        _receive_through(down_s=3.0, budget_s=1.0)
