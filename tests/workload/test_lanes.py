@@ -83,15 +83,21 @@ class Peer:
     def _run(self) -> None:
         buf = b""
         want = self.frame * self.batch
+        start = got = 0  # the batch's first byte's offset in what the lane wrote; bytes read
+        reads: list[tuple[int, int]] = []  # (bytes read by the end of a read, its time)
         try:
             while True:
                 while len(buf) < want:
                     data = self.sock.recv(1 << 20)
                     if not data:
                         return
-                    if not buf:
-                        self.first_byte_ns.append(time.monotonic_ns())
+                    got += len(data)
+                    reads.append((got, time.monotonic_ns()))
                     buf += data
+                # the read that brought its first byte (several batches may come in one)
+                self.first_byte_ns.append(next(t for end, t in reads if end > start))
+                start += want
+                reads = [r for r in reads if r[0] > start]
                 head = buf[self.prefix : self.prefix + envelope.HEADER_BYTES]
                 _, seq, stamp = envelope.decode(head + bytes(SIZE))
                 self.stamps.append(stamp)
