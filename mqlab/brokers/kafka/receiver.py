@@ -160,9 +160,14 @@ class KafkaReceiver(Receiver):
         with self.lock:
             self.received_at = time.monotonic()
             self._maybe_commit()
-            self._flow()
-            if len(self.buffer) < max_messages:  # what is fetched already, without waiting
-                self._keep(self.c.consume(max_messages - len(self.buffer), 0))
+            room = self._flow()
+            if len(self.buffer) < max_messages:  # what is fetched already, without waiting:
+                # up to half the prefetch at once, never so many that the buffer fills
+                # and pauses fetching while the worker empties it (8 receivers on a
+                # backlog, 2026-11-30: 209,518-209,535 msgs per CPU-second taking what a
+                # receive returns, 287,219 taking 64, 329,215 taking 256)
+                want = max(max_messages - len(self.buffer), self.prefetch // 2)
+                self._keep(self.c.consume(max(1, min(room, want)), 0))
             while not self.buffer:
                 left = deadline - time.monotonic()
                 if left <= 0:
