@@ -19,8 +19,6 @@ from mqlab.workload.schedules import ClosedLoop, FixedRate, Schedule, make_sched
 from mqlab.workload.senderstats import Cuts, SenderStats
 
 LOG = logging.getLogger(__name__)
-ERROR_BUDGET_S = 30.0  # a thread gives up after this long without one successful call
-# (the default of a scenario's ``workload.error_budget_s``)
 RUN_BATCHES = 64  # a closed-loop sender's batches per run (Sender.send_run), at most
 RUN_NS = 20_000_000  # and its time: stop and the end are looked at at least this often
 WATERMARK_WAIT_S = 0.25  # the ticker waits this long, at most, for a run to be recorded
@@ -35,7 +33,7 @@ class Retry:
     """Backoff between failed broker calls; fails the thread after ``budget_s`` of them
     without one success (the scenario's ``workload.error_budget_s``)."""
 
-    budget_s: float = ERROR_BUDGET_S
+    budget_s: float
     errors: int = 0
     failing_since: float | None = None
 
@@ -70,8 +68,8 @@ class _Lane:
     client: Sender
     stats: SenderStats
     sizes: BatchSizes
+    retry: Retry
     seq: int = 0
-    retry: Retry = field(default_factory=Retry)
     resume_ns: int = 0
     run: array.array[int] = field(default_factory=lambda: array.array("q"))
     records: array.array[int] = field(
@@ -123,7 +121,7 @@ def run_sender(
                 state = lanes_mod.LaneState(client, stats, sizes, Retry(w.error_budget_s))
                 _drive([state], pool, stop, start, cuts)
             elif isinstance(schedule, ClosedLoop):
-                lane = _Lane(client, stats, sizes, retry=Retry(w.error_budget_s))
+                lane = _Lane(client, stats, sizes, Retry(w.error_budget_s))
                 _closed_loop([lane], _one_by_one, pool, stop, start, cuts or Cuts())
             else:
                 retry = Retry(w.error_budget_s)

@@ -138,7 +138,9 @@ def _lanes(
         peer = Peer(b, prefix + SIZE + 2, batch, prefix)
         peer.thread.start()
         sizes = threads.BatchSizes(random.Random(j), batch, batch, None)
-        states.append(lanes.LaneState(s, SenderStats(j), sizes, threads.Retry()))
+        states.append(
+            lanes.LaneState(s, SenderStats(j), sizes, threads.Retry(Workload().error_budget_s))
+        )
         peers.append(peer)
     return states, peers, pool
 

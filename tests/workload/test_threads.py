@@ -22,6 +22,7 @@ from mqlab.workload.recorder import ReceiverStats
 from mqlab.workload.senderstats import SenderStats
 from mqlab.workload.threads import (
     BatchSizes,
+    Retry,
     ThreadFailed,
     _Lane,
     _ran,
@@ -186,7 +187,8 @@ class _LaneSender(Sender):
 def test_a_failure_after_confirmed_batches_in_a_run_is_the_first_in_a_row() -> None:
     """As a batch at a time: a success resets the backoff, so a sender whose runs each
     confirm some batches and then fail one is never failed for failing 30 s in a row."""
-    lane = _Lane(_LaneSender("x"), SenderStats(0), BatchSizes(random.Random(1), 2, 2, None))
+    sizes = BatchSizes(random.Random(1), 2, 2, None)
+    lane = _Lane(_LaneSender("x"), SenderStats(0), sizes, Retry(Workload().error_budget_s))
     for _ in range(3):
         lane.run = lane.sizes.take(4)
         lane.records[:8] = array.array("q", [1, 2, 3, 4, 5, 6, 7, 8])

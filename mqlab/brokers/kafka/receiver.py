@@ -162,10 +162,9 @@ class KafkaReceiver(Receiver):
             self._maybe_commit()
             room = self._flow()
             if len(self.buffer) < max_messages:  # what is fetched already, without waiting:
-                # up to half the prefetch at once, never so many that the buffer fills
-                # and pauses fetching while the worker empties it (8 receivers on a
-                # backlog, 2026-11-30: 209,518-209,535 msgs per CPU-second taking what a
-                # receive returns, 287,219 taking 64, 329,215 taking 256)
+                # up to half the prefetch in one call (a call per batch cost a third of
+                # the receiver's CPU: docs/development.md), never so many that the buffer
+                # fills and pauses fetching while the worker empties it
                 want = max(max_messages - len(self.buffer), self.prefetch // 2)
                 self._keep(self.c.consume(max(1, min(room, want)), 0))
             while not self.buffer:
