@@ -1,9 +1,9 @@
 """Builds mqlab's compiled modules (everything else is in pyproject.toml).
 
-``mqlab._sendpath`` (mqlab/_sendpath.c) is the workers' send path for Redis,
-PostgreSQL and NATS JetStream: a worker's closed-loop senders driven from one thread,
-each batch written, sent and its replies read without the interpreter lock (issue 13,
-bench/clients.py).
+``mqlab._sendpath`` (mqlab/_sendpath.c, with mqlab/_pulsarwire.h) is the workers' send
+path for Redis, PostgreSQL, NATS JetStream and Apache Pulsar: a worker's senders driven
+from one thread, each batch written, sent and its replies read without the interpreter
+lock (issue 13, bench/clients.py).
 ``uv sync`` (scripts/bootstrap) and ``uv build`` (the fleet's worker bundle) build it with
 the machine's C compiler; where that fails, mqlab installs without it and the drivers
 send through Python.
@@ -20,6 +20,7 @@ setup(
         Extension(
             "mqlab._sendpath",
             ["mqlab/_sendpath.c"],
+            depends=["mqlab/_pulsarwire.h"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror"],
             optional=True,  # no compiler: installed without it (the Python path)
         ),

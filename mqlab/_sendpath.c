@@ -1,4 +1,4 @@
-/* mqlab's compiled send path: the workers' Redis, PostgreSQL and NATS batches written,
+/* mqlab's compiled send path: the workers' Redis, PostgreSQL, NATS and Pulsar batches written,
  * sent and their replies read without the interpreter lock.
  *
  * A Python sender spends most of its CPU per batch on interpreter work done under the
@@ -17,7 +17,7 @@
  * SO_SNDTIMEO / SO_RCVTIMEO bound each call), then reads n + trailer commands' RESP
  * replies.
  *
- *   Lanes(proto, count, timeout_ns)          proto REDIS, PG or NATS
+ *   Lanes(proto, count, timeout_ns)          proto REDIS, PG, NATS or PULSAR
  *   .assign(j, fd, run_spec, sizes, first_seq, key, records, first_start_ns, conn_gen
  *           [, slots])
  *   .run(return_ns, stop_ns, wall_offset_ns, wake_fd) -> [(done, in_flight, outcome), ...]
@@ -51,8 +51,8 @@
  * confirmed in order), so a batch whose slot comes while its lane's earlier batches wait
  * for their replies still goes at its slot; only when the window is full, or the last
  * batch's bytes are not all written yet, does it go later, as soon as there is room. A
- * NATS lane keeps one in flight (its reader follows one batch's replies). A batch's
- * header is stamped with its slot (the intended start: a late batch carries its queueing
+ * NATS or Pulsar lane keeps one in flight (its reader follows one batch's replies). A
+ * batch's header is stamped with its slot (the intended start: a late batch carries its queueing
  * delay), and records[2i] is when its bytes were written, so the caller sees how late
  * it went. Closed-loop lanes keep one batch in flight.
  *
@@ -77,6 +77,13 @@
  * below); run_spec is (subject, inbox, pads, pool_n, magic, version, sender,
  * resend_wait_ns); key is unused; timeout_ns is the publish timeout.
  *
+ * Apache Pulsar: each batch is a SEND frame per message (with its checksum) from the
+ * connection's producer, done once every message's SEND_RECEIPT is in, each persisted by
+ * the broker (see "Apache Pulsar (PROTO_PULSAR)" below and mqlab/_pulsarwire.h);
+ * run_spec is (producer_name, producer_id, pads, pool_n, magic, version, sender); key is
+ * unused; timeout_ns is the send timeout. A SEND_ERROR is status 1, CLOSE_PRODUCER
+ * status 3: either way the connection is not used again.
+ *
  * status 0: all read, none an error; integer: the last integer reply (WAIT's count) or
  * -1. 1: all read, message: the first error reply. 2: a timeout. 3: the connection
  * failed or closed (message: why). 4: a reply mqlab does not expect (an aggregate or a
@@ -95,6 +102,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
+
+#include "_pulsarwire.h"
 
 enum {
     ST_OK = 0,
@@ -430,7 +439,7 @@ redis_batch(PyObject *self, PyObject *args)
 }
 
 /* a lane's fixed arguments (see the opening comment), parsed under the lock */
-enum { PROTO_REDIS = 0, PROTO_PG = 1, PROTO_NATS = 2 };
+enum { PROTO_REDIS = 0, PROTO_PG = 1, PROTO_NATS = 2, PROTO_PULSAR = 3 };
 
 typedef struct {
     int proto;
@@ -443,6 +452,9 @@ typedef struct {
     const char *inbox; /* NATS: the lane's reply prefix (its SUB is inbox.>) */
     size_t inbox_len;
     long long resend_wait_ns; /* NATS: before publishing again what no server took */
+    const char *name; /* Pulsar: the producer's name (every message's metadata names it) */
+    size_t name_len;
+    unsigned long long producer_id; /* Pulsar: the producer's id on its connection */
     Py_ssize_t nkeys;
     const char **prefixes;
     size_t *prefix_lens;
@@ -559,6 +571,33 @@ parse_nats_spec(PyObject *tuple, run_spec *rs)
     return 0;
 }
 
+/* Pulsar: (producer_name, producer_id, pads, pool_n, magic, version, sender) */
+static int
+parse_pulsar_spec(PyObject *tuple, run_spec *rs)
+{
+    const char *pads, *name;
+    Py_ssize_t pads_len, name_len;
+    memset(rs, 0, sizeof *rs);
+    rs->proto = PROTO_PULSAR;
+    if (!PyArg_ParseTuple(tuple, "y#Ky#KKKK;pulsar lanes: run_spec", &name, &name_len,
+                          &rs->producer_id, &pads, &pads_len, &rs->pool_n, &rs->magic,
+                          &rs->version, &rs->sender)) {
+        return -1;
+    }
+    if (rs->pool_n < 1 || (unsigned long long)pads_len % rs->pool_n != 0 || name_len < 1 ||
+        name_len > PW_NAME_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pulsar lanes: pads not pool_n paddings alike, or a producer name "
+                        "empty or longer than 127 bytes");
+        return -1;
+    }
+    rs->name = name;
+    rs->name_len = (size_t)name_len;
+    rs->pads = pads;
+    rs->pad_len = (size_t)((unsigned long long)pads_len / rs->pool_n);
+    return 0;
+}
+
 static void
 free_run_spec(run_spec *rs)
 {
@@ -610,6 +649,8 @@ typedef struct {
     int pongs;         /* PONGs owed to the server, not yet in the wire */
     int64_t resend_at; /* > 0: what no server took goes again then */
     int64_t stamp;     /* the batch's header stamp (wall-clock ns) */
+    /* Pulsar: the connection's next sequence id, and the batch in flight's first */
+    unsigned long long pseq, pfirst;
 } lane;
 
 typedef struct {
@@ -1140,6 +1181,8 @@ nats_parse(lane *L)
     }
 }
 
+static void pulsar_wire(lane *L); /* Pulsar's batch wire (below) */
+
 /* the replies of a Redis lane's batch b: an XADD's each, and the trailer's (WAIT) */
 static int
 lane_replies(const lane *L, Py_ssize_t b)
@@ -1199,6 +1242,12 @@ lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
         L->o.integer = -1;
         memset(L->got, 0, n);
         nats_wire(L, 0); /* the reader keeps the connection's bytes */
+    } else if (rs->proto == PROTO_PULSAR) {
+        L->replies = 0;
+        L->settled = 0;
+        L->stamp = stamp + wall_offset_ns;
+        L->o.integer = -1;
+        pulsar_wire(L); /* the reader keeps the connection's bytes */
     } else {
         Py_ssize_t k =
             (Py_ssize_t)((L->key + (unsigned long long)b) % (unsigned long long)rs->nkeys);
@@ -1224,7 +1273,7 @@ lane_start(lane *L, int64_t stop_ns, int64_t wall_offset_ns, int64_t timeout_ns)
             reader_expect(&L->r, lane_replies(L, b), &L->o);
         }
     }
-    if (rs->proto != PROTO_NATS) {
+    if (rs->proto != PROTO_NATS && rs->proto != PROTO_PULSAR) {
         L->batch_end = L->wlen;
     }
     L->woff = 0;
@@ -1308,6 +1357,126 @@ nats_read(lane *L, int64_t now, int64_t timeout_ns)
     return 1;
 }
 
+/* Apache Pulsar (PROTO_PULSAR). The lane's connection was set up in Python (CONNECT,
+ * the topic's lookup, PRODUCER: mqlab/brokers/pulsar/lane.py), its producer's sequence
+ * ids start at 0 on each connection (conn_gen) and go on across runs. A batch of n is n
+ * SEND frames, sequence ids pfirst .. pfirst + n - 1, each message's publish time its
+ * header's stamp in ms; it is confirmed once n SEND_RECEIPTs came, in order (the broker
+ * persists and confirms a producer's messages in the order sent). A receipt out of that
+ * order, or a frame of a type a producer does not expect, is status 4; SEND_ERROR is
+ * status 1 (message: the broker's); CLOSE_PRODUCER status 3. A PING is answered with a
+ * PONG queued behind the batch's bytes, or put before the next batch's. */
+#define PULSAR_PONGS_AT_ONCE 16
+
+static char *
+pulsar_pongs(lane *L, char *w)
+{
+    for (int k = 0; L->pongs > 0 && k < PULSAR_PONGS_AT_ONCE; k++, L->pongs--) {
+        memcpy(w, PW_PONG_FRAME, PW_PONG_LEN);
+        w += PW_PONG_LEN;
+    }
+    return w;
+}
+
+/* The wire of the batch starting: the PONGs owed, then its messages' SEND frames */
+static void
+pulsar_wire(lane *L)
+{
+    const run_spec *rs = &L->rs;
+    size_t n = (size_t)L->sizes[L->started];
+    const char *pad = rs->pads + (size_t)(L->seq_next % rs->pool_n) * rs->pad_len;
+    uint64_t publish_ms = L->stamp > 0 ? (uint64_t)L->stamp / 1000000u : 0;
+    unsigned char head[24];
+    char *w = pulsar_pongs(L, L->wire);
+    L->frames_at = (size_t)(w - L->wire);
+    L->pfirst = L->pseq;
+    for (size_t k = 0; k < n; k++) {
+        put_header(head, rs->magic, rs->version, rs->sender, L->seq_next + k, L->stamp);
+        w = (char *)pw_send_frame((unsigned char *)w, rs->producer_id, rs->name, rs->name_len,
+                                  L->pseq++, publish_ms, head, sizeof head, pad, rs->pad_len);
+    }
+    L->batch_end = L->wlen = (size_t)(w - L->wire);
+    L->woff = 0;
+}
+
+/* The PONGs owed, behind the bytes of the batch in flight (the lane's buffer keeps room) */
+static void
+pulsar_owe_pongs(lane *L)
+{
+    if (L->pongs > 0 && L->active && L->wlen + PW_PONG_LEN * PULSAR_PONGS_AT_ONCE <= L->cap) {
+        L->wlen = (size_t)(pulsar_pongs(L, L->wire + L->wlen) - L->wire);
+    }
+}
+
+/* Pulsar: the frames read so far parsed; 1 when the lane's batch ended (or the lane
+ * failed), 0 while it waits for more. */
+static int
+pulsar_read(lane *L, int64_t now)
+{
+    reader *r = &L->r;
+    for (;;) {
+        pw_reply rep;
+        long len = pw_parse((const unsigned char *)r->buf + r->pos, r->have - r->pos, INBUF, &rep);
+        if (len == 0) {
+            break;
+        }
+        if (len < 0) {
+            protocol_error(&L->o, len == -2 ? "a frame longer than the reader's buffer"
+                                            : "a malformed frame", 0);
+            lane_fail(L, now);
+            return 1;
+        }
+        r->pos += (size_t)len;
+        if (rep.type == PW_SEND_RECEIPT || rep.type == PW_SEND_ERROR) {
+            unsigned long long want = L->pfirst + (unsigned long long)L->replies;
+            if (!L->active || L->settled || rep.producer_id != L->rs.producer_id ||
+                rep.sequence_id != want) {
+                L->o.status = ST_PROTOCOL;
+                snprintf(L->o.message, MESSAGE_MAX,
+                         "a %s of producer %llu, sequence id %llu, where %llu was due",
+                         rep.type == PW_SEND_RECEIPT ? "receipt" : "send error",
+                         (unsigned long long)rep.producer_id,
+                         (unsigned long long)rep.sequence_id, want);
+                lane_fail(L, now);
+                return 1;
+            }
+            if (rep.type == PW_SEND_ERROR) {
+                L->o.status = ST_REPLY_ERROR;
+                snprintf(L->o.message, MESSAGE_MAX, "the broker refused sequence id %llu "
+                         "(error %llu): %.*s", want, (unsigned long long)rep.error,
+                         (int)(rep.message_len < 400 ? rep.message_len : 400),
+                         rep.message != NULL ? rep.message : "");
+                L->settled = 1;
+            } else if (++L->replies == L->sizes[L->i]) {
+                L->settled = 1;
+            }
+        } else if (rep.type == PW_PING) {
+            L->pongs++;
+        } else if (rep.type == PW_CLOSE_PRODUCER) {
+            L->o.status = ST_CONNECTION;
+            snprintf(L->o.message, MESSAGE_MAX,
+                     "the broker closed the producer (its topic is moving or unloaded)");
+            lane_fail(L, now);
+            return 1;
+        } else if (rep.type != PW_PONG) {
+            L->o.status = ST_PROTOCOL;
+            snprintf(L->o.message, MESSAGE_MAX, "an unexpected command (type %llu)",
+                     (unsigned long long)rep.type);
+            lane_fail(L, now);
+            return 1;
+        }
+        if (L->settled) {
+            break; /* what follows is the next batch's (none: one in flight) or a PING */
+        }
+    }
+    pulsar_owe_pongs(L);
+    if (!L->settled) {
+        return 0;
+    }
+    lane_done(L, now);
+    return 1;
+}
+
 /* Reads what the socket holds; a batch whose replies are all in is recorded (its end
  * taken as its last reply is parsed), and the lane marked to start its next one. */
 static void
@@ -1332,6 +1501,12 @@ lane_read(lane *L, int64_t timeout_ns)
         L->deadline = now + timeout_ns;
         if (L->rs.proto == PROTO_NATS) {
             if (nats_read(L, now, timeout_ns) || (size_t)got < room) {
+                return;
+            }
+            continue;
+        }
+        if (L->rs.proto == PROTO_PULSAR) {
+            if (pulsar_read(L, now) || (size_t)got < room) {
                 return;
             }
             continue;
@@ -1498,10 +1673,13 @@ Lanes_init(LanesObject *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "inL", kwlist, &proto, &count, &timeout_ns)) {
         return -1;
     }
-    if ((proto != PROTO_REDIS && proto != PROTO_PG && proto != PROTO_NATS) || count < 1 ||
-        count > 100000 || timeout_ns <= 0 || self->lanes != NULL) {
-        PyErr_SetString(PyExc_ValueError, "Lanes: proto 0, 1 or 2, count >= 1, timeout_ns > 0");
+    if (proto < PROTO_REDIS || proto > PROTO_PULSAR || count < 1 || count > 100000 ||
+        timeout_ns <= 0 || self->lanes != NULL) {
+        PyErr_SetString(PyExc_ValueError, "Lanes: proto 0 .. 3, count >= 1, timeout_ns > 0");
         return -1;
+    }
+    if (proto == PROTO_PULSAR && pw_crc_hw < 0) {
+        pw_crc_init();
     }
     self->proto = proto;
     self->timeout_ns = timeout_ns;
@@ -1586,9 +1764,10 @@ Lanes_assign(LanesObject *self, PyObject *args)
         why = "Lanes: a batch of this lane is in flight";
         goto refused;
     }
-    int parsed = self->proto == PROTO_PG     ? parse_pg_spec(spec, &rs)
-                 : self->proto == PROTO_NATS ? parse_nats_spec(spec, &rs)
-                                             : parse_run_spec(spec, &rs);
+    int parsed = self->proto == PROTO_PG       ? parse_pg_spec(spec, &rs)
+                 : self->proto == PROTO_NATS   ? parse_nats_spec(spec, &rs)
+                 : self->proto == PROTO_PULSAR ? parse_pulsar_spec(spec, &rs)
+                                               : parse_run_spec(spec, &rs);
     if (parsed < 0) {
         goto fail;
     }
@@ -1621,6 +1800,9 @@ Lanes_assign(LanesObject *self, PyObject *args)
     } else if (self->proto == PROTO_NATS) { /* PONGs before the frames and after them */
         frame_max = nats_frame_len(&rs);
         fixed = 2 * 6 * NATS_PONGS_AT_ONCE;
+    } else if (self->proto == PROTO_PULSAR) { /* PONGs before the frames and after them */
+        frame_max = pw_send_frame_max(rs.name_len, 24 + rs.pad_len);
+        fixed = 2 * PW_PONG_LEN * PULSAR_PONGS_AT_ONCE;
     }
     if (self->proto == PROTO_NATS && n_max > L->got_cap) {
         unsigned char *got = PyMem_RawRealloc(L->got, n_max);
@@ -1664,15 +1846,17 @@ Lanes_assign(LanesObject *self, PyObject *args)
     if (conn_gen != L->conn_gen && L->prepared != NULL) {
         memset(L->prepared, 0, PG_SIZE_MAX / 8 + 1);
     }
-    if (conn_gen != L->conn_gen && self->proto == PROTO_NATS) { /* a new connection */
-        L->r.have = L->r.pos = 0;
+    if (conn_gen != L->conn_gen && (self->proto == PROTO_NATS || self->proto == PROTO_PULSAR)) {
+        L->r.have = L->r.pos = 0; /* a new connection */
         L->pongs = 0;
+        L->pseq = 0;
     }
     L->conn_gen = conn_gen;
     L->i = L->ok = L->started = 0;
     L->seq_next = seq;
     L->active = L->failed = L->behind = 0;
-    L->window = slots != Py_None && self->proto != PROTO_NATS ? LANE_WINDOW : 1;
+    L->window =
+        slots != Py_None && (self->proto == PROTO_REDIS || self->proto == PROTO_PG) ? LANE_WINDOW : 1;
     L->next = 1;
     memset(&L->o, 0, sizeof L->o);
     Py_RETURN_NONE;
@@ -1796,6 +1980,7 @@ PyInit__sendpath(void)
     if (PyModule_AddIntConstant(m, "REDIS", PROTO_REDIS) < 0 ||
         PyModule_AddIntConstant(m, "PG", PROTO_PG) < 0 ||
         PyModule_AddIntConstant(m, "NATS", PROTO_NATS) < 0 ||
+        PyModule_AddIntConstant(m, "PULSAR", PROTO_PULSAR) < 0 ||
         PyModule_AddIntConstant(m, "WINDOW", LANE_WINDOW) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -173,7 +173,7 @@ class Sender(ABC):
         return done, None
 
     # -- closed-loop senders in lanes (mqlab._sendpath.Lanes), where lane_proto is set --
-    lane_proto: ClassVar[int | None] = None  # mqlab._sendpath.REDIS, .PG or .NATS
+    lane_proto: ClassVar[int | None] = None  # mqlab._sendpath.REDIS, .PG, .NATS or .PULSAR
 
     def lane_timeout_ns(self) -> int:
         """A batch in flight with no bytes moved for this long fails (a timeout)."""

@@ -25,8 +25,8 @@ What a thread per sender would record, each lane records:
   delay. A Redis or PostgreSQL lane keeps up to ``LANE_WINDOW`` (64) batches in flight on
   its connection, so a batch whose slot comes while the earlier ones wait for their
   replies still goes at its slot; a batch goes late only when the window is full (the
-  broker 64 batches behind) or the last one's bytes are not all written yet. A NATS lane
-  keeps one in flight: the next goes as soon as the last is confirmed. When a batch
+  broker 64 batches behind) or the last one's bytes are not all written yet. A NATS or
+  Pulsar lane keeps one in flight: the next goes as soon as the last is confirmed. When a batch
   fails, those in flight behind it fail with it (their replies unread: the connection
   is dropped). The schedule's
   ``scheduled`` and ``late_max_ns`` (the ticker's lag) are brought up to date at every

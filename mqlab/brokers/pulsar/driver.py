@@ -5,13 +5,19 @@
   ``persistent://public/default/<queue>`` through the admin REST API, then the durable
   shared subscription ``<queue>-workers``, made before anything is sent (Pulsar keeps
   messages only for the subscriptions that exist).
-- send: a producer per sender, all of a driver's senders on one client (as
-  ``pulsar-perf`` runs its producers); every message of the batch handed to the C++
-  producer, then ``flush``: a send returns once the broker persisted the whole batch (on
-  real Pulsar: ``ack_quorum`` bookies have fsynced each entry); a message whose result
-  is an error, a producer whose last acknowledged sequence id moved by less than the
-  batch's size, or a ``flush`` that failed (after ``send_timeout_s``) fails the send
-  (``PulsarSender``).
+- send: a producer per sender, every message its own entry (no batching). A batch is
+  confirmed once the broker persisted each of its messages (on real Pulsar:
+  ``ack_quorum`` bookies have fsynced each entry). Where ``mqlab._sendpath`` is built, a
+  worker's senders go in lanes (``mqlab/brokers/pulsar/lane.py``): each its own
+  connection and producer, made in the binary protocol, all driven from one thread by
+  the compiled loop, which writes each message's SEND frame and reads its receipt; a
+  SEND_ERROR, a broker that closes the producer, a receipt out of order or none within
+  ``send_timeout_s`` fail the batch and drop the connection (the next batch connects
+  again). ``send`` (without lanes) goes through pulsar-client: all of a driver's
+  senders on one client, every message handed to the C++ producer, then ``flush``; a
+  message whose result is an error, a producer whose last acknowledged sequence id moved
+  by less than the batch's size, or a ``flush`` that failed (after ``send_timeout_s``)
+  fails the send (``PulsarSender``).
 - receive: a shared-subscription consumer whose receiver queue (``prefetch``) the broker
   fills ahead of ``receive()``, which hands messages out from that local buffer: the first
   waits up to the timeout, the rest of the batch only take what is already there. The
@@ -52,7 +58,10 @@ from typing import Any
 import _pulsar
 import pulsar
 
+from mqlab import envelope
+from mqlab.brokers import compiled
 from mqlab.brokers.base import Delivery, Driver, Receiver, Remaining, Sender
+from mqlab.brokers.pulsar.lane import PRODUCER_ID, LaneConn
 from mqlab.brokers.pulsar.stats import parse_topic_stats
 from mqlab.errors import DriverError
 from mqlab.typed import spec
@@ -63,6 +72,9 @@ TENANT_NAMESPACE = "public/default"
 MIN_ACK_TIMEOUT_S = 10.0  # pulsar-client refuses a shorter ack timeout
 ACK_GROUPING_S = 0.3  # pulsar-client writes grouped acks within 100 ms
 HTTP_TIMEOUT_S = 10.0
+_sendpath: Any = compiled.module  # None where the install did not build it
+ST_OK = 0  # mqlab._sendpath.Lanes' outcomes (mqlab/_sendpath.c)
+ST_TIMEOUT = 2
 
 
 def client_logger() -> Any:
@@ -187,21 +199,36 @@ class PulsarSender(Sender):
 
     def __init__(self, driver: PulsarDriver):
         s: Settings = driver.settings
+        self.driver = driver
+        self.timeout_s = s.send_timeout_s
         self.shared = driver.clients
+        self.producer: Any = None  # pulsar-client's, for send(); where lanes go, only if asked
+        self.p: Any = None
+        if self.lane_proto is None:
+            self._open()
+        self.lane = LaneConn(driver.endpoints, driver.topic, s.send_timeout_s)
+        self.lane_spec: tuple[Any, ...] | None = None  # a lane's run spec, for lane_pool
+        self.lane_pool: envelope.PayloadPool | None = None
+
+    def _open(self) -> None:
         client = self.shared.open()
         try:
             self.producer = client.create_producer(
-                driver.topic,
-                send_timeout_millis=int(s.send_timeout_s * 1000),
+                self.driver.topic,
+                send_timeout_millis=int(self.timeout_s * 1000),
                 block_if_queue_full=True,
                 batching_enabled=False,  # one entry per message: acked and redelivered alone
             )
         except pulsar.PulsarException as e:
             self.shared.close()
-            raise DriverError(f"pulsar: cannot create a producer on {driver.topic}: {e}") from e
+            raise DriverError(
+                f"pulsar: cannot create a producer on {self.driver.topic}: {e}"
+            ) from e
         self.p = self.producer._producer  # the C++ producer (pulsar-client's own binding)
 
     def send(self, batch: Sequence[bytes]) -> None:
+        if self.p is None:
+            self._open()
         results: dict[Any, Any] = {}
         note = results.__setitem__  # (result, message id): every result the batch got
         before = self.p.last_sequence_id()
@@ -220,7 +247,58 @@ class PulsarSender(Sender):
                 f"pulsar: {acked} of {len(batch)} messages acknowledged, errors: {errors[:3]}"
             )
 
+    # -- lanes (mqlab._sendpath.Lanes, PROTO_PULSAR): each batch a SEND frame per message
+    # from the sender's own connection and producer (mqlab.brokers.pulsar.lane), done once
+    # every message's receipt came; any failure drops the connection (the next connects) --
+    lane_proto = _sendpath.PULSAR if _sendpath is not None else None
+
+    def lane_timeout_ns(self) -> int:
+        return int(self.timeout_s * 1e9)
+
+    def lane_connected(self) -> bool:
+        return self.lane.sock is not None
+
+    def lane_connect(self) -> None:
+        self.lane.connect()
+
+    def lane_args(
+        self, sender: int, pool: envelope.PayloadPool
+    ) -> tuple[int, tuple[Any, ...], int, int]:
+        if self.lane.sock is None:
+            raise DriverError("pulsar: send failed: not connected")
+        spec = self.lane_spec
+        if (
+            spec is None
+            or spec[6] != sender
+            or spec[0] != self.lane.producer_name
+            or self.lane_pool is not pool
+        ):
+            self.lane_pool = pool
+            spec = self.lane_spec = (
+                self.lane.producer_name,
+                PRODUCER_ID,
+                b"".join(pool._pads),
+                len(pool._pads),
+                envelope.MAGIC,
+                envelope.VERSION,
+                sender,
+            )
+        return self.lane.fd, spec, 0, self.lane.generation
+
+    def lane_outcome(self, status: int, integer: int, message: str | None) -> Exception | None:
+        if status == ST_OK:
+            return None
+        self.lane.close()  # whatever failed, the producer's sequence is out of step: anew
+        if status == ST_TIMEOUT:
+            why = f"no receipt within send_timeout_s = {self.timeout_s:g} s"
+        else:
+            why = message or "the connection failed"
+        return DriverError(f"pulsar: send failed: {why}")
+
     def close(self) -> None:
+        self.lane.close()
+        if self.producer is None:
+            return
         with contextlib.suppress(pulsar.PulsarException):
             self.producer.close()
         self.shared.close()
@@ -381,6 +459,9 @@ class PulsarDriver(Driver):
             raise DriverError(f"pulsar: no stats for subscription {self.subscription}")
         backlog, unacked = found
         return Remaining(backlog, None, unacked)
+
+    def sends_in_lanes(self) -> bool:
+        return compiled.module is not None
 
     def sender(self) -> Sender:
         return PulsarSender(self)

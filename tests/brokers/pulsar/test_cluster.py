@@ -126,17 +126,18 @@ def test_the_broker_owning_the_topic_killed_loses_no_confirmed_message(
     try:
         # a new producer finds the topic's new owner, once the dead one's metadata
         # session (10 s) has expired
+        # (a sender makes its pulsar-client producer at its first send)
         deadline = time.monotonic() + 90
+        batch = envelope.encode_batch(1, 10, 10, time.time_ns(), envelope.PayloadPool(64))
         while True:
+            s = pd.PulsarSender(driver)
             try:
-                s = pd.PulsarSender(driver)
+                s.send(batch)
                 break
             except DriverError:
                 assert time.monotonic() < deadline, "no broker took the topic over"
-        try:
-            s.send(envelope.encode_batch(1, 10, 10, time.time_ns(), envelope.PayloadPool(64)))
-        finally:
-            s.close()
+            finally:
+                s.close()
         assert cluster.leader(driver) != owner
         assert _drain(driver, 20) == list(range(20))
     finally:
