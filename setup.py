@@ -9,8 +9,9 @@ the machine's C compiler; where that fails, mqlab installs without it and the dr
 send through Python.
 
 ``mqlab._recvpath`` (mqlab/_recvpath.c) is the PostgreSQL and Redis Streams receive
-path: a worker's receivers driven from one thread in the same way (issue 28); built and
-missed alike.
+path: a worker's receivers driven from one thread in the same way (issue 28), and the
+reader of Kafka's record batches for its receivers in lanes (mqlab/_kafkarecords.h);
+built and missed alike.
 """
 
 from setuptools import Extension, setup
@@ -27,6 +28,7 @@ setup(
         Extension(
             "mqlab._recvpath",
             ["mqlab/_recvpath.c"],
+            depends=["mqlab/_kafkarecords.h"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror"],
             optional=True,  # no compiler: the receivers run through Python, a thread each
         ),

@@ -1,6 +1,7 @@
 /*
  * mqlab._recvpath: the PostgreSQL and Redis Streams receive paths of one worker process
- * (issue 28).
+ * (issue 28), and the reader of Kafka's record batches for its receivers in lanes
+ * (kafka_records: mqlab/_kafkarecords.h).
  *
  * pg_receive(fds, spec, return_ns, wall_offset_ns, wake_fd) drives all of a worker's
  * receiver connections from the calling thread, without the interpreter lock, until
@@ -68,6 +69,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "_kafkarecords.h"
 
 enum { ST_OK = 0, ST_ERROR = 1, ST_TIMEOUT = 2, ST_CONNECTION = 3, ST_PROTOCOL = 4 };
 enum { IDLE = 0, WAITING = 1, DONE = 2 }; /* DONE: finished or failed */
@@ -1167,6 +1170,7 @@ redis_receive(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"pg_receive", pg_receive, METH_VARARGS, "PostgreSQL receivers driven from one thread."},
     {"redis_receive", redis_receive, METH_VARARGS, "Redis receivers driven from one thread."},
+    {"kafka_records", kafka_records, METH_VARARGS, "Kafka record batches read (_kafkarecords.h)."},
     {NULL, NULL, 0, NULL},
 };
 

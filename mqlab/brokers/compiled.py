@@ -2,7 +2,7 @@
 built it (setup.py: ``uv sync`` via scripts/bootstrap, ``uv build`` for the fleet's worker
 bundle); ``module`` is None where it could not be built, and the drivers send through
 Python instead. ``recv_module`` likewise: ``mqlab._recvpath`` (mqlab/_recvpath.c), the
-PostgreSQL receivers' path."""
+PostgreSQL and Redis receivers' path and the Kafka receivers' record reader."""
 
 from __future__ import annotations
 

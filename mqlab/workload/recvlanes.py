@@ -1,6 +1,7 @@
 """Receivers in lanes: each receiver its own connection, all of a worker's driven from one
 thread through the driver's :meth:`Driver.receive_lanes` (PostgreSQL and Redis Streams:
-mqlab/_recvpath.c), as the brokers' own consumer tools drive theirs.
+mqlab/_recvpath.c; RocketMQ and Kafka: their lanes.py, Kafka's records read in C), as the
+brokers' own consumer tools drive theirs.
 
 What a thread per receiver records, each lane records: its batches' headers, receive
 times and redelivery flags (in bulk, :meth:`ReceiverStats.received_headers`), what it

@@ -103,6 +103,29 @@ def test_kafka_flags_offsets_at_or_below_the_delivered_mark_as_redelivered() -> 
     assert [t.delivered(0, off) for off in (13, 20, 21)] == [True, True, False]
 
 
+def test_kafka_runs_taken_in_bulk_commit_to_their_end_and_never_over_a_hole() -> None:
+    """Receivers in lanes: a fetched run recorded and acked at once moves the commit to
+    its end and the mark to its last offset; a run that left offsets out stops the
+    partition's commits at the first one for as long as this consumer owns it."""
+    t = offsets.OffsetTracker()
+    t.start(0, 10)
+    t.took_run(0, 20, 19)
+    assert t.to_commit() == {0: (20, 19)} and t.expected[0] == 20
+    t.took_run(0, 30, 29, hole=23)  # 23 not fetched (after GAP_RETRIES tries)
+    assert t.to_commit() == {0: (23, 29)} and t.expected[0] == 30
+    t.took_run(0, 40, 39)
+    assert t.to_commit() == {0: (23, 39)}  # stuck at the hole; the mark goes on
+    t.took_run(0, 41, -1)  # nothing delivered in it (a control batch): the mark stays
+    assert t.to_commit() == {0: (23, 39)}
+    t.forget([0])  # revoked: the next owner reads from 23 on (at least once)
+    t.start(0, 23)
+    t.took_run(0, 50, 49)
+    assert t.to_commit() == {0: (50, 49)}
+    t.delivered(1, 5)  # handed out one by one: no bulk run behind it
+    with pytest.raises(ValueError, match="one by one"):
+        t.took_run(1, 9, 8)
+
+
 def test_kafka_commit_metadata_round_trip() -> None:
     assert offsets.parse_mark(offsets.mark_metadata(42)) == 42
     for foreign in (None, "", "delivered=", "delivered=x", "something else"):

@@ -57,10 +57,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from mqlab.brokers.base import (
     IDENTIFY_PREFIX_BYTES,
     Driver,
+    LaneReceipt,
     Receiver,
     Remaining,
     Sender,
 )
+from mqlab.brokers.kafka import lanes
 from mqlab.brokers.kafka.config import Settings, bootstrap, producer_config, topic_config
 from mqlab.brokers.kafka.producer import SharedProducer
 from mqlab.brokers.kafka.receiver import KafkaReceiver
@@ -181,6 +183,29 @@ class KafkaDriver(Driver):
 
     def receiver(self) -> Receiver:
         return KafkaReceiver(self.settings, self.endpoints, self.topic, self.group)
+
+    def receives_in_lanes(self) -> bool:
+        """A worker's receivers fetch in lanes where the record reader is built and the
+        producers do not compress (``mqlab.brokers.kafka.lanes``)."""
+        return lanes.receives_in_lanes(self.settings)
+
+    def receive_path(self) -> str:
+        return "compiled-lanes" if self.receives_in_lanes() else "python"
+
+    def receive_lanes(
+        self,
+        receivers: Sequence[Receiver],
+        max_messages: int,
+        until_ns: int,
+        wall_offset_ns: int,
+        wake_fd: int,
+    ) -> list[LaneReceipt]:
+        """Each receiver's fetches in flight together, recorded and acked as they come
+        (``lanes.py`` says how; a fetch brings what it brings, ``max_messages`` aside)."""
+        s: Settings = self.settings
+        return lanes.receive_lanes(
+            receivers, s.fetch_wait_max_ms, until_ns, wall_offset_ns, wake_fd
+        )
 
     def server_versions(self) -> list[str]:
         """The Kafka protocol reports no version: the launcher's, else each broker's id."""

@@ -39,6 +39,7 @@ class OffsetTracker:
         self.expected: dict[int, int] = {}  # partition -> next offset to be handed out
         self.dirty: set[int] = set()
         self.marks: dict[int, int] = {}  # partition -> highest delivered offset; kept by forget()
+        self.holes: dict[int, int] = {}  # partition -> an offset a bulk run left out (took_run)
 
     def inherit(self, partition: int, mark: int) -> None:
         """The mark an earlier owner committed (read at assignment)."""
@@ -106,6 +107,28 @@ class OffsetTracker:
         if moved:
             self.dirty.add(partition)
 
+    def took_run(self, partition: int, end: int, last: int, hole: int = -1) -> None:
+        """Every offset before ``end`` handed out and acked at once (a receiver in lanes:
+        a fetched run recorded and acked together, from the partition's next expected
+        offset on); ``last``: the highest offset delivered in it (-1: none); ``hole``: the
+        first offset of the run the fetch did not bring (-1: none): commits stop there
+        while this consumer owns the partition, so what follows comes again to the next
+        owner or shows as undrained, never as committed unread."""
+        if self.outstanding.get(partition):
+            raise ValueError(
+                f"kafka: partition {partition}: a run taken in bulk behind offsets handed "
+                "out one by one"
+            )
+        if hole >= 0 and partition not in self.holes:
+            self.holes[partition] = hole
+            self.next_commit[partition] = hole
+        if partition not in self.holes:
+            self.next_commit[partition] = end
+        self.expected[partition] = end
+        if last > self.marks.get(partition, -1):
+            self.marks[partition] = last
+        self.dirty.add(partition)
+
     def to_commit(self) -> dict[int, tuple[int, int]]:
         """What to commit since the last call: partition -> (next offset to read, mark)."""
         out = {p: (self.next_commit[p], self.marks.get(p, -1)) for p in self.dirty}
@@ -114,6 +137,12 @@ class OffsetTracker:
 
     def forget(self, partitions: Sequence[int]) -> None:
         for p in partitions:
-            for table in (self.outstanding, self.acked, self.next_commit, self.expected):
+            for table in (
+                self.outstanding,
+                self.acked,
+                self.next_commit,
+                self.expected,
+                self.holes,
+            ):
                 table.pop(p, None)
             self.dirty.discard(p)

@@ -1,5 +1,5 @@
 """A Kafka receiver: a member of the run's consumer group (``mqlab.brokers.kafka.driver``
-says what receive and ack do)."""
+says what receive and ack do; ``mqlab.brokers.kafka.lanes`` how it fetches in lanes)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,11 @@ class KafkaReceiver(Receiver):
         self.lock = threading.Lock()
         self.closing = threading.Event()
         self.received_at = 0.0  # monotonic time of the worker's last receive
+        # in lanes (mqlab.brokers.kafka.lanes): librdkafka fetches nothing (every partition
+        # paused), the lanes fetch from the leaders on connections of the receiver's own
+        self.in_lanes = False
+        self.leaders: dict[int, tuple[str, int]] = {}  # partition -> its leader's address
+        self.conns: dict[tuple[str, int], Any] = {}  # address -> fetch.BrokerConn
         self.c = Consumer(
             {
                 "bootstrap.servers": bootstrap(endpoints),
@@ -111,6 +116,7 @@ class KafkaReceiver(Receiver):
         pause = (
             room <= 0 if self.paused is None else (room <= 0 or (self.paused and bool(self.buffer)))
         )
+        pause = pause or self.in_lanes  # the lanes fetch: librdkafka never does
         if self.owned and (self.paused is None or pause != self.paused):
             tps = [TopicPartition(self.topic, p) for p in sorted(self.owned)]
             try:
@@ -142,6 +148,8 @@ class KafkaReceiver(Receiver):
         self.buffer = deque(m for m in self.buffer if m.partition() not in revoked)
 
     def _keep(self, messages: Sequence[Any]) -> None:
+        if self.in_lanes:  # fetched before its partition was paused: the lanes fetch it
+            return
         for m in messages:
             err = m.error()
             if err is None:
@@ -238,7 +246,23 @@ class KafkaReceiver(Receiver):
         except KafkaException as e:
             raise DriverError(f"kafka: commit failed: {e}") from e
 
+    def enter_lanes(self) -> None:
+        """From now on the lanes fetch (``mqlab.brokers.kafka.lanes``); what librdkafka
+        fetched ahead is dropped, never handed out (the lanes fetch it again)."""
+        with self.lock:
+            if self.in_lanes:
+                return
+            if any(self.tracker.outstanding.values()):
+                raise DriverError("kafka: receivers in lanes take no receiver that handed out")
+            self.in_lanes = True
+            self.buffer.clear()
+            self.paused = None
+            self._flow()
+
     def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
+        self.conns.clear()
         self.closing.set()
         self.poller.join()
         with contextlib.suppress(DriverError):

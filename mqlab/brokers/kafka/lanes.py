@@ -1,0 +1,298 @@
+"""Kafka receivers in lanes (the driver's ``receive_lanes``): every receiver of a worker
+stays a member of the run's consumer group through librdkafka (joining, heartbeats,
+rebalances, commits: ``KafkaReceiver``), but librdkafka fetches nothing (every partition
+it owns is paused): each receiver fetches its partitions itself, from their leaders, on
+connections of its own (``fetch.BrokerConn``), and all of a worker's receivers are driven
+from one thread, as Kafka's own consumer drives its fetches, without a Python object per
+message (librdkafka's ``Message``, the ``Delivery``), which cost more client CPU than all
+of ConsumerPerformance (docs/development.md).
+
+Each receiver keeps one Fetch in flight per leader (its partitions there, each from its
+next offset), long-polling at most the profile's ``fetch_wait_max_ms`` and never past the
+call's end. When an answer comes, each partition's record set is read in C
+(``mqlab._recvpath.kafka_records``): each message's header cut, the partition's run of
+messages recorded as one batch at once (those at or below the partition's delivered
+mark flagged redelivered) and acked (``OffsetTracker.took_run``: the run's end is the
+partition's next offset and what the next commit says), and the next Fetch goes out at
+once. Commits stay the receiver's: every ``commit_interval_s``, at a revoke, at close. A
+partition revoked while its fetch was in flight is not recorded (its new owner reads it
+from the committed offset); an answer for an offset that is no longer the partition's
+next is dropped. A run with offsets missing (none of Kafka's, whose log mqlab's producers
+never compact; tansu's fetches left records out) is fetched again, ``GAP_RETRIES`` times,
+then taken as it is, the partition's commits stopping at the first offset missing
+(``OffsetTracker.took_run``). A leader error (NOT_LEADER_OR_FOLLOWER and the like) looks the leaders
+up again; OFFSET_OUT_OF_RANGE starts the partition again at its first offset. At the end
+(``until_ns``, or ``wake_fd`` readable) no fetch starts and those in flight are awaited:
+what the call returns is recorded and acked. A failed lane (a connection lost, an answer
+malformed or not in time) stops there with the error; its receiver's connections are
+dropped (the next call connects again)."""
+
+from __future__ import annotations
+
+import array
+import logging
+import selectors
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from mqlab import envelope
+from mqlab.brokers import compiled
+from mqlab.brokers.base import LaneReceipt, Receiver
+from mqlab.brokers.kafka import fetch
+from mqlab.brokers.kafka.offsets import GAP_RETRIES
+from mqlab.brokers.kafka.receiver import KafkaReceiver
+from mqlab.errors import DriverError
+
+LOG = logging.getLogger(__name__)
+PARTITION_MAX_BYTES = 1 << 20  # a partition's part of a fetch answer, at most
+FETCH_MAX_BYTES = 16 << 20  # a fetch answer, at most (Kafka's default: 50 MiB)
+ANSWER_GRACE_NS = 10_000_000_000  # an answer later than its long poll by this: failed
+IDLE_LOOK_NS = 50_000_000  # a receiver with no partition looks again this often
+METADATA_TIMEOUT_S = 10.0
+
+
+class _Lane:
+    """One receiver's part of a call: what it got, and its fetches in flight."""
+
+    def __init__(self, r: KafkaReceiver, wall_offset_ns: int):
+        self.r = r
+        self.wall_offset_ns = wall_offset_ns
+        self.headers = bytearray()
+        self.recv_ns = array.array("q")
+        self.lens = array.array("q")
+        self.flagged = array.array("q")
+        self.received = self.short = self.acked = 0
+        self.error: Exception | None = None
+
+    def receipt(self) -> LaneReceipt:
+        return LaneReceipt(
+            bytes(self.headers),
+            self.recv_ns.tobytes(),
+            self.lens.tobytes(),
+            self.flagged.tobytes(),
+            self.received,
+            self.short,
+            self.acked,
+            self.error,
+        )
+
+    def fail(self, e: Exception, sel: selectors.BaseSelector) -> None:
+        self.error = e if isinstance(e, DriverError) else DriverError(f"kafka: fetch failed: {e}")
+        for conn in self.r.conns.values():
+            if conn.pending is not None:
+                sel.unregister(conn.sock)
+            conn.close()
+        self.r.conns.clear()
+        self.r.leaders.clear()
+
+
+def receive_lanes(
+    receivers: Sequence[Receiver],
+    fetch_wait_max_ms: int,
+    until_ns: int,
+    wall_offset_ns: int,
+    wake_fd: int,
+) -> list[LaneReceipt]:
+    """See the top of the module; a receipt per receiver, in their order."""
+    lanes = []
+    for r in receivers:
+        if not isinstance(r, KafkaReceiver):
+            raise TypeError(f"kafka: receive_lanes takes the driver's receivers: {r!r}")
+        r.enter_lanes()
+        lanes.append(_Lane(r, wall_offset_ns))
+    sel = selectors.DefaultSelector()
+    try:
+        sel.register(wake_fd, selectors.EVENT_READ, None)
+        woken = False
+        while True:
+            now = time.monotonic_ns()
+            going = not woken and now < until_ns
+            if going:
+                for lane in lanes:
+                    if lane.error is None:
+                        _start(lane, sel, fetch_wait_max_ms, until_ns)
+            in_flight = [c for lane in lanes for c in lane.r.conns.values() if c.pending]
+            if not in_flight and not going:
+                break
+            due = min((c.due_ns for c in in_flight), default=until_ns)
+            wait_ns = max(0, (min(due, until_ns) if going else due) - now)
+            if not in_flight:  # no partition yet: look again soon (a rebalance gives some)
+                wait_ns = min(wait_ns, IDLE_LOOK_NS)
+            for key, _ in sel.select(wait_ns / 1e9):
+                if key.data is None:
+                    woken = True
+                    continue
+                lane, conn = key.data
+                _answered(lane, conn, sel)
+            now = time.monotonic_ns()
+            for lane in lanes:
+                late = [c for c in lane.r.conns.values() if c.pending and now > c.due_ns]
+                if lane.error is None and late:
+                    lane.fail(DriverError(f"kafka: no fetch answer from {late[0].address}"), sel)
+            if not going and now >= until_ns and not in_flight:
+                break
+    finally:
+        sel.close()
+        for lane in lanes:  # left by an error: their answers are not read (connect anew)
+            for address, conn in list(lane.r.conns.items()):
+                if conn.pending is not None:
+                    conn.close()
+                    del lane.r.conns[address]
+    return [lane.receipt() for lane in lanes]
+
+
+def _leaders(r: KafkaReceiver) -> None:
+    """The leaders of the topic's partitions (librdkafka's metadata; under the lock)."""
+    try:
+        md = r.c.list_topics(r.topic, timeout=METADATA_TIMEOUT_S)
+    except KafkaException as e:
+        raise DriverError(f"kafka: no metadata for {r.topic}: {e}") from e
+    brokers = {b.id: (b.host, b.port) for b in md.brokers.values()}
+    topic = md.topics.get(r.topic)
+    if topic is None or topic.error is not None:
+        raise DriverError(f"kafka: no metadata for {r.topic}: {topic and topic.error}")
+    r.leaders = {p: brokers[m.leader] for p, m in topic.partitions.items() if m.leader in brokers}
+
+
+def _position(r: KafkaReceiver, p: int) -> int:
+    """The partition's next offset to fetch: after what was handed out, else its
+    committed offset (at assignment), else its first (a group that never committed;
+    auto.offset.reset earliest)."""
+    at = r.tracker.expected.get(p)
+    if at is not None:
+        return at
+    try:
+        low, _high = r.c.get_watermark_offsets(
+            TopicPartition(r.topic, p), timeout=METADATA_TIMEOUT_S, cached=False
+        )
+    except KafkaException as e:
+        raise DriverError(f"kafka: no offsets of partition {p}: {e}") from e
+    r.tracker.start(p, low)
+    return int(low)
+
+
+def _start(lane: _Lane, sel: selectors.BaseSelector, fetch_wait_max_ms: int, until_ns: int) -> None:
+    """A fetch to each leader of the receiver's partitions that has none in flight."""
+    r = lane.r
+    try:
+        with r.lock:
+            owned = sorted(r.owned)
+            if not owned:
+                return
+            if any(p not in r.leaders for p in owned):
+                _leaders(r)
+            busy = {a for a, c in r.conns.items() if c.pending is not None}
+            wanted: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+            for p in owned:
+                address = r.leaders.get(p)
+                if address is not None and address not in busy:
+                    wanted[address].append((p, _position(r, p)))
+        left_ms = max(0, (until_ns - time.monotonic_ns()) // 1_000_000)
+        wait_ms = int(min(fetch_wait_max_ms, left_ms))
+        for address, parts in wanted.items():
+            conn = r.conns.get(address)
+            if conn is None:
+                conn = r.conns[address] = fetch.BrokerConn(*address, METADATA_TIMEOUT_S)
+            conn.correlation += 1
+            conn.send(
+                fetch.fetch_request(
+                    conn.correlation,
+                    r.topic.encode(),
+                    parts,
+                    wait_ms,
+                    PARTITION_MAX_BYTES,
+                    FETCH_MAX_BYTES,
+                )
+            )
+            conn.pending = parts
+            conn.due_ns = time.monotonic_ns() + wait_ms * 1_000_000 + ANSWER_GRACE_NS
+            sel.register(conn.sock, selectors.EVENT_READ, (lane, conn))
+    except (OSError, DriverError) as e:
+        lane.fail(e, sel)
+
+
+def _answered(lane: _Lane, conn: fetch.BrokerConn, sel: selectors.BaseSelector) -> None:
+    """Read what came on ``conn``; once its answer is whole, record and ack each
+    partition's run."""
+    try:
+        answer = conn.read()
+        if answer is None:
+            return
+        sel.unregister(conn.sock)
+        asked, conn.pending = conn.pending or [], None
+        parts = fetch.parse_answer(answer, conn.correlation)
+        recv_ns = time.monotonic_ns() + lane.wall_offset_ns
+        with lane.r.lock:
+            for data in parts:
+                _took(lane, dict(asked), data, recv_ns)
+            lane.r._maybe_commit()
+    except (OSError, DriverError, ValueError) as e:
+        lane.fail(e, sel)
+
+
+def _took(lane: _Lane, asked: dict[int, int], data: fetch.PartitionData, recv_ns: int) -> None:
+    """One partition of an answer (under the receiver's lock)."""
+    r, p = lane.r, data.partition
+    offset = asked.get(p)
+    if offset is None or p not in r.owned or r.tracker.expected.get(p, offset) != offset:
+        return  # revoked meanwhile, or moved on: not recorded (fetched again from there)
+    if data.error in fetch.LEADER_ERRORS:
+        LOG.info(
+            "kafka: partition %d: %s; looking its leader up", p, fetch.LEADER_ERRORS[data.error]
+        )
+        r.leaders.pop(p, None)
+        return
+    if data.error == fetch.OFFSET_OUT_OF_RANGE:
+        LOG.warning("kafka: partition %d: offset %d out of range; from its first on", p, offset)
+        r.tracker.forget([p])
+        return
+    if data.error:
+        raise DriverError(f"kafka: fetch of partition {p} failed: error {data.error}")
+    mark = r.tracker.marks.get(p, -1)
+    hb = envelope.HEADER_BYTES
+    records = compiled.recv_module.kafka_records  # type: ignore[union-attr]
+    headers, received, short, flagged, end, _first, skipped, hole = records(
+        data.records, offset, mark, hb
+    )
+    if end <= offset:
+        return
+    if skipped:  # fetched again from the same offset, GAP_RETRIES times, then taken
+        tries = r.gap_tries.get((p, offset), 0)
+        if tries < GAP_RETRIES:
+            r.gap_tries[(p, offset)] = tries + 1
+            LOG.warning(
+                "kafka: partition %d: %d offsets after %d missing; fetching again",
+                p,
+                skipped,
+                offset,
+            )
+            return
+        LOG.warning(
+            "kafka: partition %d: %d offsets after %d not fetched; commits stop at %d",
+            p,
+            skipped,
+            offset,
+            hole,
+        )
+    if received:
+        base = len(lane.headers) // hb
+        lane.headers += headers
+        kept = len(headers) // hb
+        if kept:
+            lane.recv_ns.append(recv_ns)
+            lane.lens.append(kept)
+            lane.flagged.extend(range(base, base + flagged))
+        lane.received += received
+        lane.short += short
+        lane.acked += received
+    r.tracker.took_run(p, end, end - 1 if received else -1, hole if skipped else -1)
+
+
+def receives_in_lanes(settings: Any) -> bool:
+    """Whether the profile's receivers can fetch in lanes: the reader is built, and the
+    producers do not compress (it reads uncompressed batches)."""
+    return compiled.recv_module is not None and settings.compression == "none"
