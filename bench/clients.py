@@ -621,7 +621,8 @@ def run_mqlab(role: str, driver: Driver, profile: Profile, s: Setup) -> Measured
     worker = WorkerProcess(worker_spec(role, driver, profile, s, s.workdir / tag), s.workdir)
     field = codecs.COUNTED[role] if role == "sender" else "acked"
     try:
-        send_path = worker.wait_for("ready").get("send_path")
+        ready = worker.wait_for("ready")  # the path the worker took, as its archive says
+        taken = ready.get("send_path" if role == "sender" else "receive_path")
         lo_ms = clock.wall_ms()
         t0, cpu0 = time.monotonic(), proc_cpu_s(worker.proc.pid)
         if role == "sender":
@@ -641,9 +642,7 @@ def run_mqlab(role: str, driver: Driver, profile: Profile, s: Setup) -> Measured
     rate = messages / seconds
     wall = t1 - t0
     what = "sender" if role == "sender" else "receiver"
-    if role == "receiver" and driver.receives_in_lanes():  # the worker's own test
-        send_path = driver.receive_path()
-    path = f", {send_path}" if send_path else ""
+    path = f", {taken}" if taken else ""
     each = "senders" if role == "sender" else "receivers"
     per = getattr(profile.settings, "receive_connections", 1) if role == "receiver" else 1
     if per > 1:  # PostgreSQL's receivers in lanes: a claim in flight per connection

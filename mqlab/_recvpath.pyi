@@ -9,3 +9,13 @@ def pg_receive(
     wake_fd: int,  # readable: return at once (after the last acks)
     /,
 ) -> list[tuple[bytes, bytes, bytes, bytes, int, int, int, int, str | None]]: ...
+def kafka_records(
+    records: bytes | memoryview,  # one partition's record set of a Fetch answer
+    fetch_offset: int,  # the offset it was fetched from: records before it are passed over
+    mark: int,  # the partition's delivered mark: records at or below it are flagged
+    header_bytes: int,  # the part of each value kept
+    /,
+) -> tuple[bytes, int, int, int, int, int, int, int]:
+    """(headers, received, short, flagged, next offset, first offset, skipped, first
+    offset skipped): mqlab/_kafkarecords.h."""
+    ...

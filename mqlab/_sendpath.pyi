@@ -15,6 +15,7 @@ def redis_batch(
 REDIS: int
 PG: int
 NATS: int
+PULSAR: int
 WINDOW: int  # a fixed-rate Redis or PostgreSQL lane's batches in flight, at most
 
 class Lanes:
@@ -28,7 +29,9 @@ class Lanes:
         run_spec: tuple[Any, ...],
         # Redis: (prefixes, pads, pool_n, suffix, trailer, magic, version, sender,
         # min_acks); PostgreSQL: (statement name before the batch size, the INSERT's SQL
-        # up to its rows, pads, pool_n, magic, version, sender)
+        # up to its rows, pads, pool_n, magic, version, sender); NATS: (subject, inbox,
+        # pads, pool_n, magic, version, sender, resend_wait_ns); Pulsar: (producer name,
+        # producer id, pads, pool_n, magic, version, sender)
         sizes: Any,  # a buffer of i64 batch sizes
         first_seq: int,
         key: int,

@@ -153,6 +153,7 @@ class Clients:
     # process then)
     threads_per_node: dict[str, int] | _Unset = NOT_SET
     send_paths: list[str] | _Unset = NOT_SET  # how the senders send, once they are ready
+    receive_paths: list[str] | _Unset = NOT_SET  # how the receivers receive, once ready
 
 
 @dataclass

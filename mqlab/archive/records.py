@@ -208,6 +208,9 @@ class WorkerRecord:
     # senders: "compiled-lanes" (one thread drives all of them, in C), "compiled" (a
     # thread each, the batch in C) or "python"; None for receivers and older records
     send_path: str | None = None
+    # receivers: "compiled-lanes" (one thread drives all of them, in C), "lanes" (one
+    # thread, in Python) or "python" (a thread each); None for senders and older records
+    receive_path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -216,13 +219,14 @@ class WorkerRecord:
     def from_json(cls, d: dict[str, Any]) -> WorkerRecord:
         names = cls.__dataclass_fields__
         # absent in records written before they existed
-        optional = {"foreign", "process", "cores", "send_path"}
+        optional = {"foreign", "process", "cores", "send_path", "receive_path"}
         return cls(
             **{k: d[k] for k in names if k not in optional},
             foreign=int(d.get("foreign", 0)),
             process=int(d.get("process", 0)),
             cores=int(d["cores"]) if d.get("cores") is not None else None,
             send_path=d.get("send_path"),
+            receive_path=d.get("receive_path"),
         )
 
 

@@ -42,3 +42,5 @@ def start(ctx: RunContext) -> None:
     line = workers.shape_line(ctx.shape["receiver"], s.clients.receiver_threads)
     ctx.observer.phase(f"receivers: {line} on {where(ctx.receivers)}")
     workers.wait_ready(ctx.receivers)
+    paths = sorted({w.receive_path for w in ctx.receivers if w.receive_path})
+    ctx.manifest.clients.receive_paths = paths

@@ -47,6 +47,7 @@ class Worker:
     exit_code: int | None = None
     fetched: str | None = None  # why the folder could not be fetched, if so
     send_path: str | None = None  # senders: how they send (WorkerRecord.send_path)
+    receive_path: str | None = None  # receivers: how they receive (WorkerRecord.receive_path)
     measuring: int | None = None  # the last ``measure`` it took (its at_ms)
 
     def pump(self) -> None:
@@ -58,6 +59,7 @@ class Worker:
             elif isinstance(ev, protocol.Ready):
                 self.ready = True
                 self.send_path = ev.send_path
+                self.receive_path = ev.receive_path
             elif isinstance(ev, protocol.Measuring):
                 self.measuring = ev.at_ms
             elif isinstance(ev, protocol.Progress | protocol.Done):

@@ -6,8 +6,9 @@ workers are ready; MS: the coordinator's wall clock at that start), ``measure MS
 measured period's start, ``receivers-stop`` ends the receivers' drain, ``stop`` ends the
 worker now, gracefully. Events come back on its stdout as JSON lines with an ``event``
 key (:func:`event_line`, :func:`parse_event`): ``started`` (pid, interpreter prefix,
-where mqlab was imported from), ``ready`` (senders: ``send_path``), ``measuring`` (a
-``measure`` taken), ``progress`` (totals, twice a second), ``done`` (exit code, totals).
+where mqlab was imported from), ``ready`` (senders: ``send_path``; receivers:
+``receive_path``), ``measuring`` (a ``measure`` taken), ``progress`` (totals, twice a
+second), ``done`` (exit code, totals).
 
 Both sides import this module and nothing else defines the wire; it imports nothing of
 mqlab.
@@ -89,6 +90,7 @@ class Ready:
     """Every thread is connected; senders wait for ``go``."""
 
     send_path: str | None = None  # senders: how they send (WorkerRecord.send_path)
+    receive_path: str | None = None  # receivers: how they receive (WorkerRecord.receive_path)
 
 
 @dataclass(frozen=True)
@@ -124,8 +126,10 @@ _NAMES = {cls: name for name, cls in _KINDS.items()}
 def event_line(ev: Event) -> str:
     """The JSON line an event is sent as (without its newline)."""
     fields: dict[str, Any] = dict(vars(ev))
-    if isinstance(ev, Ready) and ev.send_path is None:
-        del fields["send_path"]
+    if isinstance(ev, Ready):
+        for name in ("send_path", "receive_path"):
+            if fields[name] is None:
+                del fields[name]
     return json.dumps({"event": _NAMES[type(ev)], **fields})
 
 
@@ -143,8 +147,8 @@ def parse_event(line: str) -> Event | None:
             int(doc.get("pid") or 0), str(doc.get("prefix") or ""), str(doc.get("mqlab") or "")
         )
     if kind == "ready":
-        path = doc.get("send_path")
-        return Ready(str(path) if path else None)
+        send, receive = doc.get("send_path"), doc.get("receive_path")
+        return Ready(str(send) if send else None, str(receive) if receive else None)
     if kind == "measuring":
         at = doc.get("at_ms")
         return Measuring(at) if isinstance(at, int) else None

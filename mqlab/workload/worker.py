@@ -93,6 +93,11 @@ class Worker:
             driver = next(iter(self.drivers.values()), None)
             per_thread = driver.send_path() if driver is not None else "python"
             self.send_path = "compiled-lanes" if self.in_lanes else per_thread
+        self.receive_path: str | None = None
+        if spec.role != "sender":  # in lanes: the driver's (Python or compiled); else a thread each
+            driver = next(iter(self.drivers.values()), None)
+            lanes_path = driver.receive_path() if driver is not None else "python"
+            self.receive_path = lanes_path if self.recv_in_lanes else "python"
         self.started_ms = now_ms()
         self.recorder = IntervalRecorder(
             self.out, spec.role, spec.worker_id, spec.run_id, self.started_ms
@@ -272,7 +277,7 @@ class Worker:
         except threading.BrokenBarrierError:
             self.errors.append("threads did not connect within 60 s")
             self.stop.set()
-        self._emit(protocol.Ready(self.send_path or None))
+        self._emit(protocol.Ready(self.send_path or None, self.receive_path or None))
         ticker = threading.Thread(target=self._ticker, name="ticker", daemon=True)
         ticker.start()
         deadline = time.monotonic() + self.workload.max_run_s
@@ -354,6 +359,7 @@ class Worker:
                 foreign=rec.delivery.foreign,
                 cores=cpu.host_cores(),
                 send_path=self.send_path,
+                receive_path=self.receive_path,
             ),
         )
         for driver in self.drivers.values():

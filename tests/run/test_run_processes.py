@@ -57,6 +57,7 @@ def test_several_processes_per_node_account_for_every_sender_id(
         "processes": {"sender": [PROCESSES] * SENDER_NODES, "receiver": [PROCESSES]},
         "threads_per_node": {"sender": THREADS, "receiver": THREADS},
         "send_paths": ["compiled-lanes"],  # each process's closed-loop senders: one thread
+        "receive_paths": ["compiled-lanes"],  # and its receivers: one thread, in C
     }
     workers = run.path / "workers"
     sender_dirs = sorted(workers.glob("sender-*"))
@@ -73,6 +74,7 @@ def test_several_processes_per_node_account_for_every_sender_id(
         node, process = int(d.name[len(w.role) + 1 :][:2]), int(d.name[-2:])
         assert (w.worker_id, w.node, w.process, w.threads) == (d.name, node, process, PER_PROCESS)
         assert w.send_path == ("compiled-lanes" if w.role == "sender" else None)
+        assert w.receive_path == (None if w.role == "sender" else "compiled-lanes")
 
     # sender ids: each sender thread of each node sends as its own id, node * THREADS + i
     sent: dict[int, records.SentSender] = {}

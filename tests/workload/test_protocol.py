@@ -27,6 +27,7 @@ def test_events_are_json_lines_with_their_kind_and_parse_back() -> None:
     events = [
         p.Started(42, "/usr", "/opt/mqlab"),
         p.Ready("compiled-lanes"),
+        p.Ready(None, "lanes"),
         p.Ready(),
         p.Measuring(1700000005000),
         p.Progress({"sent": 10, "acked": 9}),
@@ -35,7 +36,11 @@ def test_events_are_json_lines_with_their_kind_and_parse_back() -> None:
     for ev in events:
         line = p.event_line(ev)
         assert p.parse_event(line) == ev
-    assert json.loads(p.event_line(p.Ready())) == {"event": "ready"}  # no send_path
+    assert json.loads(p.event_line(p.Ready())) == {"event": "ready"}  # no paths
+    assert json.loads(p.event_line(p.Ready(None, "python"))) == {
+        "event": "ready",
+        "receive_path": "python",
+    }
     assert json.loads(p.event_line(p.Done(0, {"sent": 1}))) == {
         "event": "done",
         "exit_code": 0,

@@ -123,8 +123,9 @@ def receive_lanes(
             if not in_flight:  # no partition yet: look again soon (a rebalance gives some)
                 wait_ns = min(wait_ns, IDLE_LOOK_NS)
             for key, _ in sel.select(wait_ns / 1e9):
-                if key.data is None:
+                if key.data is None:  # readable until the caller drains it: watched no more
                     woken = True
+                    sel.unregister(wake_fd)
                     continue
                 lane, conn = key.data
                 _answered(lane, conn, sel)
@@ -218,6 +219,8 @@ def _start(lane: _Lane, sel: selectors.BaseSelector, fetch_wait_max_ms: int, unt
 def _answered(lane: _Lane, conn: fetch.BrokerConn, sel: selectors.BaseSelector) -> None:
     """Read what came on ``conn``; once its answer is whole, record and ack each
     partition's run."""
+    if lane.error is not None:  # failed earlier in this round: its connections are closed
+        return
     try:
         answer = conn.read()
         if answer is None:

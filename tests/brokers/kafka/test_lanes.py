@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import array
 import os
+import selectors
 import socket
 import struct
 import threading
@@ -23,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from mqlab import envelope
 from mqlab.brokers import compiled
 from mqlab.brokers.base import LaneReceipt
-from mqlab.brokers.kafka import fetch
+from mqlab.brokers.kafka import fetch, lanes
 from mqlab.brokers.kafka.config import bootstrap
 from mqlab.brokers.kafka.driver import KafkaDriver
 from mqlab.brokers.kafka.offsets import mark_metadata
@@ -343,6 +344,33 @@ def test_deliveries_at_or_below_a_committed_mark_come_flagged(
         assert flagged == sorted(q for q in range(40) if q // 4 <= 7)  # offsets 0 .. 7
     finally:
         b.close()
+
+
+@pytest.mark.integration
+def test_once_woken_a_call_waits_for_its_fetches_without_spinning(
+    driver: KafkaDriver, wake: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Told to end before it starts, a call still sends its fetches and waits for their
+    answers (an empty topic: each long-polls ``fetch_wait_max_ms``), watching the wake fd
+    no more: a handful of selects, not one per turn of a loop while the fd stays
+    readable."""
+    selects = []
+
+    class Counting(selectors.DefaultSelector):
+        def select(self, timeout: float | None = None) -> Any:
+            selects.append(timeout)
+            return super().select(timeout)
+
+    r = driver.receiver()
+    try:
+        monkeypatch.setattr(lanes.selectors, "DefaultSelector", Counting)
+        os.write(wake[1], b"x")
+        (got,) = driver.receive_lanes([r], 10, time.monotonic_ns() + 5_000_000_000, 0, wake[0])
+        assert (got.received, got.error) == (0, None)
+        assert r.conns and all(c.pending is None for c in r.conns.values())
+        assert len(selects) <= 6, selects
+    finally:
+        r.close()
 
 
 @pytest.mark.integration
