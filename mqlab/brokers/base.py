@@ -278,6 +278,31 @@ class LaneReceipt(NamedTuple):
     error: Exception | None
 
 
+class ReceiptTally:
+    """What a receiver in Python-driven lanes got in one call (RocketMQ's and Kafka's
+    ``lanes.py``), gathered as it comes: :meth:`receipt` is its :class:`LaneReceipt`."""
+
+    def __init__(self) -> None:
+        self.headers = bytearray()
+        self.recv_ns = array.array("q")
+        self.lens = array.array("q")
+        self.flagged = array.array("q")
+        self.received = self.short = self.acked = 0
+        self.error: Exception | None = None
+
+    def receipt(self) -> LaneReceipt:
+        return LaneReceipt(
+            bytes(self.headers),
+            self.recv_ns.tobytes(),
+            self.lens.tobytes(),
+            self.flagged.tobytes(),
+            self.received,
+            self.short,
+            self.acked,
+            self.error,
+        )
+
+
 def merged(parts: Sequence[LaneReceipt]) -> LaneReceipt:
     """One receiver's receipt from its connections' (in their order): headers, batch
     times and lengths one after the other, each flagged index moved past the headers

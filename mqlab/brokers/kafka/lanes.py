@@ -29,7 +29,6 @@ dropped (the next call connects again)."""
 
 from __future__ import annotations
 
-import array
 import logging
 import selectors
 import time
@@ -41,7 +40,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from mqlab import envelope
 from mqlab.brokers import compiled
-from mqlab.brokers.base import LaneReceipt, Receiver
+from mqlab.brokers.base import LaneReceipt, ReceiptTally, Receiver
 from mqlab.brokers.kafka import fetch
 from mqlab.brokers.kafka.offsets import GAP_RETRIES
 from mqlab.brokers.kafka.receiver import KafkaReceiver
@@ -55,30 +54,14 @@ IDLE_LOOK_NS = 50_000_000  # a receiver with no partition looks again this often
 METADATA_TIMEOUT_S = 10.0
 
 
-class _Lane:
-    """One receiver's part of a call: what it got, and its fetches in flight."""
+class _Lane(ReceiptTally):
+    """One receiver's part of a call: what it got (its fetches in flight are its
+    receiver's connections')."""
 
     def __init__(self, r: KafkaReceiver, wall_offset_ns: int):
+        super().__init__()
         self.r = r
         self.wall_offset_ns = wall_offset_ns
-        self.headers = bytearray()
-        self.recv_ns = array.array("q")
-        self.lens = array.array("q")
-        self.flagged = array.array("q")
-        self.received = self.short = self.acked = 0
-        self.error: Exception | None = None
-
-    def receipt(self) -> LaneReceipt:
-        return LaneReceipt(
-            bytes(self.headers),
-            self.recv_ns.tobytes(),
-            self.lens.tobytes(),
-            self.flagged.tobytes(),
-            self.received,
-            self.short,
-            self.acked,
-            self.error,
-        )
 
     def fail(self, e: Exception, sel: selectors.BaseSelector) -> None:
         self.error = e if isinstance(e, DriverError) else DriverError(f"kafka: fetch failed: {e}")
@@ -226,12 +209,12 @@ def _answered(lane: _Lane, conn: fetch.BrokerConn, sel: selectors.BaseSelector) 
         if answer is None:
             return
         sel.unregister(conn.sock)
-        asked, conn.pending = conn.pending or [], None
+        asked, conn.pending = dict(conn.pending or []), None
         parts = fetch.parse_answer(answer, conn.correlation)
         recv_ns = time.monotonic_ns() + lane.wall_offset_ns
         with lane.r.lock:
             for data in parts:
-                _took(lane, dict(asked), data, recv_ns)
+                _took(lane, asked, data, recv_ns)
             lane.r._maybe_commit()
     except (OSError, DriverError, ValueError) as e:
         lane.fail(e, sel)

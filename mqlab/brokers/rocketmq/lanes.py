@@ -21,14 +21,13 @@ invisible time ends, flagged.
 
 from __future__ import annotations
 
-import array
 import itertools
 import selectors
 import time
 from collections.abc import Sequence
 
 from mqlab import envelope
-from mqlab.brokers.base import LaneReceipt, Receiver
+from mqlab.brokers.base import LaneReceipt, ReceiptTally, Receiver
 from mqlab.brokers.rocketmq import popping, remoting
 from mqlab.brokers.rocketmq.direct import MAX_POP, DirectReceiver
 from mqlab.errors import DriverError
@@ -36,10 +35,11 @@ from mqlab.errors import DriverError
 POLL_CAP_MS = 500  # a pop's long poll at most (the threaded receiver's too: receive's 0.5 s)
 
 
-class _Lane:
+class _Lane(ReceiptTally):
     """One receiver's part of a call: its pop in flight and what it got."""
 
     def __init__(self, r: DirectReceiver):
+        super().__init__()
         self.r = r
         self.pops = popping.PopFrames(r.group, r.topic, r.invisible_ms)
         self.conn: remoting.Connection | None = None
@@ -47,24 +47,6 @@ class _Lane:
         self.timeout: float | None = None  # its socket's timeout, while watched
         self.op: int | None = None  # the pop in flight
         self.due_ns = 0  # its answer's deadline
-        self.headers = bytearray()
-        self.recv_ns = array.array("q")
-        self.lens = array.array("q")
-        self.flagged = array.array("q")
-        self.received = self.short = self.acked = 0
-        self.error: Exception | None = None
-
-    def receipt(self) -> LaneReceipt:
-        return LaneReceipt(
-            bytes(self.headers),
-            self.recv_ns.tobytes(),
-            self.lens.tobytes(),
-            self.flagged.tobytes(),
-            self.received,
-            self.short,
-            self.acked,
-            self.error,
-        )
 
 
 def receive_lanes(
