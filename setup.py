@@ -10,8 +10,8 @@ send through Python.
 
 ``mqlab._recvpath`` (mqlab/_recvpath.c) is the PostgreSQL and Redis Streams receive
 path: a worker's receivers driven from one thread in the same way (issue 28), and the
-reader of Kafka's record batches for its receivers in lanes (mqlab/_kafkarecords.h);
-built and missed alike.
+readers of Kafka's record batches and of RocketMQ's pop answers for their receivers in
+lanes (mqlab/_kafkarecords.h, mqlab/_rocketmqpop.h); built and missed alike.
 """
 
 from setuptools import Extension, setup
@@ -28,7 +28,7 @@ setup(
         Extension(
             "mqlab._recvpath",
             ["mqlab/_recvpath.c"],
-            depends=["mqlab/_kafkarecords.h"],
+            depends=["mqlab/_kafkarecords.h", "mqlab/_rocketmqpop.h"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror"],
             optional=True,  # no compiler: the receivers run through Python, a thread each
         ),

@@ -1,7 +1,8 @@
 /*
  * mqlab._recvpath: the PostgreSQL and Redis Streams receive paths of one worker process
  * (issue 28), and the reader of Kafka's record batches for its receivers in lanes
- * (kafka_records: mqlab/_kafkarecords.h).
+ * (kafka_records: mqlab/_kafkarecords.h), and the reader of RocketMQ's pop answers for
+ * its receivers in lanes (rocketmq_popped: mqlab/_rocketmqpop.h).
  *
  * pg_receive(fds, spec, return_ns, wall_offset_ns, wake_fd) drives all of a worker's
  * receiver connections from the calling thread, without the interpreter lock, until
@@ -71,6 +72,7 @@
 #include <unistd.h>
 
 #include "_kafkarecords.h"
+#include "_rocketmqpop.h"
 
 enum { ST_OK = 0, ST_ERROR = 1, ST_TIMEOUT = 2, ST_CONNECTION = 3, ST_PROTOCOL = 4 };
 enum { IDLE = 0, WAITING = 1, DONE = 2 }; /* DONE: finished or failed */
@@ -1171,6 +1173,7 @@ static PyMethodDef methods[] = {
     {"pg_receive", pg_receive, METH_VARARGS, "PostgreSQL receivers driven from one thread."},
     {"redis_receive", redis_receive, METH_VARARGS, "Redis receivers driven from one thread."},
     {"kafka_records", kafka_records, METH_VARARGS, "Kafka record batches read (_kafkarecords.h)."},
+    {"rocketmq_popped", rocketmq_popped, METH_VARARGS, "RocketMQ pop answers read (_rocketmqpop.h)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,3 +19,12 @@ def kafka_records(
     """(headers, received, short, flagged, next offset, first offset, skipped, first
     offset skipped): mqlab/_kafkarecords.h."""
     ...
+
+def rocketmq_popped(
+    body: bytes | memoryview,  # a successful pop answer's body: its stored messages
+    header_bytes: int,  # the part of each body kept
+    /,
+) -> tuple[bytes, int, list[int], list[tuple[bytes, int, int, int]]] | None:
+    """(headers, messages, short, queues: (topic, queue id, first offset, bits) each), or
+    None where a message is not the common case: mqlab/_rocketmqpop.h."""
+    ...
