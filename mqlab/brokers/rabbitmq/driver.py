@@ -55,6 +55,7 @@ import pika.exceptions
 from pika import spec as amqp
 
 from mqlab.brokers.base import Delivery, Driver, Receiver, Remaining, Sender
+from mqlab.brokers.rabbitmq import publishing
 from mqlab.brokers.rabbitmq.deliveries import Acks, DeliveryReader
 from mqlab.errors import DriverError
 from mqlab.typed import spec
@@ -149,7 +150,6 @@ class RabbitmqSender(Sender):
         self.driver = driver
         self.queue = driver.queue
         self.timeout = driver.settings.confirm_timeout_s
-        self.props = pika.BasicProperties(delivery_mode=pika.DeliveryMode.Persistent)
         self.c: _Client | None = None
         self.confirms = _Confirms()
         self._connect()
@@ -183,6 +183,9 @@ class RabbitmqSender(Sender):
                 raise
             raise DriverError(f"rabbitmq: cannot enable publisher confirms: {e!r}") from e
         self.c, self.confirms = c, confirms
+        self.frames = publishing.PublishFrames(
+            c.ch.channel_number, self.queue, c.conn._impl._body_max_length
+        )
         return c
 
     def _drop(self) -> None:
@@ -196,9 +199,15 @@ class RabbitmqSender(Sender):
         conf = self.confirms
         conf.start_batch()
         try:
-            for m in batch:
-                conf.published()  # before publishing: its confirm may come during the next one
-                c.ch.basic_publish("", self.queue, m, self.props)
+            if not (c.conn.is_open and c.ch.is_open):
+                raise DriverError("rabbitmq: send failed: the channel is closed")
+            # the batch's frames written at once, on pika's connection (publishing.py);
+            # each message's tag counted first: its confirm may come while the batch is
+            # still being written out
+            data = self.frames.batch(batch)
+            for _ in batch:
+                conf.published()
+            c.conn._impl._output_marshaled_frames([data])
             deadline = time.monotonic() + self.timeout
             while not conf.all_confirmed():
                 left = deadline - time.monotonic()

@@ -93,6 +93,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mqlab.brokers import compiled
 from mqlab.brokers.base import Driver, Endpoints, LaneReceipt, Receiver, Remaining, Sender
 from mqlab.brokers.rocketmq import admin, lanes
 from mqlab.brokers.rocketmq.direct import DirectReceiver, DirectSender
@@ -258,6 +259,13 @@ class RocketmqDriver(Driver):
         """With the remoting client, a worker's receivers are driven from one thread
         (:meth:`receive_lanes`, ``lanes.py``)."""
         return self.settings.client == "remoting"
+
+    def receive_path(self) -> str:
+        """ "compiled-lanes" where pop answers are read in C (``mqlab._recvpath``), else
+        "lanes" (read in Python); "python" with the gRPC client."""
+        if not self.receives_in_lanes():
+            return "python"
+        return "compiled-lanes" if compiled.recv_module is not None else "lanes"
 
     def receive_lanes(
         self,

@@ -8,15 +8,15 @@ Each lane keeps one POP_MESSAGE of ``read_ahead`` (at most 32) in flight, long-p
 at most ``POLL_CAP_MS`` and never past the call's end. When its answer comes, its
 messages are recorded at once (each one's header cut from the answer, the pop split into
 batches of at most ``max_messages``, those the broker delivered before flagged; no object
-or receipt per message: ``popping.popped_headers``) and acked by one BATCH_ACK_MESSAGE,
-its entries made as the answer is read, written together with the lane's next pop (its
-header's JSON written once per lane: ``popping.PopFrames``); the acks' answers are
-read as they come. At the end (``until_ns``, or ``wake_fd`` readable) no pop is started,
-those in flight are awaited (their poll ends by then), what they brought is recorded
-and acked, and every ack's answer awaited: what the call returns is acked unless its lane
-failed. A failed lane (an answer refused, a connection lost, no answer in time) stops
-there with the error; what it popped and did not get acked comes again once its
-invisible time ends, flagged.
+or receipt per message: ``popping.popped_headers``, in C where built) and acked by one
+BATCH_ACK_MESSAGE, its entries made as the answer is read, written together with the
+lane's next pop (its header's JSON written once per lane: ``popping.PopFrames``); the
+acks' answers are read as they come. At the end (``until_ns``, or ``wake_fd`` readable)
+no pop is started, those in flight are awaited (their poll ends by then), what they
+brought is recorded and acked, and every ack's answer awaited: what the call returns is
+acked unless its lane failed. A failed lane (an answer refused, a connection lost, no
+answer in time) stops there with the error; what it popped and did not get acked comes
+again once its invisible time ends, flagged.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from mqlab import envelope
+from mqlab.brokers import compiled
 from mqlab.brokers.base import LaneReceipt
 from mqlab.brokers.rocketmq import direct, lanes, popping, remoting
 from mqlab.brokers.rocketmq.driver import RocketmqDriver
@@ -150,7 +151,12 @@ def test_a_write_its_socket_takes_in_part_is_written_whole_with_the_timeout() ->
         b.close()
 
 
-def test_receivers_in_lanes_with_the_remoting_client(driver: RocketmqDriver) -> None:
+def test_receivers_in_lanes_with_the_remoting_client(
+    driver: RocketmqDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert compiled.recv_module is not None  # built here (tests/brokers/test_sendpath.py)
+    assert driver.receives_in_lanes() and driver.receive_path() == "compiled-lanes"
+    monkeypatch.setattr(compiled, "recv_module", None)  # pop answers read in Python
     assert driver.receives_in_lanes() and driver.receive_path() == "lanes"
     grpc = RocketmqDriver(type(driver.settings)(client="grpc"), driver.endpoints, "not_set_up")
     assert not grpc.receives_in_lanes()  # asked nothing of the cluster
