@@ -207,7 +207,7 @@ class RabbitmqSender(Sender):
             data = self.frames.batch(batch)
             for _ in batch:
                 conf.published()
-            c.conn._impl._output_marshaled_frames([data])
+            publishing.emit(c.conn._impl, data)  # the rest written as confirms are awaited
             deadline = time.monotonic() + self.timeout
             while not conf.all_confirmed():
                 left = deadline - time.monotonic()
@@ -320,11 +320,14 @@ class RabbitmqReceiver(Receiver):
             return
         last, single = self.acks.plan(current)
         try:
-            if last:
-                c.ch._impl.basic_ack(last, multiple=True)
-            for tag in single:
-                c.ch._impl.basic_ack(tag)
-            c.ch._flush_output()  # every ack frame written before ack returns
+            if not (c.conn.is_open and c.ch.is_open):
+                raise DriverError("rabbitmq: ack failed: the channel is closed")
+            data = publishing.ack_frames(c.ch.channel_number, last, single)
+            if not publishing.emit(c.conn._impl, data):
+                c.ch._flush_output()  # every ack frame written before ack returns
+        except DriverError:
+            self._drop()
+            raise
         except Exception as e:  # noqa: BLE001
             self._drop()
             raise DriverError(f"rabbitmq: ack failed: {e!r}") from e

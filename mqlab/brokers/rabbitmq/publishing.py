@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import Any
+
+from pika.adapters.utils.io_services_utils import _AsyncPlaintextTransport
 
 FRAME = struct.Struct(">BHL")  # type, channel, payload size
 FRAME_END = b"\xce"
@@ -30,6 +33,8 @@ BASIC = 60
 PUBLISH = 40
 DELIVERY_MODE_FLAG = 1 << 12  # basic properties' flag bits: delivery-mode's
 PERSISTENT = 2
+ACK = 80
+_ACK = struct.Struct(">BHLHHQBB")  # the frame, class, method, delivery tag, multiple, end
 _HEADER = struct.Struct(">HHQHB")  # class, weight, body size, property flags, delivery mode
 
 
@@ -76,3 +81,37 @@ class PublishFrames:
         for body in bodies:
             out += self.of(body)
         return b"".join(out)
+
+
+def ack_frames(channel: int, last: int, single: Sequence[int]) -> bytes:
+    """``basic.ack`` (class 60, method 80: the delivery tag, u64, and the multiple bit) of
+    every tag up to ``last`` with ``multiple`` (none if 0), then of each of ``single``."""
+    out = [_ACK.pack(METHOD, channel, 13, BASIC, ACK, last, 1, 0xCE)] if last else []
+    out += [_ACK.pack(METHOD, channel, 13, BASIC, ACK, tag, 0, 0xCE) for tag in single]
+    return b"".join(out)
+
+
+def emit(impl: Any, data: bytes) -> bool:
+    """``data`` (whole frames) written on pika's connection ``impl`` (a blocking
+    connection's ``_impl``) as pika writes its own frames, counted in its bytes sent (its
+    heartbeat checker reads them): straight to the socket when pika has nothing queued
+    to write (no turn of its I/O loop per write, which was most of a sender's and a
+    receiver's flush), else, with what the socket did not take, queued after pika's own
+    bytes for its I/O loop to write. True when all of it is on the socket."""
+    impl.bytes_sent += len(data)
+    impl.frames_sent += 1
+    t = impl._transport
+    if (
+        isinstance(t, _AsyncPlaintextTransport)
+        and t._state == t._STATE_ACTIVE
+        and t.get_write_buffer_size() == 0
+    ):
+        try:
+            sent = t._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent == len(data):
+            return True
+        data = data[sent:]
+    impl._adapter_emit_data(data)
+    return False

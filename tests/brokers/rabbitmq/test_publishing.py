@@ -4,13 +4,15 @@ back with a frame reader of the test's own."""
 
 from __future__ import annotations
 
+import socket
 import struct
 
 import pika
 import pytest
 from pika import frame, spec
+from pika.adapters.utils.io_services_utils import _AsyncPlaintextTransport
 
-from mqlab.brokers.rabbitmq.publishing import PublishFrames
+from mqlab.brokers.rabbitmq.publishing import PublishFrames, ack_frames, emit
 
 
 def pikas(channel: int, queue: str, body: bytes, body_max: int) -> bytes:
@@ -72,3 +74,59 @@ def test_a_routing_key_too_long_or_no_room_for_a_body_is_refused() -> None:
         PublishFrames(1, "q" * 256, 4088)
     with pytest.raises(ValueError, match="body frames"):
         PublishFrames(1, "q", 0)
+
+
+@pytest.mark.parametrize(
+    ("last", "single"), [(0, []), (7, []), (0, [3]), (2**40, [2**40 + 2, 2**40 + 5])]
+)
+def test_acks_are_the_bytes_pika_writes(last: int, single: list[int]) -> None:
+    want = [frame.Method(5, spec.Basic.Ack(last, multiple=True)).marshal()] if last else []
+    want += [frame.Method(5, spec.Basic.Ack(tag)).marshal() for tag in single]
+    assert ack_frames(5, last, single) == b"".join(want)
+
+
+class FakeTransport(_AsyncPlaintextTransport):
+    """pika's plaintext transport over one end of a socket pair, without its I/O loop."""
+
+    def __init__(self, sock: socket.socket):  # noqa: D107 - pika's own __init__ wants a loop
+        self._sock = sock
+        self._state = self._STATE_ACTIVE
+        self._tx_buffered_byte_count = 0
+
+
+class FakeImpl:
+    def __init__(self, transport: FakeTransport):
+        self._transport = transport
+        self.bytes_sent = self.frames_sent = 0
+        self.queued: list[bytes] = []
+
+    def _adapter_emit_data(self, data: bytes) -> None:
+        self.queued.append(data)
+
+
+def test_emit_writes_at_once_unless_pika_has_bytes_queued_or_the_socket_is_full() -> None:
+    a, b = socket.socketpair()
+    try:
+        a.setblocking(False)
+        b.settimeout(5)
+        impl = FakeImpl(FakeTransport(a))
+        assert emit(impl, b"frames-1") and b.recv(100) == b"frames-1"
+        assert (impl.bytes_sent, impl.frames_sent, impl.queued) == (8, 1, [])
+        impl._transport._tx_buffered_byte_count = 3  # pika's own bytes wait: after them
+        assert not emit(impl, b"frames-2") and impl.queued == [b"frames-2"]
+        impl._transport._tx_buffered_byte_count = 0
+        big = b"x" * (1 << 24)  # more than the socket takes: the rest queued, in order
+        assert not emit(impl, big)
+        got = bytearray()
+        while True:
+            try:
+                got += b.recv(1 << 20)
+            except BlockingIOError:
+                break
+            if len(got) >= len(big) - len(impl.queued[-1]):
+                break
+        assert bytes(got) + impl.queued[-1] == big
+        assert impl.bytes_sent == 16 + len(big)
+    finally:
+        a.close()
+        b.close()
