@@ -23,6 +23,7 @@ from mqlab.brokers.kafka import driver as kafka
 from mqlab.brokers.kafka import offsets
 from mqlab.brokers.nats import driver as nats_driver
 from mqlab.brokers.rabbitmq import driver as rabbitmq
+from mqlab.brokers.rabbitmq.publishing import PublishFrames
 from mqlab.brokers.redis import streams
 from mqlab.brokers.sqs import driver as sqs
 from mqlab.errors import DriverError, ScenarioError
@@ -264,6 +265,11 @@ class _FakeConnection:
     def __init__(self) -> None:
         self.script: list[SimpleNamespace] = []  # frames the next wait delivers
         self.sender: Any = None
+        self.is_open = True
+        self.written: list[bytes] = []  # what the sender wrote, a write a batch
+        self._impl = SimpleNamespace(
+            bytes_sent=0, frames_sent=0, _transport=None, _adapter_emit_data=self.written.append
+        )
 
     def process_data_events(self, time_limit: float = 0) -> None:
         frames, self.script = self.script, []
@@ -277,7 +283,7 @@ class _FakeConnection:
 
 
 def _fake_client(conn: _FakeConnection, closed: list[Any]) -> Any:
-    client: Any = SimpleNamespace(conn=conn, ch=SimpleNamespace(basic_publish=lambda *a: None))
+    client: Any = SimpleNamespace(conn=conn, ch=SimpleNamespace(is_open=True, channel_number=1))
     client.close = lambda: closed.append(client)
     return client
 
@@ -287,7 +293,8 @@ def _rabbitmq_sender() -> tuple[rabbitmq.RabbitmqSender, _FakeConnection, list[A
     closed: list[Any] = []
     sender = rabbitmq.RabbitmqSender.__new__(rabbitmq.RabbitmqSender)  # no broker
     sender.c = _fake_client(conn, closed)
-    sender.queue, sender.timeout, sender.props = "q", 0.2, None
+    sender.queue, sender.timeout = "q", 0.2
+    sender.frames = PublishFrames(1, "q", 4088)
     sender.confirms = rabbitmq._Confirms()
     conn.sender = sender
 
@@ -310,6 +317,11 @@ def test_rabbitmq_a_nack_fails_only_its_own_batch_and_keeps_the_channel() -> Non
     conn.script = [_frame(amqp.Basic.Ack, 4, True)]
     sender.send([b"b1", b"b2"])
     assert sender.c is first and closed == []
+    # each batch written at once, its publishes in order
+    assert conn.written == [
+        sender.frames.batch([b"a1", b"a2"]),
+        sender.frames.batch([b"b1", b"b2"]),
+    ]
 
 
 def test_rabbitmq_a_confirm_timeout_drops_the_channel_and_the_next_send_reconnects() -> None:
