@@ -1,19 +1,21 @@
 """RabbitMQ quorum queues (pika): a durable quorum queue, publisher confirms, manual acks.
 
 - setup: a durable queue of type ``quorum`` with ``replicas`` members.
-- send: publish every message of the batch (persistent), then wait until the
-  broker confirmed all of them (publisher confirms: a quorum of the queue's
-  members has the message). A nack or a timeout fails the send. Confirms are
-  matched to the batch by delivery tag: a late confirm or nack of an earlier
-  (timed-out) batch never counts for or against the current one.
+- send: publish every message of the batch (persistent; their frames written by the
+  driver in one write, ``publishing.py``), then wait until the broker confirmed all of
+  them (publisher confirms: a quorum of the queue's members has the message). A nack
+  or a timeout fails the send. Confirms are matched to the batch by delivery tag: a
+  late confirm or nack of an earlier (timed-out) batch never counts for or against the
+  current one.
 - receive: a consumer with ``basic_qos(prefetch)`` and manual acks; deliveries
   wait in a local buffer until ``receive`` hands them out, in the order the broker
   delivered them. The receiver reads its channel's deliveries off the wire itself
   (``deliveries.DeliveryReader``); pika handles every other frame.
-- ack: one ``basic_ack`` with ``multiple`` for the run of delivery tags that the call,
-  with the tags acked before, fills from the channel's first (each of them handed out
-  by ``receive`` and named by an ``ack``); a tag beyond a gap (a delivery not acked
-  yet) is acked on its own. Every ack frame is written before ``ack`` returns.
+- ack: one ``basic.ack`` (its frame written by the driver, ``publishing.py``) with
+  ``multiple`` for the run of delivery tags that the call, with the tags acked before,
+  fills from the channel's first (each of them handed out by ``receive`` and named by
+  an ``ack``); a tag beyond a gap (a delivery not acked yet) is acked on its own. Every
+  ack frame is written before ``ack`` returns.
   RabbitMQ has no visibility timeout: unacked deliveries come again (flagged
   redelivered by the broker) once the receiver's channel closes, so
   ``redelivery_timeout_s`` is 0.
