@@ -15,8 +15,11 @@ i64 producer id, i64 first offset each), i32-length records, -1 null). All big e
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -98,17 +101,43 @@ def parse_answer(answer: bytes, correlation: int) -> list[PartitionData]:
 
 class BrokerConn:
     """A receiver's connection to one broker: one Fetch in flight at a time, its answer
-    read as bytes come (:meth:`read`) without blocking the other connections."""
+    read as bytes come (:meth:`read`) without blocking the other connections. It is
+    connected without blocking either: until the socket is writable (``connecting``;
+    :meth:`connected` then says whether it worked), by ``connect_due_ns`` at the latest,
+    a broker that cannot be reached holds only the partitions it leads."""
 
     def __init__(self, host: str, port: int, timeout_s: float):
         self.address = (host, port)
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            family, kind, proto, _name, where = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
+            )[0]
+        except OSError as e:
+            raise DriverError(f"kafka fetch: cannot resolve {host}:{port}: {e}") from e
+        self.sock = socket.socket(family, kind, proto)
         self.sock.setblocking(False)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        err = self.sock.connect_ex(where)
+        if err not in (0, errno.EINPROGRESS):
+            self.sock.close()
+            raise DriverError(f"kafka fetch: cannot connect to {host}:{port}: {os.strerror(err)}")
+        self.connecting = err != 0
+        self.connect_due_ns = time.monotonic_ns() + int(timeout_s * 1e9)
         self.correlation = 0
         self.pending: list[tuple[int, int]] | None = None  # the fetch in flight's partitions
         self.buf = bytearray()
         self.due_ns = 0
+
+    def connected(self) -> None:
+        """Once the socket of a connection being made is writable: connected, or
+        DriverError with the reason."""
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise DriverError(
+                f"kafka fetch: cannot connect to {self.address[0]}:{self.address[1]}: "
+                f"{os.strerror(err)}"
+            )
+        self.connecting = False
 
     def send(self, request: bytes) -> None:
         self.sock.setblocking(True)

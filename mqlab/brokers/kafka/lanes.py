@@ -23,9 +23,13 @@ then taken as it is, the partition's commits stopping at the first offset missin
 (``OffsetTracker.took_run``). A leader error (NOT_LEADER_OR_FOLLOWER and the like) looks the leaders
 up again; OFFSET_OUT_OF_RANGE starts the partition again at its first offset. At the end
 (``until_ns``, or ``wake_fd`` readable) no fetch starts and those in flight are awaited:
-what the call returns is recorded and acked. A failed lane (a connection lost, an answer
-malformed or not in time) stops there with the error; its receiver's connections are
-dropped (the next call connects again)."""
+what the call returns is recorded and acked. A connection to a leader is made without
+blocking (a leader that cannot be reached, as in a partition, holds only the partitions
+it leads, not the call or the other receivers); one still being made at the call's end
+is kept, with its deadline, for the next call. A failed lane (a connection lost, a
+leader not reached within ``METADATA_TIMEOUT_S``, an answer malformed or not in time)
+stops there with the error; its receiver's connections are dropped and its leaders
+looked up again (the next call connects again)."""
 
 from __future__ import annotations
 
@@ -94,10 +98,11 @@ def receive_lanes(
         while True:
             now = time.monotonic_ns()
             going = not woken and now < until_ns
-            if going:
-                for lane in lanes:
-                    if lane.error is None:
-                        _start(lane, sel, fetch_wait_max_ms, until_ns)
+            for lane in lanes:
+                if going and lane.error is None:
+                    _start(lane, sel, fetch_wait_max_ms, until_ns)
+                elif not going:
+                    _set_aside(lane, sel)
             in_flight = [c for lane in lanes for c in lane.r.conns.values() if c.pending]
             if not in_flight and not going:
                 break
@@ -111,12 +116,15 @@ def receive_lanes(
                     sel.unregister(wake_fd)
                     continue
                 lane, conn = key.data
-                _answered(lane, conn, sel)
+                if conn.connecting:
+                    _connected(lane, conn, sel, fetch_wait_max_ms, until_ns)
+                else:
+                    _answered(lane, conn, sel)
             now = time.monotonic_ns()
             for lane in lanes:
                 late = [c for c in lane.r.conns.values() if c.pending and now > c.due_ns]
                 if lane.error is None and late:
-                    lane.fail(DriverError(f"kafka: no fetch answer from {late[0].address}"), sel)
+                    lane.fail(_late(late[0]), sel)
             if not going and now >= until_ns and not in_flight:
                 break
     finally:
@@ -181,22 +189,70 @@ def _start(lane: _Lane, sel: selectors.BaseSelector, fetch_wait_max_ms: int, unt
             conn = r.conns.get(address)
             if conn is None:
                 conn = r.conns[address] = fetch.BrokerConn(*address, METADATA_TIMEOUT_S)
-            conn.correlation += 1
-            conn.send(
-                fetch.fetch_request(
-                    conn.correlation,
-                    r.topic.encode(),
-                    parts,
-                    wait_ms,
-                    PARTITION_MAX_BYTES,
-                    FETCH_MAX_BYTES,
-                )
-            )
             conn.pending = parts
-            conn.due_ns = time.monotonic_ns() + wait_ms * 1_000_000 + ANSWER_GRACE_NS
+            if conn.connecting:  # its fetch is sent once it is connected (_connected)
+                conn.due_ns = conn.connect_due_ns
+                sel.register(conn.sock, selectors.EVENT_WRITE, (lane, conn))
+                continue
+            _fetch(r, conn, wait_ms)
             sel.register(conn.sock, selectors.EVENT_READ, (lane, conn))
     except (OSError, DriverError) as e:
         lane.fail(e, sel)
+
+
+def _fetch(r: KafkaReceiver, conn: fetch.BrokerConn, wait_ms: int) -> None:
+    """The Fetch of ``conn.pending``, long-polling ``wait_ms``, sent on ``conn``."""
+    assert conn.pending is not None
+    conn.correlation += 1
+    conn.send(
+        fetch.fetch_request(
+            conn.correlation,
+            r.topic.encode(),
+            conn.pending,
+            wait_ms,
+            PARTITION_MAX_BYTES,
+            FETCH_MAX_BYTES,
+        )
+    )
+    conn.due_ns = time.monotonic_ns() + wait_ms * 1_000_000 + ANSWER_GRACE_NS
+
+
+def _connected(
+    lane: _Lane,
+    conn: fetch.BrokerConn,
+    sel: selectors.BaseSelector,
+    fetch_wait_max_ms: int,
+    until_ns: int,
+) -> None:
+    """A connection being made became writable: its fetch is sent (its long poll never
+    past the call's end), or the lane fails with why it could not connect."""
+    if lane.error is not None:
+        return
+    try:
+        conn.connected()
+        left_ms = max(0, (until_ns - time.monotonic_ns()) // 1_000_000)
+        _fetch(lane.r, conn, int(min(fetch_wait_max_ms, left_ms)))
+        sel.modify(conn.sock, selectors.EVENT_READ, (lane, conn))
+    except (OSError, DriverError) as e:
+        lane.fail(e, sel)
+
+
+def _late(conn: fetch.BrokerConn) -> DriverError:
+    if conn.connecting:
+        return DriverError(
+            f"kafka: no connection to {conn.address[0]}:{conn.address[1]} "
+            f"within {METADATA_TIMEOUT_S:g} s"
+        )
+    return DriverError(f"kafka: no fetch answer from {conn.address}")
+
+
+def _set_aside(lane: _Lane, sel: selectors.BaseSelector) -> None:
+    """At the call's end, connections still being made: nothing was sent on them, so
+    they are not awaited; each is kept for the next call, its connect deadline with it."""
+    for conn in lane.r.conns.values():
+        if conn.connecting and conn.pending is not None:
+            sel.unregister(conn.sock)
+            conn.pending = None
 
 
 def _answered(lane: _Lane, conn: fetch.BrokerConn, sel: selectors.BaseSelector) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import array
 import os
+import select
 import selectors
 import socket
 import struct
@@ -161,10 +162,62 @@ def test_an_answer_is_read_into_its_partitions() -> None:
         fetch.parse_answer(answer(3, [(0, 0, b"abc", 0)])[:-2], 3)
 
 
+@pytest.fixture
+def unreachable() -> Iterator[tuple[str, int]]:
+    """A loopback address whose connects hang: its listener's backlog full, further SYNs
+    are dropped (as by a partition), until the fixture ends."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    address = listener.getsockname()
+    filling = []
+    try:
+        for _ in range(3):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(address)
+            filling.append(s)
+        time.sleep(0.2)
+        yield address
+    finally:
+        for s in filling:
+            s.close()
+        listener.close()
+
+
+def test_a_connection_is_made_without_blocking(unreachable: tuple[str, int]) -> None:
+    started = time.monotonic()
+    conn = fetch.BrokerConn(*unreachable, 10.0)
+    try:
+        assert time.monotonic() - started < 1.0  # not the 10 s a blocking connect waits
+        assert conn.connecting
+        assert 9e9 < conn.connect_due_ns - time.monotonic_ns() <= 10e9
+    finally:
+        conn.close()
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: refused
+    try:
+        refused = fetch.BrokerConn("127.0.0.1", port, 2.0)
+    except DriverError as e:  # refused at once
+        assert "cannot connect" in str(e)
+    else:
+        try:
+            deadline = time.monotonic() + 5
+            while not select.select([], [refused.sock], [], 0.1)[1]:
+                assert time.monotonic() < deadline
+            with pytest.raises(DriverError, match="cannot connect to 127.0.0.1"):
+                refused.connected()
+        finally:
+            refused.close()
+
+
 def test_a_connection_reads_an_answer_split_anywhere() -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     conn = fetch.BrokerConn("127.0.0.1", listener.getsockname()[1], 2.0)
     peer, _ = listener.accept()
+    select.select([], [conn.sock], [], 2.0)
+    conn.connected()
     try:
         whole = answer(1, [(0, 0, b"x" * 100, 0)])
         framed = struct.pack(">i", len(whole)) + whole
@@ -301,6 +354,46 @@ def test_a_cut_connection_fails_its_receiver_alone_and_loses_nothing(
         got = first + got
         got += _until(driver, [a, b], wake[0], lambda g: len(_seqs(got + g)) >= 3000)
         assert _seqs(got) == list(range(3000))
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.integration
+def test_a_leader_not_reached_holds_its_receiver_alone_then_fails_it(
+    driver: KafkaDriver, wake: tuple[int, int], unreachable: tuple[str, int]
+) -> None:
+    """A receiver whose leaders cannot be reached (their address's connects hang, as in a
+    partition) does not hold the call nor the other receiver: the call ends on time, the
+    other receives; its connection, still being made, is kept for the next call with its
+    deadline; once that passes, it fails, looks its leaders up again and loses nothing."""
+    _send(driver, [msg(i) for i in range(2000)])
+    a, b = driver.receiver(), driver.receiver()
+    try:
+        got = driver.receive_lanes([a, b], 10, time.monotonic_ns() + 200_000_000, 0, wake[0])
+        assert [g.error for g in got] == [None, None]
+        with a.lock:
+            assert a.owned and b.owned, "the group gave one of them nothing"
+            for conn in a.conns.values():
+                conn.close()
+            a.conns.clear()
+            a.leaders = dict.fromkeys(a.leaders, unreachable)
+        _send(driver, [msg(i) for i in range(2000, 3000)])  # b's share of these comes now
+        started = time.monotonic()
+        more = driver.receive_lanes([a, b], 10, time.monotonic_ns() + 1_000_000_000, 0, wake[0])
+        assert time.monotonic() - started < 5.0  # 1 s asked, not a blocking connect's 10
+        assert [g.error for g in more] == [None, None]
+        assert more[0].received == 0 and more[1].received > 0
+        (pending,) = a.conns.values()
+        assert pending.connecting and pending.pending is None  # kept, nothing in flight
+        pending.connect_due_ns = time.monotonic_ns()  # its deadline passed
+        failed = driver.receive_lanes([a, b], 10, time.monotonic_ns() + 300_000_000, 0, wake[0])
+        assert "no connection to 127.0.0.1" in str(failed[0].error), failed[0].error
+        assert failed[1].error is None
+        assert not a.conns and not a.leaders  # dropped: looked up again by the next call
+        got += more + failed
+        got += _until(driver, [a, b], wake[0], lambda g: len(_seqs(got + g)) >= 3000)
+        assert _seqs(got) == list(range(3000))  # each once: none lost, none twice
     finally:
         a.close()
         b.close()
