@@ -171,6 +171,10 @@ class Cut:
     hosts: Mapping[str, Host]
     in_place: set[Route] = field(default_factory=set)  # added, or perhaps added
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # held while apply's commands run: a heal from another thread (a run stopping while its
+    # fault thread adds the routes) waits for them, or a route added on a host before
+    # ``in_place`` names it would be left behind
+    _applying: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -180,11 +184,12 @@ class Cut:
         """Add every route: one command per host, on every host at once (the cut starts
         everywhere within one command's time). FleetError naming each host that failed;
         what was added is tracked in ``in_place`` even then, and ``heal`` removes it."""
-        try:
-            outcomes = _at_once(_by_host(self.routes), self._add_on)
-        except BaseException:  # interrupted (the commands have ended): heal tries them all
-            self.in_place.update(self.routes)
-            raise
+        with self._applying:
+            try:
+                outcomes = _at_once(_by_host(self.routes), self._add_on)
+            except BaseException:  # interrupted (the commands have ended): heal tries them all
+                self.in_place.update(self.routes)
+                raise
         errors = [str(o) for o in outcomes.values() if isinstance(o, FleetError)]
         if errors:
             raise FleetError("; ".join(errors))
@@ -220,7 +225,12 @@ class Cut:
         """Delete every route this cut has in place, on every host at once; ``{host: why}``
         for hosts where some are left. A host that fails is retried while others heal (a
         coordinator on a lab host reaches a peer only once its own side of the cut is
-        gone)."""
+        gone). An apply still running in another thread is waited for first (its
+        commands end within their timeout)."""
+        with self._applying:
+            return self._heal()
+
+    def _heal(self) -> dict[str, str]:
         problems: dict[str, str] = {}
         while self.in_place:
             groups = _by_host(self.in_place)

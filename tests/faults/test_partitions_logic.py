@@ -8,8 +8,11 @@ import json
 import os
 import stat
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -310,7 +313,6 @@ def test_every_host_that_fails_is_named_in_one_line(lab: dict[str, FakeHost]) ->
 def test_a_run_logs_each_heal_and_fails_naming_the_routes_a_heal_left(
     lab: dict[str, FakeHost],
 ) -> None:
-    from typing import Any
 
     from mqlab.archive.faultlog import FaultEntry
     from mqlab.faults import schedule
@@ -345,3 +347,31 @@ def test_a_run_logs_each_heal_and_fails_naming_the_routes_a_heal_left(
         schedule.heal(target({5: again}), 5)
     lab["sender-0"].unreachable = 0
     assert stuck.heal() == {} and again.heal() == {} and tables(lab) == {}
+
+
+def test_a_heal_from_another_thread_waits_for_an_apply_still_running(
+    lab: dict[str, FakeHost],
+) -> None:
+    """A run that stops while its fault thread adds the routes heals from its own thread:
+    a route already on its host but not yet known to the cut (its command still
+    returning) must not be left behind (a flaky netns test found it, 2026-11-30)."""
+    slow = lab["broker-0"]
+    added = threading.Event()
+    real_run = slow.run
+
+    def run_slowly(cmd: list[str] | str, **kw: Any) -> Result:
+        res = real_run(cmd, **kw)
+        if "route add" in (cmd if isinstance(cmd, str) else " ".join(cmd)):
+            added.set()  # on the host now; the cut hears of it only after this
+            time.sleep(0.5)
+        return res
+
+    slow.run = run_slowly  # type: ignore[method-assign]
+    c = cut(lab, "majority_minority", 0)
+    applying = threading.Thread(target=c.apply)
+    applying.start()
+    assert added.wait(10)
+    assert slow.routes() and not any(r.host == "broker-0" for r in c.in_place)
+    assert c.heal() == {}  # waited for the apply: every route it added is gone
+    applying.join(10)
+    assert tables(lab) == {} and c.in_place == set()
