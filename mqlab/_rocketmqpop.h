@@ -26,6 +26,8 @@
 #ifndef MQLAB_ROCKETMQPOP_H
 #define MQLAB_ROCKETMQPOP_H
 
+#include "_kafkarecords.h" /* kr_be */
+
 #define RP_HEAD 88 /* size .. body length, with IPv4 hosts */
 #define RP_MAGIC_V1 (-626843481)
 #define RP_ODD_SYSFLAG (0x1 | 0x10 | 0x20) /* compressed, born host IPv6, store host IPv6 */
@@ -39,18 +41,9 @@ typedef struct {
     uint64_t bits;
 } rp_queue;
 
-static int64_t
-rp_be(const unsigned char *p, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++) {
-        v = (v << 8) | p[i];
-    }
-    if (bytes == 4) {
-        return (int32_t)(uint32_t)v;
-    }
-    return (int64_t)v;
-}
+/* big-endian fields, read with the Kafka reader's kr_be */
+#define RP_I32(p) ((int64_t)(int32_t)(uint32_t)kr_be((p), 4))
+#define RP_I64(p) ((int64_t)kr_be((p), 8))
 
 /* the queues' tuple list, or NULL with an exception */
 static PyObject *
@@ -103,18 +96,18 @@ rocketmq_popped(PyObject *self, PyObject *args)
             break;
         }
         const unsigned char *m = data + pos;
-        int64_t size = rp_be(m, 4);
-        int64_t blen = rp_be(m + 84, 4);
-        if (size <= RP_HEAD || size > end - pos || rp_be(m + 4, 4) != RP_MAGIC_V1 ||
-            (rp_be(m + 36, 4) & RP_ODD_SYSFLAG) || rp_be(m + 72, 4) != 0 || blen < 0 ||
+        int64_t size = RP_I32(m);
+        int64_t blen = RP_I32(m + 84);
+        if (size <= RP_HEAD || size > end - pos || RP_I32(m + 4) != RP_MAGIC_V1 ||
+            (RP_I32(m + 36) & RP_ODD_SYSFLAG) || RP_I32(m + 72) != 0 || blen < 0 ||
             RP_HEAD + blen >= size || RP_HEAD + blen + 1 + m[RP_HEAD + blen] > size) {
             plain = 0;
             break;
         }
         const unsigned char *topic = m + RP_HEAD + blen + 1;
         Py_ssize_t topic_len = m[RP_HEAD + blen];
-        int32_t queue = (int32_t)rp_be(m + 12, 4);
-        int64_t offset = rp_be(m + 20, 8);
+        int32_t queue = (int32_t)RP_I32(m + 12);
+        int64_t offset = RP_I64(m + 20);
         int q = 0;
         while (q < nq && !(queues[q].queue == queue && queues[q].topic_len == topic_len &&
                            memcmp(queues[q].topic, topic, (size_t)topic_len) == 0)) {
@@ -150,7 +143,7 @@ rocketmq_popped(PyObject *self, PyObject *args)
     Py_ssize_t i = 0;
     for (Py_ssize_t pos = 0; pos < end; i++) {
         const unsigned char *m = data + pos;
-        if (rp_be(m + 84, 4) >= hb) {
+        if (RP_I32(m + 84) >= hb) {
             memcpy(h, m + RP_HEAD, (size_t)hb);
             h += hb;
         } else {
@@ -161,7 +154,7 @@ rocketmq_popped(PyObject *self, PyObject *args)
             }
             Py_DECREF(index);
         }
-        pos += (Py_ssize_t)rp_be(m, 4);
+        pos += (Py_ssize_t)RP_I32(m);
     }
     qlist = rp_queues(queues, nq);
     if (qlist != NULL) {
