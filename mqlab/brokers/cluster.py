@@ -66,7 +66,13 @@ class LocalCluster(ABC):
     # replica set's members): the coordinator must reach those, a tunnel is not enough
     follows_advertised: ClassVar[bool] = False
 
-    def __init__(self, workdir: Path, nodes: int | None = None, hosts: list[Host] | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        nodes: int | None = None,
+        hosts: list[Host] | None = None,
+        server: dict[str, Any] | None = None,
+    ):
         from mqlab.hosts.local import LocalHost
 
         self.workdir = Path(workdir)
@@ -77,6 +83,8 @@ class LocalCluster(ABC):
         self.procs: dict[int, ProcessRecord] = {}
         self.ports: dict[str, Any] = {}
         self.extra: dict[str, Any] = {}
+        if server:  # kept with the state: a cluster left up says what it was started with
+            self.extra["server"] = dict(server)
         # on hosts: where clients and the coordinator connect from (brokers with access
         # lists, such as PostgreSQL's pg_hba.conf, let them in)
         self.trusted_addresses: list[str] = []
@@ -87,6 +95,21 @@ class LocalCluster(ABC):
         # only checks them, stop() leaves them running
         self.attached = False
         self.image: list[dict[str, Any]] = []
+
+    # -- what a profile asks of the servers ---------------------------------------------
+    @classmethod
+    def server_config(cls, settings: Any) -> dict[str, Any]:
+        """What of a profile's settings (the driver's Settings) the servers must be started
+        with: a cluster started for one such configuration serves only profiles that ask for
+        the same (``mqlab.run.pool``). Empty (the default) where no profile changes how the
+        launcher starts the servers: the profile's settings are then the clients' and the
+        topics' alone."""
+        return {}
+
+    @property
+    def server(self) -> dict[str, Any]:
+        """The configuration this cluster's servers were started with (``server_config``)."""
+        return dict(self.extra.get("server") or {})
 
     # -- where nodes run ------------------------------------------------------------
     @property

@@ -62,13 +62,15 @@ class ImageCluster(LocalCluster):
     broker: ClassVar[str]
     spec: ClassVar[Attach]
 
-    def __init__(self, workdir: Any, nodes: int | None = None, hosts: Any = None):
+    def __init__(
+        self, workdir: Any, nodes: int | None = None, hosts: Any = None, server: Any = None
+    ):
         if hosts is None or all(h.is_local for h in hosts):
             raise ClusterError(
                 f"{self.broker}: mqlab attaches to the nodes a lab's images run, on the lab's "
                 'broker hosts only (cluster.target = "aws")'
             )
-        super().__init__(workdir, nodes, hosts)
+        super().__init__(workdir, nodes, hosts, server=server)
         self.attached = True
         self.ports = {
             n: list(v) for n, v in nodeconf.standard_ports(self.broker, self.nodes).items()

@@ -67,8 +67,15 @@ def find_running(broker: str, root: Path | None = None) -> LocalCluster | None:
 
 
 def up(
-    broker: str, nodes: int | None = None, progress: Progress = _quiet, root: Path | None = None
+    broker: str,
+    nodes: int | None = None,
+    progress: Progress = _quiet,
+    root: Path | None = None,
+    server: dict[str, Any] | None = None,
 ) -> LocalCluster:
+    """Start the named local cluster of ``broker``; ``server``: what its servers are started
+    with (``LocalCluster.server_config`` of a profile's settings; the default layout when
+    empty)."""
     cls = cluster_class(broker)
     d = named_dir(broker, root)
     if (d / "state.json").is_file():
@@ -80,7 +87,7 @@ def up(
             )
         existing.stop()
     shutil.rmtree(d, ignore_errors=True)
-    cluster = cls(d, nodes)
+    cluster = cls(d, nodes, server=server)
     cluster.start(progress)
     return cluster
 

@@ -317,12 +317,27 @@ def cluster() -> None:
 @cluster.command("up")
 @click.argument("broker")
 @click.option("--nodes", type=click.IntRange(1, 15), default=None, help="Nodes (default 3).")
-def cluster_up(broker: str, nodes: int | None) -> None:
+@click.option(
+    "--profile",
+    default=None,
+    help="Start the servers as this profile needs (name or path; RocketMQ's layouts), "
+    "for runs of that profile.",
+)
+def cluster_up(broker: str, nodes: int | None, profile: str | None) -> None:
     """Start a local BROKER cluster and leave it running for later runs."""
     from mqlab.brokers import local
 
+    server: dict[str, Any] = {}
+    if profile is not None:
+        from mqlab.scenario.load import find_profile, load_profile
+
+        path = find_profile(profile, Path.cwd() / "scenarios" / "cluster-up.toml")
+        p = load_profile(path)
+        if p.broker != broker:
+            raise MqlabError(f"{path}: profile {p.name} is for {p.broker}, not {broker}")
+        server = local.cluster_class(broker).server_config(p.settings)
     with console.status(f"starting {broker}") as st:
-        c = local.up(broker, nodes, progress=lambda m: st.update(m))
+        c = local.up(broker, nodes, progress=lambda m: st.update(m), server=server)
     out.print(f"{broker}: {c.nodes} nodes up")
     out.print(json.dumps(c.endpoints().to_json(), indent=1))
 

@@ -108,13 +108,15 @@ class ArtemisCluster(LocalCluster):
     start_timeout_s = 150.0
     runs_on_hosts = False  # on a lab whose images run the brokers: mqlab.brokers.image
 
-    def __init__(self, workdir: Any, nodes: int | None = None, hosts: Any = None):
+    def __init__(
+        self, workdir: Any, nodes: int | None = None, hosts: Any = None, server: Any = None
+    ):
         if hosts is not None and not all(h.is_local for h in hosts):
             raise ClusterError(
                 f"{self.broker}: the local Artemis cluster runs on this machine only "
                 '(set cluster.target = "local")'
             )
-        super().__init__(workdir, nodes)
+        super().__init__(workdir, nodes, server=server)
         self.zk: dict[int, ProcessRecord] = {}
 
     # -- files --------------------------------------------------------------------------

@@ -201,13 +201,15 @@ class MongoCluster(LocalCluster):
     default_nodes = 1
     start_timeout_s = 60.0
 
-    def __init__(self, workdir: Any, nodes: int | None = None, hosts: Any = None):
+    def __init__(
+        self, workdir: Any, nodes: int | None = None, hosts: Any = None, server: Any = None
+    ):
         if hosts is not None and not all(h.is_local for h in hosts):
             raise ClusterError(
                 f"{self.broker}: the mongoeco stand-in runs on this machine only "
                 '(set cluster.target = "local")'
             )
-        super().__init__(workdir, 1)
+        super().__init__(workdir, 1, server=server)
 
     def _prepare(self, progress: Progress) -> None:
         self.extra["python"] = str(ensure_venv(progress))

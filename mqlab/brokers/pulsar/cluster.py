@@ -128,7 +128,9 @@ class PulsarCluster(LocalCluster):
     default_nodes = 3
     start_timeout_s = 300.0  # 7 JVMs on 2 shared cores: 60-120 s measured
 
-    def __init__(self, workdir: Any, nodes: int | None = None, hosts: Any = None):
+    def __init__(
+        self, workdir: Any, nodes: int | None = None, hosts: Any = None, server: Any = None
+    ):
         if hosts is not None and not all(h.is_local for h in hosts):
             raise ClusterError(
                 f"{self.broker}: the local Pulsar launcher runs on this machine only "
@@ -136,7 +138,7 @@ class PulsarCluster(LocalCluster):
             )
         if nodes is not None and not 1 <= nodes <= 3:
             raise ClusterError(f"pulsar: 1 to 3 brokers (over 3 bookies), not {nodes}")
-        super().__init__(workdir, nodes)
+        super().__init__(workdir, nodes, server=server)
         self._side_lock = threading.Lock()
 
     # -- processes beside the brokers: ZooKeeper and the bookies ------------------------

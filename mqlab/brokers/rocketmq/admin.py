@@ -36,6 +36,8 @@ GET_BROKER_RUNTIME_INFO = 28
 GET_BROKER_CLUSTER_INFO = 106
 GET_CONSUME_STATS = 208
 GET_TOPIC_CONFIG = 351
+GET_BROKER_CONFIG = 26
+CONTROLLER_GET_SYNC_STATE_DATA = 1006  # asked of a controller (controller mode)
 SUCCESS = 0
 TOPIC_NOT_EXIST = 17  # a response code (not the request code of the same number)
 RESPONSE_FLAG = 1
@@ -239,6 +241,42 @@ def runtime_info(broker: tuple[str, int], timeout_s: float) -> dict[str, str]:
     _check(reply, "the runtime info", broker)
     table = loads(reply.body).get("table") or {}
     return {str(k): str(v) for k, v in table.items()}
+
+
+def broker_config(broker: tuple[str, int], timeout_s: float) -> dict[str, str]:
+    """The configuration a broker runs with (its properties, as it reads them at start
+    and after updates): ``flushDiskType``, ``brokerRole``, ``allAckInSyncStateSet``..."""
+    reply = call(broker, GET_BROKER_CONFIG, {}, timeout_s)
+    _check(reply, "the broker config", broker)
+    out = {}
+    for line in reply.body.decode(errors="replace").splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def sync_state(controller: tuple[str, int], group: str, timeout_s: float) -> dict[str, Any]:
+    """What a controller (controller mode) holds of broker group ``group``: its master's
+    address and epoch, and the addresses of its in-sync replicas (the SyncStateSet, the
+    master among them) and of the others, each alive or not."""
+    body = json.dumps([group]).encode()
+    reply = call(controller, CONTROLLER_GET_SYNC_STATE_DATA, {}, timeout_s, body)
+    _check(reply, "the sync state data", controller)
+    info = (loads(reply.body).get("replicasInfoTable") or {}).get(group) or {}
+
+    def addresses(key: str) -> list[dict[str, Any]]:
+        return [
+            {"address": str(r.get("brokerAddress")), "alive": bool(r.get("alive"))}
+            for r in info.get(key) or []
+        ]
+
+    return {
+        "master": info.get("masterAddress"),
+        "master_epoch": info.get("masterEpoch"),
+        "in_sync": addresses("inSyncReplicas"),
+        "not_in_sync": addresses("notInSyncReplicas"),
+    }
 
 
 # ConsumeStats' offsetTable keys its entries by objects (``{"brokerName":..,"queueId":..,

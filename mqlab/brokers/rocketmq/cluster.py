@@ -27,7 +27,7 @@ from mqlab.brokers import servers
 from mqlab.brokers.base import Endpoints, NodeEndpoint
 from mqlab.brokers.cluster import LocalCluster, Progress
 from mqlab.brokers.nodeconf import lines, props
-from mqlab.brokers.rocketmq import admin
+from mqlab.brokers.rocketmq import admin, layout
 from mqlab.brokers.rocketmq import node as rmqconf
 from mqlab.errors import ClusterError, DriverError
 from mqlab.hosts import process
@@ -87,14 +87,28 @@ def jvm(heap: str, direct: str | None = None) -> list[str]:
 
 
 def broker_conf(c: RocketmqCluster, index: int) -> dict[str, Any]:
-    """Node ``index``'s broker.conf: node.py's DLedger settings, sized for this machine."""
+    """Node ``index``'s broker.conf, sized for this machine: node.py's DLedger settings, or
+    with a profile's controller-mode layout (``layout.py``) node.py's broker without
+    DLedger, in controller mode, its HA port beside its listen port."""
     files = rmqconf.render(c.node_conf(index, c.node_dir(index) / "store"))
     conf: dict[str, Any] = {}
     for line in files["broker.conf"].splitlines():
         if "=" in line and not line.startswith("#"):
             k, v = line.split("=", 1)
             conf[k.strip()] = v.strip()
-    conf |= {
+    if layout.controller_mode(c.server):
+        for k in ("enableDLegerCommitLog", "dLegerGroup", "dLegerPeers", "dLegerSelfId"):
+            conf.pop(k, None)
+        conf |= {
+            "controllerAddr": c.controller_addr(),
+            "haListenPort": c.ports["broker"][index] + 1,  # broker_ports() keeps it free
+        }
+        return conf | _sized(c) | layout.broker_settings(c.server)
+    return conf | _sized(c)
+
+
+def _sized(c: RocketmqCluster) -> dict[str, Any]:
+    return {
         "namesrvAddr": c.namesrv_addr(),
         "mappedFileSizeCommitLog": COMMIT_LOG_FILE,
         "mappedFileSizeTimerLog": 16 * 1024 * 1024,
@@ -103,7 +117,6 @@ def broker_conf(c: RocketmqCluster, index: int) -> dict[str, Any]:
         "flushDiskType": "ASYNC_FLUSH",
         "sendMessageThreadPoolNums": 4,
     }
-    return conf
 
 
 class RocketmqCluster(LocalCluster):
@@ -112,19 +125,59 @@ class RocketmqCluster(LocalCluster):
     runs_on_hosts = False  # the lab images run RocketMQ (node.py): this machine only
 
     # -- configuration ---------------------------------------------------------------
+    @classmethod
+    def server_config(cls, settings: Any) -> dict[str, Any]:
+        """The broker layout the profile asks for (``layout.server_config``)."""
+        server = getattr(settings, "server", None)
+        return server() if callable(server) else {}
+
+    def namesrv_nodes(self) -> list[int]:
+        """The nodes that run a name server: node 0 beside the DLedger group; every node in
+        controller mode, each name server embedding one controller of a 3-peer controller
+        group (a majority elects the group's master, as the brokers' own quorum would: a
+        node cut off alone takes neither the controllers' majority nor the routing along)."""
+        return list(range(self.nodes)) if layout.controller_mode(self.server) else [0]
+
     def namesrv_addr(self) -> str:
-        return f"{self.addr(0)}:{self.ports['namesrv'][0]}"
+        return ";".join(f"{self.addr(i)}:{self.ports['namesrv'][i]}" for i in self.namesrv_nodes())
+
+    def controller_addr(self) -> str:
+        """Every controller, on its DLedger peer's port: the controller serves its requests
+        there, not on the name server's port (asked there, the name server answers that
+        request 1005 is not supported: tried here)."""
+        return ";".join(f"{a}:{p}" for a, p in self.controllers())
+
+    def controllers(self) -> list[tuple[str, int]]:
+        return [(self.addr(i), self.ports["controller"][i]) for i in self.namesrv_nodes()]
+
+    def layout(self) -> str:
+        if layout.controller_mode(self.server):
+            flush = "SYNC_FLUSH" if self.server["flush"] == "sync" else "ASYNC_FLUSH"
+            acks = (
+                "every in-sync replica"
+                if self.server["replication"] == "all_in_sync"
+                else "the master alone"
+            )
+            return f"controller mode, a send answered once {acks} has it, {flush}"
+        return "DLedger broker group"
 
     def _prepare(self, progress: Progress) -> None:
-        if self.on_hosts:
-            raise ClusterError("rocketmq: the local launcher runs on this machine only")
         self.home = servers.home("rocketmq")  # raises the one-line fetch hint when missing
-        picked = self.pick_ports(["dledger", "namesrv", "proxy", "proxy_remoting"])
-        self.ports = {"broker": broker_ports(self.nodes), **picked}
+        names = ["dledger", "namesrv", "proxy", "proxy_remoting", "controller"]
+        if self.on_hosts:  # a host each (a lab): RocketMQ's standard ports
+            self.ports = self.pick_ports(["broker", *names])
+        else:  # one machine: each broker's neighbouring ports free too
+            self.ports = {"broker": broker_ports(self.nodes), **self.pick_ports(names)}
         for i in range(self.nodes):
             self.hosts[i].mkdir(self.node_dir(i) / "store")
             self.write(i, "broker.conf", lines(props(broker_conf(self, i))))
-        self.write(0, "namesrv.conf", lines(props({"listenPort": self.ports["namesrv"][0]})))
+        peers = [f"{a}:{p}" for a, p in self.controllers()]
+        for i in self.namesrv_nodes():
+            namesrv: dict[str, Any] = {"listenPort": self.ports["namesrv"][i]}
+            if layout.controller_mode(self.server):
+                store = str(self.node_dir(i) / "controller")
+                namesrv |= layout.namesrv_settings(peers, i, store)
+            self.write(i, "namesrv.conf", lines(props(namesrv)))
         proxy = {
             "rocketMQClusterName": rmqconf.CLUSTER,
             "namesrvAddr": self.namesrv_addr(),
@@ -173,13 +226,17 @@ class RocketmqCluster(LocalCluster):
         env = {"ROCKETMQ_HOME": str(home)}
         return self.host(index).spawn(cmd, d / f"{what}.out", env=env, cwd=home)
 
-    def _start_service(self, what: str, args: list[str]) -> None:
-        rec = self._java(0, what, jvm(SERVICE_HEAP[what], "128m"), args)
-        self.extra.setdefault("services", {})[what] = rec.to_json()
+    def _start_service(self, what: str, args: list[str], index: int = 0) -> None:
+        """A service of the cluster (a name server, the proxy) on node ``index``'s host,
+        kept as ``what`` (node 0) or ``what@index``."""
+        rec = self._java(index, what, jvm(SERVICE_HEAP[what], "128m"), args)
+        key = what if index == 0 else f"{what}@{index}"
+        self.extra.setdefault("services", {})[key] = rec.to_json()
 
     def _start_all(self, progress: Progress) -> None:
-        progress("starting the rocketmq name server")
-        self._start_service("namesrv", ["-c", str(self.node_dir(0) / "namesrv.conf")])
+        for i in self.namesrv_nodes():
+            progress(f"starting the rocketmq name server on node {i}")
+            self._start_service("namesrv", ["-c", str(self.node_dir(i) / "namesrv.conf")], i)
         super()._start_all(progress)
 
     def _start_proxy(self, progress: Progress) -> None:
@@ -208,15 +265,21 @@ class RocketmqCluster(LocalCluster):
         super().stop(remove_data)
 
     def _after_stop(self) -> None:
-        for what in ("proxy", "namesrv"):
-            rec = self.services().get(what)
-            if rec is not None:
-                self.hosts[0].stop(rec, timeout_s=STOP_S)
+        """The proxy, then the name servers at once, each on its host."""
+        services = self.services()
+        proxy = services.pop("proxy", None)
+        if proxy is not None:
+            self.hosts[0].stop(proxy, timeout_s=STOP_S)
+        keys = list(services)
+        self._each(
+            list(range(len(keys))),
+            lambda k: self.hosts[_service_node(keys[k])].stop(services[keys[k]], timeout_s=STOP_S),
+        )
         self.extra.pop("services", None)
 
     # -- health ----------------------------------------------------------------------
     def _wait_healthy(self, deadline: float, progress: Progress) -> None:
-        progress("waiting for the DLedger group's leader, its followers and the proxy")
+        progress(f"waiting for the group's master ({self.layout()}), its replicas and the proxy")
         last: dict[str, Any] = {}
         proxy_starts = 0
         while time.monotonic() < deadline:
@@ -226,14 +289,17 @@ class RocketmqCluster(LocalCluster):
                         f"rocketmq broker {i} exited; see {self.node_dir(i) / 'broker.out'} "
                         f"and {self.node_dir(i) / 'logs'}"
                     )
-            for what, rec in self.services().items():
-                if self.hosts[0].is_alive(rec):
+            for key, rec in self.services().items():
+                node = _service_node(key)
+                if self.hosts[node].is_alive(rec):
                     continue
-                if what == "proxy" and proxy_starts < PROXY_STARTS:
+                if key == "proxy" and proxy_starts < PROXY_STARTS:
                     self.extra["services"].pop("proxy")  # started again below
                     continue
+                what = key.split("@")[0]
                 raise ClusterError(
-                    f"rocketmq {what} exited; see {self.node_dir(0) / (what + '.out')}"
+                    f"rocketmq {what} on node {node} exited; "
+                    f"see {self.node_dir(node) / (what + '.out')}"
                 )
             if "proxy" not in self.services() and 0 in self.group():
                 proxy_starts += 1
@@ -248,13 +314,15 @@ class RocketmqCluster(LocalCluster):
         )
 
     def group(self) -> dict[int, str]:
-        """The broker group as the name server lists it: broker id -> address (id 0: the
-        DLedger leader); empty when the name server does not answer."""
-        try:
-            info = admin.cluster_info((self.addr(0), self.ports["namesrv"][0]), ADMIN_TIMEOUT_S)
-        except DriverError:
-            return {}
-        return info.get(rmqconf.GROUP, {})
+        """The broker group as the first name server that answers lists it: broker id ->
+        address (id 0: the master); empty when none answers."""
+        for i in self.namesrv_nodes():
+            try:
+                info = admin.cluster_info((self.addr(i), self.ports["namesrv"][i]), ADMIN_TIMEOUT_S)
+            except DriverError:
+                continue
+            return info.get(rmqconf.GROUP, {})
+        return {}
 
     def _index_of(self, address: str) -> int | None:
         for i in range(self.nodes):
@@ -302,7 +370,7 @@ class RocketmqCluster(LocalCluster):
             and proxy
             and all(n["alive"] and n["role"] and n["in_sync"] for n in nodes)
         )
-        return {
+        out = {
             "healthy": healthy,
             "leader": leader,
             "followers": [n["index"] for n in nodes if n["role"] == "follower"],
@@ -310,6 +378,29 @@ class RocketmqCluster(LocalCluster):
             "proxy": proxy,
             "nodes": nodes,
         }
+        if layout.controller_mode(self.server):
+            # the controller's own view: its master is the name server's, and every broker
+            # is in the group's SyncStateSet (a replica that has caught up), alive
+            sync = self.sync_state_set()
+            out["sync_state_set"] = sync
+            out["healthy"] = healthy and sync == list(range(self.nodes))
+        return out
+
+    def sync_state_set(self) -> list[int] | None:
+        """Controller mode: the brokers of the group's SyncStateSet, alive, as the
+        controller lists them (the master among them); None when it does not answer or
+        names a master other than the name server's broker id 0."""
+        state = None
+        for controller in self.controllers():  # the leading controller answers
+            try:
+                state = admin.sync_state(controller, rmqconf.GROUP, ADMIN_TIMEOUT_S)
+                break
+            except DriverError:
+                continue
+        if state is None or state["master"] != self.group().get(0):
+            return None
+        found = [self._index_of(r["address"]) for r in state["in_sync"] if r["alive"]]
+        return sorted(i for i in found if i is not None)
 
     def leader(self, driver: Any) -> int:
         """The broker that leads the DLedger group (the one group holds every topic)."""
@@ -322,18 +413,26 @@ class RocketmqCluster(LocalCluster):
     def endpoints(self) -> Endpoints:
         """One node per broker; clients reach every one through the proxy's gRPC port."""
         proxy = self.ports["proxy"][0]
-        ns = self.ports["namesrv"][0]
+        names = self.namesrv_nodes()
+        nodes = []
+        for i, b in enumerate(self.ports["broker"]):
+            n = names[i % len(names)]  # a name server each where every node runs one
+            extra = {"broker": b, "broker_host": self.addr(i)}
+            extra |= {"namesrv": self.ports["namesrv"][n], "namesrv_host": self.addr(n)}
+            nodes.append(NodeEndpoint(i, self.addr(0), proxy, extra))
         return Endpoints(
             "rocketmq",
-            tuple(
-                NodeEndpoint(i, self.addr(0), proxy, {"broker": b, "namesrv": ns})
-                for i, b in enumerate(self.ports["broker"])
-            ),
+            tuple(nodes),
             {"server": f"RocketMQ {servers.version('rocketmq')}", "stand_in": False},
         )
 
     def server_versions(self) -> list[str]:
-        return [f"RocketMQ {servers.version('rocketmq')} (DLedger broker group, proxy)"]
+        return [f"RocketMQ {servers.version('rocketmq')} ({self.layout()}, proxy)"]
+
+
+def _service_node(key: str) -> int:
+    """The node a service runs beside (``what`` on node 0, ``what@index``)."""
+    return int(key.split("@")[1]) if "@" in key else 0
 
 
 def _int(v: str | None) -> int | None:

@@ -95,13 +95,13 @@ from typing import Any
 
 from mqlab.brokers import compiled
 from mqlab.brokers.base import Driver, Endpoints, LaneReceipt, Receiver, Remaining, Sender
-from mqlab.brokers.rocketmq import admin, lanes
+from mqlab.brokers.rocketmq import admin, lanes, layout
 from mqlab.brokers.rocketmq.direct import DirectReceiver, DirectSender
 from mqlab.brokers.rocketmq.library import client, describe, shutdown
 from mqlab.brokers.rocketmq.producer import RocketmqSender
 from mqlab.brokers.rocketmq.receiver import RocketmqReceiver
 from mqlab.errors import DriverError
-from mqlab.typed import spec
+from mqlab.typed import SettingsProblem, spec
 
 LOG = logging.getLogger(__name__)
 MAX_TOPIC = 127  # RocketMQ's longest topic name
@@ -145,6 +145,32 @@ class Settings:
     request_timeout_s: int = spec(3, min=1, max=60, help="the client's per-call timeout")
     send_timeout_s: float = spec(30.0, min=0.1, help="a batch not confirmed by then fails")
     admin_timeout_s: float = spec(10.0, min=0.1, help="creating and deleting the topic")
+    replication: str = spec(
+        "quorum",
+        choices=layout.REPLICATIONS,
+        help="the servers' layout (mqlab/brokers/rocketmq/layout.py): quorum: a DLedger "
+        "group, a send answered once 2 of 3 appended it; all_in_sync: controller mode, once "
+        "every in-sync replica has it; async: controller mode, once the master has it",
+    )
+    flush: str = spec(
+        "async",
+        choices=layout.FLUSHES,
+        help="sync: the master answers once the message is on its disk (SYNC_FLUSH; "
+        "controller mode only); async: the OS writes it out later",
+    )
+
+    def __post_init__(self) -> None:
+        if self.flush == "sync" and self.replication == "quorum":
+            raise SettingsProblem(
+                "flush",
+                "a DLedger group (replication = quorum) flushes on its own timer and "
+                "ignores SYNC_FLUSH",
+                'set replication = "all_in_sync" (or "async") for flush = "sync"',
+            )
+
+    def server(self) -> dict[str, str]:
+        """What the servers must be started with for this profile (``layout.py``)."""
+        return layout.server_config(self.replication, self.flush)
 
 
 def topic_name(queue: str) -> str:
@@ -174,13 +200,15 @@ def access_point(endpoints: Endpoints) -> str:
 
 
 def admin_addresses(endpoints: Endpoints, port: str) -> list[tuple[str, int]]:
-    """Every node's ``port`` (``broker`` or ``namesrv``) from the endpoints' extras."""
+    """Every node's ``port`` (``broker`` or ``namesrv``) from the endpoints' extras, on
+    the host they name for it (``<port>_host``: the local launcher's, whose clients reach
+    every node through one proxy), else on the node's own host (the images')."""
     out = []
     for n in endpoints.nodes:
         if port not in n.extra:
             raise DriverError(f"rocketmq: node {n.index} has no {port} port in its endpoints")
-        out.append((n.host, int(n.extra[port])))
-    return out
+        out.append((str(n.extra.get(f"{port}_host", n.host)), int(n.extra[port])))
+    return list(dict.fromkeys(out))
 
 
 class RocketmqDriver(Driver):

@@ -40,13 +40,15 @@ class SqsCluster(LocalCluster):
     default_nodes = 1
     start_timeout_s = 30.0
 
-    def __init__(self, workdir: Any, nodes: int | None = None, hosts: Any = None):
+    def __init__(
+        self, workdir: Any, nodes: int | None = None, hosts: Any = None, server: Any = None
+    ):
         if hosts is not None and not all(h.is_local for h in hosts):
             raise ClusterError(
                 f"{self.broker}: the moto SQS emulator runs on this machine only "
                 '(set cluster.target = "local")'
             )
-        super().__init__(workdir, 1)
+        super().__init__(workdir, 1, server=server)
 
     def leader(self, driver: Any) -> int:
         raise ClusterError("sqs has no leader node (a kill_leader fault cannot apply)")

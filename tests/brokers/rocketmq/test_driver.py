@@ -102,6 +102,29 @@ def test_access_point_and_admin_addresses_come_from_the_endpoints() -> None:
         rm.admin_addresses(bare, "broker")
 
 
+def test_admin_addresses_take_the_hosts_the_launcher_names_once_each() -> None:
+    """The local launcher's endpoints: every node through the one proxy on node 0's host,
+    each broker and name server on a host of its own (a lab), a name server named by
+    several nodes asked once."""
+    nodes = tuple(
+        NodeEndpoint(
+            i,
+            "10.0.2.10",
+            8081,
+            {
+                "broker": 10911,
+                "broker_host": f"10.0.2.{10 + i}",
+                "namesrv": 9876,
+                "namesrv_host": "10.0.2.10",
+            },
+        )
+        for i in range(3)
+    )
+    e = Endpoints("rocketmq", nodes)
+    assert rm.admin_addresses(e, "broker") == [(f"10.0.2.{10 + i}", 10911) for i in range(3)]
+    assert rm.admin_addresses(e, "namesrv") == [("10.0.2.10", 9876)]
+
+
 def test_redelivery_timeout_is_the_invisible_duration() -> None:
     assert driver(invisible_duration_s=45).redelivery_timeout_s == 45.0
 
