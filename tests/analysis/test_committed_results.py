@@ -107,7 +107,14 @@ def test_every_local_seed_scenario_has_a_committed_run_beside_its_reference() ->
 
 
 @pytest.mark.parametrize(
-    "name", ["durability-matrix", "durability-matrix-behind", "durability-matrix-behind-kafka"]
+    "name",
+    [
+        "durability-matrix",
+        "durability-matrix-local",
+        "durability-matrix-behind",
+        "durability-matrix-behind-kafka",
+        "durability-matrix-behind-rocketmq",
+    ],
 )
 def test_the_committed_durability_matrix_is_one_run_per_profile_through_every_fault(
     name: str,
@@ -223,3 +230,33 @@ def test_the_backlog_column_shows_what_kafka_acks_1_loses_and_acks_all_does_not(
     rows = [line for line in matrix if line.startswith("| kafka | kafka-isr |")]
     [row] = [r for r in rows if [c.strip() for c in r.strip("|").split("|")][at] != "–"]
     assert [c.strip() for c in row.strip("|").split("|")][at].startswith("lost 0 ·"), row
+
+
+def test_the_backlog_column_shows_what_rocketmqs_asynchronous_replication_loses() -> None:
+    """RocketMQ's pair in controller mode, the master's host cut from the other brokers for
+    30 s behind a backlog: rocketmq-async loses messages it had confirmed (the old master
+    answered alone, its log cut back when it rejoined), counted from the delivery records
+    by the summary; rocketmq-syncflush (every in-sync replica, SYNC_FLUSH) none. The
+    manifests name the layout each ran on."""
+    runs = {
+        json.loads((r / "manifest.json").read_text())["broker"]["profile"]: r
+        for r in RUNS
+        if r.parent == MATRIX and "_durability-matrix-behind-rocketmq_" in r.name
+    }
+    assert sorted(runs) == ["rocketmq-async", "rocketmq-syncflush"]
+    cells = {}
+    for profile, r in runs.items():
+        summary = json.loads((r / "summary.json").read_text())
+        [f] = summary["faults"]
+        assert f["kind"] == "leader_from_brokers"
+        cells[profile] = (f["sent"], f["lost"], summary["delivery"]["lost"])
+        [version] = json.loads((r / "manifest.json").read_text())["broker"]["server_versions"]
+        assert version.startswith("RocketMQ 5.4.0 (controller mode"), version
+        flush = "SYNC_FLUSH" if profile == "rocketmq-syncflush" else "ASYNC_FLUSH"
+        assert flush in version, version
+    sent, lost, lost_in_run = cells["rocketmq-async"]
+    assert 0 < lost <= sent and lost <= lost_in_run
+    assert cells["rocketmq-syncflush"][1] == cells["rocketmq-syncflush"][2] == 0
+    [report] = tracked("results/durability-matrix/reports/*/sweep-report.md")
+    text = report.read_text()
+    assert f"| rocketmq | rocketmq-async | – | – | – | – | – | lost {lost:,} ·" in text
