@@ -1,19 +1,25 @@
-"""Apache RocketMQ 5 on this machine, from Maven Central (``servers.toml``'s ``rocketmq``):
-one name server, one broker group of 3 brokers whose commit log is one DLedger (Raft)
-group, and one gRPC proxy in cluster mode, which is what the Python client speaks to.
+"""Apache RocketMQ 5 from Maven Central (``servers.toml``'s ``rocketmq``), on this machine
+or on a lab's hosts: one broker group of 3 brokers, the name server(s), and one gRPC proxy
+in cluster mode, which is what the Python gRPC client speaks to. The profile chooses the
+layout (``layout.py``, ``server_config``):
 
-Why DLedger and not controller mode: Raft gives the group its own leader election (no
-controller process to run and keep alive), and a send is answered SEND_OK only once a
-majority of the group (2 of 3) appended the message to its log: synchronous replication
-to a quorum, whichever broker leads. The leader alone takes writes; the proxy finds it
-through the name server (the leader registers as broker id 0). DLedger flushes its log
-on its own timer (every 10 ms), not per message: no node fsyncs before the answer.
+- DLedger (the default, ``replication = "quorum"``): the group's commit log is one DLedger
+  (Raft) group, one name server beside node 0. Raft elects the leader inside the group (no
+  controller to run), and a send is answered SEND_OK only once a majority (2 of 3)
+  appended the message: synchronous replication to a quorum, whichever broker leads.
+  DLedger flushes its log on its own timer (every 10 ms), not per message.
+- controller mode (``"all_in_sync"``, ``"async"``): every node runs a name server that
+  embeds one of 3 controllers; the controllers elect the master among the group's
+  SyncStateSet; the profile says what a send waits for and whether the master flushes
+  before it answers.
 
-Node ``i`` is broker ``i`` (``kill_node``, ``pause_node`` act on it). The name server and
-the proxy run beside node 0 as services of the cluster (stopped with it; a fault on a
-node leaves them running). JVM sizes are small (``HEAP``, ``DIRECT``) and the commit log's
-files 64 MiB, not the 8 GiB heap, 15 GiB direct memory and 1 GiB files of RocketMQ's own
-scripts. This machine only: the lab images run RocketMQ themselves (``node.py``).
+Either way the master alone takes writes and registers as broker id 0, where clients find
+it. Node ``i`` is broker ``i`` (``kill_node``, ``pause_node`` act on it). The name servers
+and the proxy are services of the cluster (stopped with it; a fault on a node leaves them
+running, a partition cuts them off with their host). JVM sizes are small (``HEAP``,
+``DIRECT``) and the commit log's files 64 MiB, not the 8 GiB heap, 15 GiB direct memory
+and 1 GiB files of RocketMQ's own scripts. On a netns lab's hosts the nodes use
+RocketMQ's standard ports; on an AWS lab the images run RocketMQ themselves (``node.py``, DLedger).
 """
 
 from __future__ import annotations
@@ -122,7 +128,10 @@ def _sized(c: RocketmqCluster) -> dict[str, Any]:
 class RocketmqCluster(LocalCluster):
     broker = "rocketmq"
     start_timeout_s = 240.0  # 90 s here with the machine's 2 cores busy
-    runs_on_hosts = False  # the lab images run RocketMQ (node.py): this machine only
+    # an AWS lab's images run RocketMQ (node.py): the attach path checks them there; a
+    # netns lab's hosts (this machine's files: the same JDK and jars) get their nodes from
+    # this launcher all the same
+    runs_on_hosts = False
 
     # -- configuration ---------------------------------------------------------------
     @classmethod
@@ -403,7 +412,8 @@ class RocketmqCluster(LocalCluster):
         return sorted(i for i in found if i is not None)
 
     def leader(self, driver: Any) -> int:
-        """The broker that leads the DLedger group (the one group holds every topic)."""
+        """The group's master: the DLedger leader or the controllers' choice (the one group
+        holds every topic)."""
         addr = self.group().get(0)
         index = self._index_of(addr) if addr else None
         if index is None:

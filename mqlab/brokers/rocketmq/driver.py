@@ -23,9 +23,11 @@ two clients (the ``client`` setting):
   message per call, so the request is built by the client's own private steps and their
   messages joined), awaited at most ``send_timeout_s``. The proxy stores it as one batch:
   SEND_OK once a majority of the DLedger group appended all of its messages to their Raft
-  log. A failed or unconfirmed batch fails (DriverError) and the runner retries it: a
-  batch stored by an attempt whose answer was lost can be stored twice (mqlab counts
-  duplicates). One call per batch instead of one per message: 722 against 215 msgs/s for
+  log (in controller mode: once the replicas ``replication`` names have them, and the
+  master flushed them with ``flush = "sync"``; ``layout.py``). A failed or unconfirmed
+  batch fails (DriverError) and the runner retries it: a batch stored by an attempt whose
+  answer was lost can be stored twice (mqlab counts duplicates). One call per batch
+  instead of one per message: 722 against 215 msgs/s for
   8 senders of batches of 10 on the local cluster (2026-11-27). A client without those
   steps sends each message with ``send_async`` (which retries each itself, 3 attempts).
 - a route with no writable queue: the client caches each topic's route and looks it up
