@@ -15,6 +15,7 @@ from mqlab.brokers.rocketmq import layout
 from mqlab.brokers.rocketmq import node as rmqconf
 from mqlab.brokers.rocketmq.driver import Settings
 from mqlab.errors import ScenarioError
+from mqlab.hosts.local import LocalHost
 from mqlab.scenario.load import load_profile
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -177,3 +178,52 @@ def test_the_cluster_remembers_its_layout_across_a_load(tmp_path: Path) -> None:
     assert again.server == ASYNC and again.layout().startswith("controller mode")
     assert "the master alone" in again.layout() and "ASYNC_FLUSH" in again.layout()
     assert rc.RocketmqCluster(tmp_path / "d").layout() == "DLedger broker group"
+
+
+class LabHost(LocalHost):
+    """A lab's broker host as the launcher sees it (not this machine's loopback): its own
+    address and root, files written under the test's directory."""
+
+    is_local = False
+
+
+def props_of(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def test_on_a_labs_hosts_every_node_gets_the_standard_ports_and_its_own_name_server(
+    tmp_path: Path,
+) -> None:
+    """The controller layout on three lab hosts (no server started): each broker and name
+    server on its host's address and RocketMQ's standard ports, every broker naming all
+    three name servers and controllers, the proxy beside node 0; the endpoints name each
+    broker's and name server's host for the driver's admin calls."""
+    hosts = [LabHost(f"broker-{i}", f"10.0.3.{10 + i}", tmp_path / f"h{i}") for i in range(3)]
+    c = rc.RocketmqCluster(tmp_path / "c", 3, hosts, server=SYNCFLUSH)
+    c._prepare(lambda _m: None)
+    std = {"broker": 10911, "namesrv": 9876, "controller": 9878, "proxy": 8081}
+    assert all(c.ports[k] == [v] * 3 for k, v in std.items()), c.ports
+    names = ";".join(f"10.0.3.{10 + i}:9876" for i in range(3))
+    controllers = ";".join(f"10.0.3.{10 + i}:9878" for i in range(3))
+    for i in range(3):
+        d = Path(str(c.node_dir(i)))
+        assert str(d).startswith(str(tmp_path / f"h{i}")), d
+        broker = props_of(d / "broker.conf")
+        assert broker["brokerIP1"] == f"10.0.3.{10 + i}" and broker["listenPort"] == "10911"
+        assert broker["haListenPort"] == "10912" and broker["namesrvAddr"] == names
+        assert broker["controllerAddr"] == controllers
+        namesrv = props_of(d / "namesrv.conf")
+        assert namesrv["listenPort"] == "9876" and namesrv["controllerDLegerSelfId"] == f"c{i}"
+        assert namesrv["controllerDLegerPeers"].split(";")[i] == f"c{i}-10.0.3.{10 + i}:9878"
+    proxy = (Path(str(c.node_dir(0))) / "rmq-proxy.json").read_text()
+    assert f'"namesrvAddr": "{names}"' in proxy
+    assert not (Path(str(c.node_dir(1))) / "rmq-proxy.json").exists()
+    ends = c.endpoints().nodes
+    assert [(n.host, n.port) for n in ends] == [("10.0.3.10", 8081)] * 3  # the one proxy
+    assert [n.extra["broker_host"] for n in ends] == [f"10.0.3.{10 + i}" for i in range(3)]
+    assert [n.extra["namesrv_host"] for n in ends] == [f"10.0.3.{10 + i}" for i in range(3)]
