@@ -10,6 +10,10 @@ so a cluster that misses its goal shows where the time went. The reference is th
 
     .venv/bin/python bench/startup.py [--brokers nats,postgres,redis,rabbitmq] [--repeat 1]
 
+A broker written ``BROKER@PROFILE`` is started as that profile asks its servers to be
+(``LocalCluster.server_config``: RocketMQ's controller mode for ``rocketmq@rocketmq-async``
+or ``rocketmq@rocketmq-syncflush``), against the broker's goal.
+
 Goals (issue 13): NATS < 2 s, PostgreSQL < 5 s, Redis < 2 s, RabbitMQ < 40 s; (issue 26)
 Kafka < 60 s (3 JVMs, storage formatted first, on 2 cores), RocketMQ < 60 s (five JVMs:
 name server, 3 DLedger brokers, the proxy once one leads). Issue 26 asks only that
@@ -31,7 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mqlab.brokers.local import cluster_class
-from mqlab.errors import MqlabError
+from mqlab.errors import MqlabError, ScenarioError
+from mqlab.scenario.load import load_profile
+
+PROFILES = Path(__file__).resolve().parents[1] / "scenarios" / "profiles"
 
 ELAPSED = re.compile(r" \(\d+ s\)$")  # a progress message's own elapsed-time suffix
 GOALS_S = {
@@ -51,14 +58,14 @@ DEFAULT = tuple(GOALS_S)  # every cluster unless --brokers names some
 
 @dataclass
 class Startup:
-    broker: str
+    broker: str  # the broker, or BROKER@PROFILE
     healthy_s: float = 0.0
     stop_s: float = 0.0
     events: list[tuple[float, str]] = field(default_factory=list)  # (s since start, message)
 
     @property
     def goal_s(self) -> float:
-        return GOALS_S[self.broker]
+        return GOALS_S[self.broker.split("@")[0]]
 
     @property
     def ratio(self) -> float:
@@ -80,9 +87,24 @@ def phases(events: Sequence[tuple[float, str]], end_s: float) -> list[tuple[str,
     return out
 
 
-def measure(broker: str, workdir: Path) -> Startup:
-    res = Startup(broker)
-    cluster = cluster_class(broker)(workdir / broker)
+def server_of(entry: str) -> tuple[str, dict[str, object]]:
+    """``BROKER`` or ``BROKER@PROFILE``: the broker and the server configuration the
+    profile (``scenarios/profiles/PROFILE.toml``) asks for."""
+    broker, _, profile = entry.partition("@")
+    if not profile:
+        return broker, {}
+    p = load_profile(PROFILES / f"{profile}.toml")
+    if p.broker != broker:
+        raise ScenarioError(
+            PROFILES / f"{profile}.toml", "broker", f"not {broker}", f"use a {broker} profile"
+        )
+    return broker, cluster_class(broker).server_config(p.settings)
+
+
+def measure(entry: str, workdir: Path) -> Startup:
+    res = Startup(entry)
+    broker, server = server_of(entry)
+    cluster = cluster_class(broker)(workdir / entry.replace("@", "-"), server=server)
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:
@@ -99,12 +121,12 @@ def measure(broker: str, workdir: Path) -> Startup:
 
 
 def format_results(results: Sequence[Startup], show_phases: bool = True) -> str:
-    head = f"{'broker':10}{'healthy':>9}{'goal':>7}{'ratio':>7}  {'verdict':9}{'stop':>6}"
+    head = f"{'broker':30}{'healthy':>9}{'goal':>7}{'ratio':>7}  {'verdict':9}{'stop':>6}"
     lines = [head, "-" * len(head)]
     for r in results:
         verdict = "met" if r.healthy_s < r.goal_s else "NOT met"
         lines.append(
-            f"{r.broker:10}{r.healthy_s:8.2f}s{r.goal_s:6.0f}s{r.ratio:7.2f}  {verdict:9}"
+            f"{r.broker:30}{r.healthy_s:8.2f}s{r.goal_s:6.0f}s{r.ratio:7.2f}  {verdict:9}"
             f"{r.stop_s:5.1f}s"
         )
     if show_phases:
@@ -124,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-phases", action="store_true", help="only the table")
     args = ap.parse_args(argv)
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
-    unknown = sorted(set(brokers) - set(GOALS_S))
+    unknown = sorted({b.split("@")[0] for b in brokers} - set(GOALS_S))
     if unknown:
         print(f"error: unknown broker(s) {unknown}: one of {sorted(GOALS_S)}", file=sys.stderr)
         return 2

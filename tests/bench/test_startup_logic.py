@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.startup import GOALS_S, Startup, format_results, phases
+from bench.startup import GOALS_S, Startup, format_results, phases, server_of
+from mqlab.errors import ScenarioError
 
 
 def test_phases_run_from_one_progress_message_to_the_next() -> None:
@@ -47,3 +48,19 @@ def test_ratio_is_measured_over_goal_and_the_verdict_follows() -> None:
     lines = table.splitlines()
     assert "0.25" in lines[2] and "met" in lines[2] and "NOT" not in lines[2]
     assert "1.50" in lines[3] and "NOT met" in lines[3]
+
+
+def test_a_broker_at_a_profile_starts_the_servers_as_the_profile_asks() -> None:
+    """``rocketmq@rocketmq-async``: RocketMQ's controller layout, against RocketMQ's goal;
+    a profile of another broker is one clear error."""
+    assert server_of("rocketmq") == ("rocketmq", {})
+    assert server_of("rocketmq@rocketmq-sync") == ("rocketmq", {})
+    assert server_of("rocketmq@rocketmq-async") == (
+        "rocketmq",
+        {"replication": "async", "flush": "async"},
+    )
+    assert Startup("rocketmq@rocketmq-async").goal_s == GOALS_S["rocketmq"]
+    with pytest.raises(ScenarioError, match="not rocketmq"):
+        server_of("rocketmq@kafka-isr")
+    table = format_results([Startup("rocketmq@rocketmq-syncflush", 20.0, 5.0)], False)
+    assert table.splitlines()[2].startswith("rocketmq@rocketmq-syncflush ")
