@@ -19,9 +19,6 @@ BROKER = Broker(
         "dledger": 40911,
         "proxy": 8081,
         "proxy_remoting": 8080,
-        # controller mode (mqlab/brokers/rocketmq/layout.py): each name server's embedded
-        # controller, its DLedger peer port; the local launcher only (the images run DLedger)
-        "controller": 9878,
     },
     # the gRPC proxy inside every broker; routes name the proxies' advertised addresses
     attach=Attach(

@@ -172,11 +172,13 @@ class RocketmqCluster(LocalCluster):
 
     def _prepare(self, progress: Progress) -> None:
         self.home = servers.home("rocketmq")  # raises the one-line fetch hint when missing
-        names = ["dledger", "namesrv", "proxy", "proxy_remoting", "controller"]
+        names = ["dledger", "namesrv", "proxy", "proxy_remoting"]
         if self.on_hosts:  # a host each (a lab): RocketMQ's standard ports
             self.ports = self.pick_ports(["broker", *names])
+            self.ports["controller"] = [layout.CONTROLLER_PORT] * self.nodes
         else:  # one machine: each broker's neighbouring ports free too
-            self.ports = {"broker": broker_ports(self.nodes), **self.pick_ports(names)}
+            picked = self.pick_ports([*names, "controller"])
+            self.ports = {"broker": broker_ports(self.nodes), **picked}
         for i in range(self.nodes):
             self.hosts[i].mkdir(self.node_dir(i) / "store")
             self.write(i, "broker.conf", lines(props(broker_conf(self, i))))

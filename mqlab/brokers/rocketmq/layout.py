@@ -27,6 +27,9 @@ from typing import Any
 REPLICATIONS = ("quorum", "all_in_sync", "async")
 FLUSHES = ("async", "sync")
 CONTROLLER_GROUP = "mqlab-controller"
+# the controllers' DLedger port on a lab's hosts (RocketMQ's docs use 9878); not among the
+# descriptor's standard ports, which are the images' (they run the DLedger layout)
+CONTROLLER_PORT = 9878
 
 
 def server_config(replication: str, flush: str) -> dict[str, str]:
