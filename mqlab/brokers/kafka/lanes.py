@@ -29,10 +29,13 @@ it leads, not the call or the other receivers); one still being made at the call
 is kept, with its deadline, for the next call. A failed lane (a connection lost, a
 leader not reached within ``METADATA_TIMEOUT_S``, an answer malformed or not in time)
 stops there with the error; its receiver's connections are dropped and its leaders
-looked up again (the next call connects again)."""
+looked up again (the next call connects again). Leaders and a partition's first offset
+are looked up on a lookup thread (``LOOKUPS``): the partitions that wait for them are
+not fetched meanwhile, the others are."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import selectors
 import time
@@ -56,6 +59,10 @@ FETCH_MAX_BYTES = 16 << 20  # a fetch answer, at most (Kafka's default: 50 MiB)
 ANSWER_GRACE_NS = 10_000_000_000  # an answer later than its long poll by this: failed
 IDLE_LOOK_NS = 50_000_000  # a receiver with no partition looks again this often
 METADATA_TIMEOUT_S = 10.0
+# leaders and first offsets are asked of the brokers on these threads (each call up to
+# METADATA_TIMEOUT_S), not on the lanes' thread: a broker that does not answer holds only
+# the partitions waiting for it
+LOOKUPS = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="kafka-lookup")
 
 
 class _Lane(ReceiptTally):
@@ -137,8 +144,9 @@ def receive_lanes(
     return [lane.receipt() for lane in lanes]
 
 
-def _leaders(r: KafkaReceiver) -> None:
-    """The leaders of the topic's partitions (librdkafka's metadata; under the lock)."""
+def _leaders(r: KafkaReceiver) -> dict[int, tuple[str, int]]:
+    """The leaders of the topic's partitions (librdkafka's metadata: a call to a broker,
+    up to ``METADATA_TIMEOUT_S``; made by a lookup thread, never under the lock)."""
     try:
         md = r.c.list_topics(r.topic, timeout=METADATA_TIMEOUT_S)
     except KafkaException as e:
@@ -147,42 +155,80 @@ def _leaders(r: KafkaReceiver) -> None:
     topic = md.topics.get(r.topic)
     if topic is None or topic.error is not None:
         raise DriverError(f"kafka: no metadata for {r.topic}: {topic and topic.error}")
-    r.leaders = {p: brokers[m.leader] for p, m in topic.partitions.items() if m.leader in brokers}
+    return {p: brokers[m.leader] for p, m in topic.partitions.items() if m.leader in brokers}
 
 
-def _position(r: KafkaReceiver, p: int) -> int:
-    """The partition's next offset to fetch: after what was handed out, else its
-    committed offset (at assignment), else its first (a group that never committed;
-    auto.offset.reset earliest)."""
-    at = r.tracker.expected.get(p)
-    if at is not None:
-        return at
+def _first_offset(r: KafkaReceiver, p: int) -> int:
+    """The partition's first offset (its low watermark: a call to its leader, up to
+    ``METADATA_TIMEOUT_S``; made by a lookup thread, never under the lock)."""
     try:
         low, _high = r.c.get_watermark_offsets(
             TopicPartition(r.topic, p), timeout=METADATA_TIMEOUT_S, cached=False
         )
     except KafkaException as e:
         raise DriverError(f"kafka: no offsets of partition {p}: {e}") from e
-    r.tracker.start(p, low)
     return int(low)
+
+
+def _look_up(r: KafkaReceiver) -> None:
+    """What the receiver's partitions lack before they can be fetched: their leaders, and
+    the next offset of a partition that has none (neither handed out nor committed: a
+    group that never committed reads from the first, auto.offset.reset earliest). Asked
+    of the brokers without the lock, written under it for partitions still owned and
+    still lacking it (a rebalance may have moved them meanwhile)."""
+    with r.lock:
+        owned = set(r.owned)
+        need_leaders = any(p not in r.leaders for p in owned)
+        unplaced = [p for p in sorted(owned) if r.tracker.expected.get(p) is None]
+    if r.closing.is_set():
+        return
+    leaders = _leaders(r) if need_leaders else None
+    firsts = {}
+    for p in unplaced:
+        if r.closing.is_set():  # the receiver closes: no more calls to its consumer
+            return
+        firsts[p] = _first_offset(r, p)
+    with r.lock:
+        if leaders is not None:
+            r.leaders.update(leaders)
+        for p, low in firsts.items():
+            if p in r.owned and r.tracker.expected.get(p) is None:
+                r.tracker.start(p, low)
+
+
+def _lookup_started(r: KafkaReceiver) -> None:
+    """A lookup for the receiver on the lookup threads, unless one is under way."""
+    if r.lookup is None:
+        r.lookup = LOOKUPS.submit(_look_up, r)
+
+
+def _collect_lookup(r: KafkaReceiver) -> None:
+    """A lookup that ended is taken off; its error is raised here, once (the lane fails
+    with it, as when the lookup was made in the lane itself)."""
+    done = r.lookup
+    if done is not None and done.done():
+        r.lookup = None
+        done.result()
 
 
 def _start(lane: _Lane, sel: selectors.BaseSelector, fetch_wait_max_ms: int, until_ns: int) -> None:
     """A fetch to each leader of the receiver's partitions that has none in flight."""
     r = lane.r
     try:
+        _collect_lookup(r)
         with r.lock:
             owned = sorted(r.owned)
             if not owned:
                 return
-            if any(p not in r.leaders for p in owned):
-                _leaders(r)
+            unknown = [p for p in owned if p not in r.leaders or p not in r.tracker.expected]
             busy = {a for a, c in r.conns.items() if c.pending is not None}
             wanted: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
             for p in owned:
-                address = r.leaders.get(p)
-                if address is not None and address not in busy:
-                    wanted[address].append((p, _position(r, p)))
+                address, at = r.leaders.get(p), r.tracker.expected.get(p)
+                if address is not None and at is not None and address not in busy:
+                    wanted[address].append((p, at))
+        if unknown:  # looked up on a lookup thread: the known partitions go on meanwhile
+            _lookup_started(r)
         left_ms = max(0, (until_ns - time.monotonic_ns()) // 1_000_000)
         wait_ms = int(min(fetch_wait_max_ms, left_ms))
         for address, parts in wanted.items():

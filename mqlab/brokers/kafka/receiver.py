@@ -3,6 +3,7 @@ says what receive and ack do; ``mqlab.brokers.kafka.lanes`` how it fetches in la
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -58,6 +59,8 @@ class KafkaReceiver(Receiver):
         self.in_lanes = False
         self.leaders: dict[int, tuple[str, int]] = {}  # partition -> its leader's address
         self.conns: dict[tuple[str, int], Any] = {}  # address -> fetch.BrokerConn
+        # the lanes' lookup of leaders and first offsets under way (lanes.LOOKUPS), if any
+        self.lookup: Any = None
         self.c = Consumer(
             {
                 "bootstrap.servers": bootstrap(endpoints),
@@ -265,6 +268,9 @@ class KafkaReceiver(Receiver):
         self.conns.clear()
         self.closing.set()
         self.poller.join()
+        if self.lookup is not None:  # no call to the consumer while it closes: the lookup
+            # stops before its next call to the brokers once closing is set, each bounded
+            concurrent.futures.wait([self.lookup])
         with contextlib.suppress(DriverError):
             self._commit()
         self.c.close()

@@ -400,6 +400,52 @@ def test_a_leader_not_reached_holds_its_receiver_alone_then_fails_it(
 
 
 @pytest.mark.integration
+def test_a_leader_lookup_that_hangs_holds_only_its_receiver(
+    driver: KafkaDriver, wake: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A receiver whose leaders must be looked up again, the lookup answering only after
+    3 s (a broker slow to give its metadata): the call of 1 s ends on time and the other
+    receiver receives meanwhile; the lookup goes on on its thread and, once it answered,
+    the receiver fetches again, losing nothing."""
+    _send(driver, [msg(i) for i in range(2000)])
+    a, b = driver.receiver(), driver.receiver()
+    slow = threading.Event()
+    real = lanes._leaders
+
+    def leaders(r: Any) -> dict[int, tuple[str, int]]:
+        if r is a:
+            slow.set()
+            time.sleep(3.0)
+        return real(r)
+
+    try:
+        got = driver.receive_lanes([a, b], 10, time.monotonic_ns() + 200_000_000, 0, wake[0])
+        assert [g.error for g in got] == [None, None]
+        monkeypatch.setattr(lanes, "_leaders", leaders)
+        with a.lock:
+            assert a.owned and b.owned, "the group gave one of them nothing"
+            for conn in a.conns.values():
+                conn.close()
+            a.conns.clear()
+            a.leaders.clear()  # looked up again, slowly
+        _send(driver, [msg(i) for i in range(2000, 3000)])
+        started = time.monotonic()
+        more = driver.receive_lanes([a, b], 10, time.monotonic_ns() + 1_000_000_000, 0, wake[0])
+        assert time.monotonic() - started < 2.5  # 1 s asked, not the lookup's 3
+        assert slow.is_set() and a.lookup is not None  # under way on its thread
+        assert [g.error for g in more] == [None, None]
+        assert more[0].received == 0 and more[1].received > 0
+        got += more
+        got += _until(driver, [a, b], wake[0], lambda g: len(_seqs(got + g)) >= 3000)
+        assert [g.error for g in got if g.error is not None] == []
+        assert _seqs(got) == list(range(3000))  # each once: none lost, none twice
+        assert a.leaders  # the lookup's answer arrived and was used
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.integration
 def test_deliveries_at_or_below_a_committed_mark_come_flagged(
     driver: KafkaDriver, wake: tuple[int, int]
 ) -> None:
@@ -443,10 +489,10 @@ def test_deliveries_at_or_below_a_committed_mark_come_flagged(
 def test_once_woken_a_call_waits_for_its_fetches_without_spinning(
     driver: KafkaDriver, wake: tuple[int, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Told to end before it starts, a call still sends its fetches and waits for their
-    answers (an empty topic: each long-polls ``fetch_wait_max_ms``), watching the wake fd
-    no more: a handful of selects, not one per turn of a loop while the fd stays
-    readable."""
+    """Told to end before it starts, a call still sends the fetches of the partitions it
+    knows and waits for their answers (an empty topic: each long-polls
+    ``fetch_wait_max_ms``), watching the wake fd no more: a handful of selects, not one
+    per turn of a loop while the fd stays readable."""
     selects = []
 
     class Counting(selectors.DefaultSelector):
@@ -456,6 +502,11 @@ def test_once_woken_a_call_waits_for_its_fetches_without_spinning(
 
     r = driver.receiver()
     try:
+        # first its partitions, their leaders and offsets (looked up on a lookup thread)
+        give_up = time.monotonic() + PATIENCE_S
+        while not (r.owned and r.conns) and time.monotonic() < give_up:
+            driver.receive_lanes([r], 10, time.monotonic_ns() + 300_000_000, 0, wake[0])
+        assert r.owned and r.conns, "no partition fetched"
         monkeypatch.setattr(lanes.selectors, "DefaultSelector", Counting)
         os.write(wake[1], b"x")
         (got,) = driver.receive_lanes([r], 10, time.monotonic_ns() + 5_000_000_000, 0, wake[0])
