@@ -131,13 +131,16 @@ def test_a_master_killed_mid_run_loses_no_confirmed_message(
         tmp_path,
         "rocketmq-controller-kill",
         "rocketmq-syncflush",
-        [{"at_s": 4, "action": "kill_leader", "restart_after_s": 3}],
-        duration_s=12,
-        rate_per_s=50,
+        [{"at_s": 3, "action": "kill_leader", "restart_after_s": 3}],
         # a new master is elected 10-20 s after the kill here (the controllers wait for
-        # the dead broker's heartbeats to time out); the receivers wait for it meanwhile,
-        # and a message whose pop the kill cut off comes again after its invisible
-        # duration (10 s) and the new master's revive scan
+        # the dead broker's heartbeats to time out), and a message whose pop the kill cut
+        # off comes again only once the new master revives it, after its invisible
+        # duration (10 s). The run goes on past that: RocketMQ's remaining() does not
+        # count such messages, so a drain begun before they came again ends "broker
+        # empty" and the run partial, its check at the end finding them (seen here: 53
+        # undrained, with a 12 s run)
+        duration_s=30,
+        rate_per_s=50,
         workload={"drain_timeout_s": 60, "error_budget_s": 90},
     )
     assert result.status == "complete", run_story(result)
