@@ -19,14 +19,16 @@ def test_broker_ports_leave_their_neighbours_free() -> None:
     assert len(taken) == len(set(taken))  # no broker's VIP or HA port is another's
 
 
-def _cluster(tmp_path: Path) -> rc.RocketmqCluster:
-    c = rc.RocketmqCluster(tmp_path / "c")
+def _cluster(tmp_path: Path, server: dict[str, str] | None = None) -> rc.RocketmqCluster:
+    """A cluster with fixed ports (none started); ``server``: its layout (layout.py)."""
+    c = rc.RocketmqCluster(tmp_path / "c", server=server)
     c.ports = {
         "broker": [20011, 20021, 20031],
         "dledger": [20041, 20042, 20043],
         "namesrv": [20051, 20052, 20053],
         "proxy": [20061, 20062, 20063],
         "proxy_remoting": [20071, 20072, 20073],
+        "controller": [20081, 20082, 20083],
     }
     return c
 

@@ -22,6 +22,7 @@ from mqlab.brokers.rocketmq import admin
 from mqlab.brokers.rocketmq.cluster import RocketmqCluster
 from mqlab.brokers.rocketmq.driver import RocketmqDriver, Settings
 from mqlab.errors import DriverError
+from tests.brokers.rocketmq.test_cluster import _offsets
 from tests.conftest import processes_mentioning, run_story, run_under_faults
 
 pytestmark = pytest.mark.integration
@@ -94,15 +95,7 @@ def test_a_send_that_returned_is_already_in_every_replicas_commit_log(
     driver.setup()
     try:
         master = cluster.leader(driver)
-
-        def offsets() -> list[int]:
-            out = []
-            for i in range(cluster.nodes):
-                info = admin.runtime_info((cluster.addr(i), cluster.ports["broker"][i]), 5.0)
-                out.append(int(info["commitLogMaxOffset"]))
-            return out
-
-        before = offsets()
+        before = _offsets(cluster)
         s = driver.sender()
         try:
             pool = envelope.PayloadPool(512, seed=5)
@@ -110,7 +103,7 @@ def test_a_send_that_returned_is_already_in_every_replicas_commit_log(
                 s.send(envelope.encode_batch(1, 10 * k, 10, time.time_ns(), pool))
         finally:
             s.close()
-        after = offsets()
+        after = _offsets(cluster)
         assert after[master] - before[master] >= 50 * 512, (before, after)
         assert min(after) >= after[master], (master, before, after)
         assert driver.remaining().count == 50

@@ -17,6 +17,7 @@ from mqlab.brokers.rocketmq.driver import Settings
 from mqlab.errors import ScenarioError
 from mqlab.hosts.local import LocalHost
 from mqlab.scenario.load import load_profile
+from tests.brokers.rocketmq.test_cluster_logic import _cluster
 
 ROOT = Path(__file__).resolve().parents[3]
 PROFILES = ROOT / "scenarios" / "profiles"
@@ -51,19 +52,6 @@ def test_a_sync_flush_on_a_dledger_group_is_refused_with_the_field_and_the_fix(
     assert "bad.toml" in text and "flush" in text and 'replication = "all_in_sync"' in text
     assert "\n" not in text
     assert Settings(replication="all_in_sync", flush="sync").server() == SYNCFLUSH
-
-
-def _cluster(tmp_path: Path, server: dict[str, str]) -> rc.RocketmqCluster:
-    c = rc.RocketmqCluster(tmp_path / "c", server=server)
-    c.ports = {
-        "broker": [20011, 20021, 20031],
-        "dledger": [20041, 20042, 20043],
-        "namesrv": [20051, 20052, 20053],
-        "proxy": [20061, 20062, 20063],
-        "proxy_remoting": [20071, 20072, 20073],
-        "controller": [20081, 20082, 20083],
-    }
-    return c
 
 
 @pytest.mark.parametrize(
