@@ -385,6 +385,10 @@ class Driver(ABC):
     client_libraries: ClassVar[tuple[str, ...]] = ()  # distributions named in the manifest
     identifies_remaining: ClassVar[bool] = False  # remaining(identify=True) returns payloads
     identify_cap: int = IDENTIFY_CAP  # most payloads remaining(identify=True) returns
+    # remaining() cannot see what a receive took from the broker and no receiver got (a
+    # request a fault cut off): hidden and uncounted until redelivery_timeout_s has passed
+    # (mqlab.run.drain trusts "empty" only that long after the last fault)
+    hides_cut_off_receives: ClassVar[bool] = False
 
     def __init__(self, settings: Any, endpoints: Endpoints, queue: str):
         self.settings = settings

@@ -13,6 +13,7 @@ log's vocabulary (:mod:`mqlab.archive.faultlog`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,16 +107,23 @@ class Schedule:
     def __init__(self, faults: Sequence[Any], target: Target):
         self.todo = sorted(faults, key=lambda f: f.at_s)
         self.target = target
+        self.last_done: float | None = None  # time.monotonic() once the last one was done
 
     def due(self, elapsed_s: float) -> None:
         """Apply what is due ``elapsed_s`` after the senders started; end what is over."""
         while self.todo and elapsed_s >= self.todo[0].at_s:
-            apply(self.todo.pop(0), self.target)
+            try:
+                apply(self.todo.pop(0), self.target)
+            finally:
+                self.last_done = time.monotonic()
         pending = self.target.pending
         for p in list(pending):
             if elapsed_s >= p[0]:
                 pending.remove(p)
-                end(p[1], p[2], self.target)
+                try:
+                    end(p[1], p[2], self.target)
+                finally:
+                    self.last_done = time.monotonic()
 
     def finish(self) -> None:
         """The run completed: every second half still to come, now."""

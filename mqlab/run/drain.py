@@ -1,12 +1,20 @@
 """Drain: after the senders stop, receivers go on until the broker holds nothing for any
 of the run's queues (asked every half second, twice in a row) or until the drain
-deadline; then the broker is asked once more what it still holds (``undrained.json``)."""
+deadline; then the broker is asked once more what it still holds (``undrained.json``).
+
+A broker whose count cannot see what a receive took and no receiver got
+(``Driver.hides_cut_off_receives``: RocketMQ's pops, which a fault can cut off) is
+trusted to be empty only once its redelivery timeout, and ``REVIVE_MARGIN_S`` more, have
+passed since the run's last fault action and since the broker last failed to answer
+during the drain (no master yet: it revives nothing before it has one): until then such
+messages are hidden, in no count, and would be found missing at the end (the run
+partial)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pyroaring import BitMap64
@@ -23,14 +31,20 @@ from mqlab.workload.protocol import ReceiversStop
 LOG = logging.getLogger(__name__)
 UNDRAINED_RETRY_S = 90.0  # how long the end-of-run count waits for a broker to answer
 DRAIN_CHECK_S = 0.5  # how often the broker is asked whether anything is left
+REVIVE_MARGIN_S = 5.0  # past the redelivery timeout, for the broker to put them back
 
 
 class Drain:
     """The drain phase as the measure loop steps it: started once every sender is done,
-    ended (receivers told to stop) once the broker is empty or the deadline passed."""
+    ended (receivers told to stop) once the broker is empty or the deadline passed.
+    ``last_fault()`` is when (``time.monotonic()``) the run's last fault action was done,
+    None before any."""
 
-    def __init__(self, ctx: RunContext):
+    def __init__(self, ctx: RunContext, last_fault: Callable[[], float | None] = lambda: None):
         self.ctx = ctx
+        self.last_fault = last_fault
+        self.held_back = False  # "empty" was not trusted yet once (said in the manifest)
+        self.unanswered: float | None = None  # when the broker last did not answer
         self.deadline: float | None = None
         self.started = 0.0
         self.next_check = 0.0
@@ -52,7 +66,10 @@ class Drain:
             )
         if self.deadline is not None and not self.stop_sent and now >= self.next_check:
             self.next_check = now + DRAIN_CHECK_S
-            empty = drained(ctx.drivers, ctx.receivers)
+            answer = drained(ctx.drivers, ctx.receivers)
+            if answer is None:
+                self.unanswered = now
+            empty = bool(answer) and self.settled(now)
             self.empty_checks = self.empty_checks + 1 if empty else 0
             ended_by = "broker empty" if self.empty_checks >= 2 else None
             if ended_by is None and now >= self.deadline:
@@ -60,8 +77,31 @@ class Drain:
             if ended_by is not None:
                 seconds = round(now - self.started, 3)
                 ctx.manifest.drain = {"ended_by": ended_by, "seconds": seconds}
+                if self.held_back:
+                    ctx.manifest.drain["held_for_cut_off_receives"] = True
                 command(ctx.receivers, ReceiversStop())
                 self.stop_sent = True
+
+    def settled(self, now: float) -> bool:
+        """Whether "empty" can be trusted now: always, but for a broker that hides what a
+        cut-off receive took (``Driver.hides_cut_off_receives``) until its redelivery
+        timeout and ``REVIVE_MARGIN_S`` have passed since the last fault action and since
+        the broker last did not answer."""
+        times = [t for t in (self.last_fault(), self.unanswered) if t is not None]
+        last = max(times, default=None)
+        hiding = [d for d in self.ctx.drivers if d.hides_cut_off_receives]
+        if last is None or not hiding:
+            return True
+        until = last + max(d.redelivery_timeout_s for d in hiding) + REVIVE_MARGIN_S
+        if now >= until:
+            return True
+        if not self.held_back:
+            self.held_back = True
+            self.ctx.observer.phase(
+                "drain: messages that receives cut off by a fault took come back only "
+                f"after the redelivery timeout: 'empty' trusted {until - now:.0f} s from now"
+            )
+        return False
 
     @property
     def over(self) -> bool:
@@ -74,15 +114,16 @@ def drain_timeout_s(s: Scenario, driver: Driver) -> float:
     return 2 * driver.redelivery_timeout_s + 10.0
 
 
-def drained(drivers: Sequence[Driver], receivers: list[Worker]) -> bool:
-    """The broker holds nothing for any of the run's queues, nothing is in flight."""
+def drained(drivers: Sequence[Driver], receivers: list[Worker]) -> bool | None:
+    """The broker holds nothing for any of the run's queues, nothing is in flight; None
+    when it did not answer (not drained: asked again)."""
     counted_in_flight = True
     for driver in drivers:
         try:
             rem = driver.remaining()
         except Exception as e:  # noqa: BLE001 - a failed check is not "drained"; try again
             LOG.debug("remaining() of %s: %s", driver.queue, e)
-            return False
+            return None
         if rem.count:
             return False
         counted_in_flight = counted_in_flight and rem.in_flight is not None

@@ -77,7 +77,7 @@ def _run(ctx: RunContext, schedule: Schedule) -> str:
         if w.messages_per_thread
         else None
     )
-    drain = Drain(ctx)
+    drain = Drain(ctx, lambda: schedule.last_done)
     t0 = time.monotonic()
     hard_deadline = t0 + w.max_run_s + 60
     while True:

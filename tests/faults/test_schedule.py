@@ -45,3 +45,37 @@ def test_a_power_cut_needs_a_kernel_that_is_not_this_machines() -> None:
 def test_an_unknown_action_is_named_with_its_index() -> None:
     with pytest.raises(FleetError, match=r"faults\[1\].action = 'reboot' is no fault"):
         schedule.check([fault("kill_node"), fault("reboot")], AWS)
+
+
+def test_the_schedule_says_when_it_last_did_something(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``last_done`` (what the drain waits past, mqlab/run/drain.py): None before any
+    fault, then the time of the last action, a second half (a restart) included, and of
+    one that failed."""
+    done: list[str] = []
+    target = SimpleNamespace(pending=[])
+
+    def apply(f: SimpleNamespace, t: object) -> None:
+        done.append(f.action)
+        if f.action == "kill_node":
+            target.pending.append((5.0, "restart", 0))
+        if f.action == "partition":
+            raise FleetError("cannot")
+
+    monkeypatch.setattr(schedule, "apply", apply)
+    monkeypatch.setattr(schedule, "end", lambda action, node, t: done.append(action))
+    clock = iter(range(100, 200))
+    monkeypatch.setattr(schedule, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    cut = fault("partition")
+    cut.at_s = 8.0
+    s = schedule.Schedule([fault("kill_node"), cut], target)
+    s.due(0.5)
+    assert s.last_done is None and done == []
+    s.due(1.0)
+    assert done == ["kill_node"] and s.last_done == 100
+    s.due(4.0)
+    assert s.last_done == 100
+    s.due(5.0)
+    assert done == ["kill_node", "restart"] and s.last_done == 101
+    with pytest.raises(FleetError):
+        s.due(8.0)
+    assert done[-1] == "partition" and s.last_done == 102

@@ -73,7 +73,9 @@ two clients (the ``client`` setting):
   topic (``%RETRY%<group>_<topic>``, where the broker puts back what was not acked in time).
   ``in_flight`` is not known (None): a popped, unacked message is in neither until its
   invisible duration ends and the broker revives it, some seconds later; mqlab's drain then
-  asks the receivers whether every delivery was acked. The leader is the group's broker id
+  asks the receivers whether every delivery was acked, and after a fault trusts "empty"
+  only once the invisible duration has passed since (``hides_cut_off_receives``: a pop
+  the fault cut off took messages no receiver got). The leader is the group's broker id
   0, as a name server lists it. Not identified (``payloads`` None).
 - ``redelivery_timeout_s`` is ``invisible_duration_s``.
 
@@ -217,6 +219,7 @@ class RocketmqDriver(Driver):
     name = "rocketmq"
     Settings = Settings
     client_libraries = ("rocketmq-python-client", "grpcio", "protobuf")
+    hides_cut_off_receives = True  # a popped message is hidden, uncounted, until revived
 
     def __init__(self, settings: Any, endpoints: Any, queue: str):
         super().__init__(settings, endpoints, queue)
