@@ -88,7 +88,15 @@ def delivery_figures(
         row["recovered"] = len((seen & attempted) - confirmed)
         row["unexpected"] = len(seen - attempted)
         rows.append(row)
-    if und is not None and und["count"] and not identified and "lost" not in unknown:
+    # what the broker still holds counts only for confirmed messages never received: with
+    # none (every confirmed one received), lost is 0 whatever is left there
+    if (
+        und is not None
+        and und["count"]
+        and not identified
+        and "lost" not in unknown
+        and unaccounted_total
+    ):
         unknown["lost"] = (
             f"{und['count']} messages still in the broker could not be identified (it cannot "
             f"be read without consuming them); lost is between 0 and {unaccounted_total}"

@@ -233,6 +233,22 @@ def test_lost_counts_seqs_still_in_the_broker_as_not_lost(tmp_path: Path) -> Non
     assert summarize_run(r.run_dir)["delivery"]["lost"] is None
 
 
+def test_unidentified_messages_left_in_the_broker_leave_lost_known_when_all_were_received(
+    tmp_path: Path,
+) -> None:
+    """The broker holds messages it cannot say which (RocketMQ's count), but every
+    confirmed message was received: none can be lost, whatever is left there."""
+    r = write_synthetic_run(
+        tmp_path, SyntheticSpec(undrained="unidentified", undrained_foreign=7, duration_s=5)
+    )
+    summary = summarize_run(r.run_dir)
+    totals, per_sender = reference.delivery(r.run_dir)
+    assert "lost" not in summary["unknown"], summary["unknown"]
+    assert summary["delivery"]["lost"] == totals["lost"] == 0
+    assert summary["delivery"]["undrained"] == totals["undrained"] == 7
+    assert summary["delivery"]["confirmed"] == totals["confirmed"] > 0
+
+
 @pytest.mark.parametrize(
     ("spec", "null", "why"),
     [

@@ -10,6 +10,12 @@ protocol: ``remoting.py``). The driver's ``client = "remoting"`` (its default).
   ``remoting.MASTER_STILL``); the next request connects to the master as then listed
   (after a leader change, the new one), and the runner retries what failed. Until a
   master is listed, a send or receive fails at once ("no master").
+- a master demoted while its connection still works (a DLedger leader cut off from the
+  other brokers, or paused past an election, answers pops as a follower: the same
+  messages each time, its offsets never moved): every sender and receiver of a process
+  looks at what one ``MasterWatch`` thread last heard from the name servers (asked every
+  ``WATCH_EVERY_S``) and, when they listed another master after its connection was made,
+  drops it before its next request (``MasterLink.stale``).
 - send: the batch in one SEND_BATCH_MESSAGE to the next of the topic's queues in turn
   (each sender starts at a queue of its own), answered once the broker stored it as its
   durability says (DLedger: 2 of the 3 brokers appended it); a code other than SUCCESS,
@@ -51,6 +57,7 @@ from mqlab.errors import DriverError
 
 LOG = logging.getLogger(__name__)
 LOOKUP_EVERY_S = 1.0  # at most one lookup of the master this often per sender/receiver
+WATCH_EVERY_S = 1.0  # how often a process's MasterWatch asks the name servers
 MAX_POP = 32  # the broker pops at most 32 messages per request
 
 
@@ -72,10 +79,57 @@ def find_master(
     return None
 
 
+class MasterWatch:
+    """The master as the name servers last listed it (``heard``: when it asked them,
+    monotonic s, and the address), asked every ``WATCH_EVERY_S`` on a daemon thread of
+    its own; one per list of name servers in a process, while a :class:`MasterLink` uses
+    it."""
+
+    watches: dict[tuple[tuple[str, int], ...], MasterWatch] = {}
+    lock = threading.Lock()
+
+    def __init__(self, namesrvs: list[tuple[str, int]], timeout_s: float):
+        self.namesrvs = list(namesrvs)
+        self.timeout_s = timeout_s
+        self.heard: tuple[float, str, tuple[str, int]] | None = None  # asked, group, address
+        self.users = 0
+        self.stop = threading.Event()
+
+    @classmethod
+    def join(cls, namesrvs: list[tuple[str, int]], timeout_s: float) -> MasterWatch:
+        key = tuple(namesrvs)
+        with cls.lock:
+            watch = cls.watches.get(key)
+            if watch is None:
+                watch = cls.watches[key] = cls(namesrvs, timeout_s)
+                name = "rocketmq-master-watch"
+                threading.Thread(target=watch.run, name=name, daemon=True).start()
+            watch.users += 1
+            return watch
+
+    def leave(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users <= 0:
+                self.stop.set()
+                if self.watches.get(tuple(self.namesrvs)) is self:
+                    del self.watches[tuple(self.namesrvs)]
+
+    ask = staticmethod(find_master)  # how it asks (the tests' own)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            asked = time.monotonic()  # what it hears is at least this fresh
+            found = self.ask(self.namesrvs, self.timeout_s)
+            if found is not None:
+                self.heard = (asked, *found)
+            self.stop.wait(WATCH_EVERY_S)
+
+
 class MasterLink:
     """A connection to the broker group's master, made on first use and again after a
     failure (``drop``), the master looked up each time at most once per
-    ``LOOKUP_EVERY_S``."""
+    ``LOOKUP_EVERY_S``; ``stale`` once the name servers list another master."""
 
     def __init__(self, namesrvs: list[tuple[str, int]], timeout_s: float):
         self.namesrvs = namesrvs
@@ -84,10 +138,36 @@ class MasterLink:
         self.broker_name = ""
         self.looked_up_at = -LOOKUP_EVERY_S
         self.lookups = 0
+        self.address: tuple[str, int] | None = None
+        self.connected_at = 0.0
+        self.watch: MasterWatch | None = None  # joined on first use
+        self.moved_to: tuple[str, tuple[str, int]] | None = None  # where stale() heard it is
+
+    def stale(self) -> bool:
+        """Whether the name servers listed another master after this connection was made
+        (its broker demoted): the caller drops it, and the next ``get`` connects to the
+        one they list, with no lookup of its own."""
+        if self.watch is None:
+            self.watch = MasterWatch.join(self.namesrvs, self.timeout_s)
+        heard = self.watch.heard
+        if self.conn is None or heard is None or heard[0] <= self.connected_at:
+            return False
+        if heard[2] == self.address:
+            return False
+        LOG.info(
+            "rocketmq: the name servers list %s:%d as the master now, not %s: reconnecting",
+            *heard[2],
+            self.conn.where(),
+        )
+        self.moved_to = (heard[1], heard[2])
+        return True
 
     def get(self) -> remoting.Connection:
         if self.conn is not None:
             return self.conn
+        if self.moved_to is not None:
+            found, self.moved_to = self.moved_to, None
+            return self._connect(*found)
         now = time.monotonic()
         if now - self.looked_up_at < LOOKUP_EVERY_S:
             raise DriverError("rocketmq: no connection to a master (looked up less than 1 s ago)")
@@ -97,8 +177,12 @@ class MasterLink:
         if found is None:
             where = ", ".join(f"{h}:{p}" for h, p in self.namesrvs)
             raise DriverError(f"rocketmq: no name server ({where}) lists a master now")
-        self.broker_name, address = found
+        return self._connect(*found)
+
+    def _connect(self, broker_name: str, address: tuple[str, int]) -> remoting.Connection:
+        self.broker_name = broker_name
         self.conn = remoting.Connection(address, self.timeout_s)
+        self.address, self.connected_at = address, time.monotonic()
         return self.conn
 
     def drop(self) -> None:
@@ -108,6 +192,9 @@ class MasterLink:
 
     def close(self) -> None:
         self.drop()
+        if self.watch is not None:
+            self.watch.leave()
+            self.watch = None
 
 
 class DirectSender(Sender):
@@ -124,6 +211,8 @@ class DirectSender(Sender):
         queue = self.next_queue
         self.next_queue = (queue + 1) % self.queues
         body = remoting.encode_batch(batch, self.ids.take(len(batch)))
+        if self.link.stale():
+            self.link.drop()
         try:
             conn = self.link.get()
             header = remoting.send_header(self.topic, queue, self.link.broker_name)
@@ -182,6 +271,8 @@ class DirectReceiver(Receiver):
         """One POP_MESSAGE of at most ``n``, the pending acks written before it."""
         poll_ms = max(0, int(timeout_s * 1000))
         header = popping.pop_header(self.group, self.topic, n, self.invisible_ms, poll_ms)
+        if self.link.stale():
+            self._lost("its broker is no longer the master")
         try:
             conn = self.link.get()
             op = conn.next_opaque()

@@ -96,6 +96,8 @@ def _start(lane: _Lane, sel: selectors.BaseSelector, batch: int, wall_offset_ns:
             )
             _record(lane, got, batch, time.monotonic_ns() + wall_offset_ns)
             r.pending += held
+        if r.link.stale():
+            r._lost("its broker is no longer the master")
         try:
             lane.conn = r.link.get()
         except DriverError as e:
