@@ -166,8 +166,8 @@ class MasterLink:
         if self.conn is not None:
             return self.conn
         if self.moved_to is not None:
-            found, self.moved_to = self.moved_to, None
-            return self._connect(*found)
+            moved, self.moved_to = self.moved_to, None
+            return self._connect(*moved)
         now = time.monotonic()
         if now - self.looked_up_at < LOOKUP_EVERY_S:
             raise DriverError("rocketmq: no connection to a master (looked up less than 1 s ago)")
