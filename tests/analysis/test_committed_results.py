@@ -236,14 +236,15 @@ def test_the_backlog_column_shows_what_rocketmqs_asynchronous_replication_loses(
     """RocketMQ's pair in controller mode, the master's host cut from the other brokers for
     30 s behind a backlog: rocketmq-async loses messages it had confirmed (the old master
     answered alone, its log cut back when it rejoined), counted from the delivery records
-    by the summary; rocketmq-syncflush (every in-sync replica, SYNC_FLUSH) none. The
-    manifests name the layout each ran on."""
+    by the summary; rocketmq-syncflush (every in-sync replica, SYNC_FLUSH) none; nor
+    rocketmq-sync, the DLedger layout (a majority), whose run drained completely once its
+    receiver left the demoted leader. The manifests name the layout each ran on."""
     runs = {
         json.loads((r / "manifest.json").read_text())["broker"]["profile"]: r
         for r in RUNS
         if r.parent == MATRIX and "_durability-matrix-behind-rocketmq_" in r.name
     }
-    assert sorted(runs) == ["rocketmq-async", "rocketmq-syncflush"]
+    assert sorted(runs) == ["rocketmq-async", "rocketmq-sync", "rocketmq-syncflush"]
     cells = {}
     for profile, r in runs.items():
         summary = json.loads((r / "summary.json").read_text())
@@ -251,12 +252,17 @@ def test_the_backlog_column_shows_what_rocketmqs_asynchronous_replication_loses(
         assert f["kind"] == "leader_from_brokers"
         cells[profile] = (f["sent"], f["lost"], summary["delivery"]["lost"])
         [version] = json.loads((r / "manifest.json").read_text())["broker"]["server_versions"]
+        if profile == "rocketmq-sync":
+            assert version.startswith("RocketMQ 5.4.0 (DLedger broker group"), version
+            assert summary["delivery"]["undrained"] == 0
+            continue
         assert version.startswith("RocketMQ 5.4.0 (controller mode"), version
         flush = "SYNC_FLUSH" if profile == "rocketmq-syncflush" else "ASYNC_FLUSH"
         assert flush in version, version
     sent, lost, lost_in_run = cells["rocketmq-async"]
     assert 0 < lost <= sent and lost <= lost_in_run
-    assert cells["rocketmq-syncflush"][1] == cells["rocketmq-syncflush"][2] == 0
+    for profile in ("rocketmq-syncflush", "rocketmq-sync"):
+        assert cells[profile][1] == cells[profile][2] == 0, profile
     [report] = tracked("results/durability-matrix/reports/*/sweep-report.md")
     text = report.read_text()
     assert f"| rocketmq | rocketmq-async | – | – | – | – | – | lost {lost:,} ·" in text
