@@ -453,7 +453,10 @@ def test_remaining_counts_and_identifies_what_the_broker_holds(
     acked = taken[1::2]
     holder.ack(acked)
     left = sent - {envelope.decode(d.payload)[:2] for d in acked}
-    held = _remaining(driver, target, len(left))
+    # an ack may reach the broker after ack() returns (Receiver.ack): Artemis's receipt
+    # is awaited by the next call; CI once counted 17 of 15 here. (Where acks leave
+    # gaps, as on Kafka, the count never comes down to len(left): nothing to wait for.)
+    held = _remaining(driver, target, len(left), eventually=target.contract.acks_remove_at_once)
     if target.contract.remaining_counts_unacked:
         _check_held(driver, target, driver.remaining(identify=True), left, sent)
         unacked = len(taken) - len(acked)
@@ -478,7 +481,7 @@ def test_remaining_counts_and_identifies_what_the_broker_holds(
             if left <= got and not batch:
                 break
         assert left <= got <= sent
-        empty = _remaining(driver, target, 0)
+        empty = _remaining(driver, target, 0, eventually=True)  # the last acks as above
         assert empty.count == 0 and empty.in_flight in (None, 0)
         if driver.identifies_remaining:
             assert driver.remaining(identify=True).payloads == []
