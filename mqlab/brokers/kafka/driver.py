@@ -40,7 +40,9 @@
   the high watermark, then the partition is read on from there until its end,
   since tansu's watermark is too low (the base offset of the last record batch,
   plus 1). ``identify`` reads every message from the committed offset on with a
-  consumer that only ``assign()``s and never commits.
+  consumer that only ``assign()``s and never commits. The committed offsets are asked
+  again while the group's coordinator is not ready or has moved (a cluster just started,
+  a broker killed), for up to ``COORDINATOR_WAIT_S``.
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ class KafkaDriver(Driver):
                 raise DriverError(f"kafka: topic {self.topic}: {topic.error}")
             parts = [TopicPartition(self.topic, p) for p in sorted(topic.partitions)]
             count, starts = 0, {}
-            for tp in c.committed(parts, timeout=10):
+            for tp in _committed(c, parts):
                 low, high = c.get_watermark_offsets(tp, timeout=10, cached=False)
                 start = max(low, tp.offset)  # no commit yet (negative): from the beginning
                 if identify:  # read all of it
@@ -214,6 +216,32 @@ class KafkaDriver(Driver):
             return [str(server)]
         brokers = self._admin().list_topics(timeout=10).brokers
         return [f"Kafka API broker {b.id} ({b.host}:{b.port})" for b in brokers.values()]
+
+
+# the group's coordinator is not ready yet, or moved (a cluster just started, a broker
+# killed): librdkafka's committed() raises these rather than asking again
+COORDINATOR_ERRORS = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+COORDINATOR_WAIT_S = 30.0
+
+
+def _committed(c: Consumer, parts: list[TopicPartition]) -> list[TopicPartition]:
+    """The group's committed offsets of ``parts``, asked again while its coordinator is
+    not ready (at most ``COORDINATOR_WAIT_S``)."""
+    deadline = time.monotonic() + COORDINATOR_WAIT_S
+    while True:
+        try:
+            return list(c.committed(parts, timeout=10))
+        except KafkaException as e:
+            if e.args[0].code() not in COORDINATOR_ERRORS or time.monotonic() > deadline:
+                raise
+            LOG.debug("kafka: committed offsets: %s; asking again", e)
+            time.sleep(0.5)
 
 
 def _read_to_end(
